@@ -1,0 +1,267 @@
+"""The cluster's configuration: what the operator writes in YAML, validated once at the edge.
+
+Everything later receives these typed objects; nothing deep in the code reads files or the
+environment. Secrets are referenced by environment-variable name only and resolved by
+`resolve_secrets` at the edge.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from cluster.errors import ConfigError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+# Values that end up in remote commands or Docker API calls: each pattern admits no shell
+# metacharacter, so even a quoting mistake downstream cannot turn config into code.
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+_HOST = r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$"
+_USER = r"^[a-z_][a-z0-9_-]{0,31}$"
+_IFNAME = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,14}$"
+_IMAGE = r"^[a-z0-9][a-z0-9._/:@-]{0,254}$"
+_MODEL = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$"
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+_SIZE = r"^[0-9]+[bkmgBKMG]?$"
+_VLLM_ARG = r"^--[a-z0-9][a-z0-9-]*(=[A-Za-z0-9._:/,+-]*)?$|^[A-Za-z0-9._:/,+-]+$"
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:/,=+@%-]*$")
+
+
+def _ip(value: str) -> str:
+    ipaddress.ip_address(value)
+    return value
+
+
+IPAddress = Annotated[str, AfterValidator(_ip)]
+Name = Annotated[str, Field(pattern=_NAME)]
+InterfaceName = Annotated[str, Field(pattern=_IFNAME)]
+EnvName = Annotated[str, Field(pattern=_ENV_NAME)]
+Seconds = Annotated[float, Field(gt=0, le=86_400)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SSHConfig(_Model):
+    host: str = Field(pattern=_HOST, description="address or host name sshd listens on")
+    port: int = Field(22, ge=1, le=65535)
+    user: str = Field(pattern=_USER)
+    key: Path | None = Field(None, description="private key; None uses the SSH agent")
+    known_hosts: Path = Field(Path("~/.ssh/known_hosts"))
+    jump: Name | None = Field(None, description="name of the node to tunnel through")
+    keepalive_interval: Seconds = 15
+
+
+class NodeConfig(_Model):
+    name: Name
+    driver: Literal["ssh", "local"] = "ssh"
+    ssh: SSHConfig | None = None
+    fabric_ip: IPAddress
+    docker_socket: str = Field("/var/run/docker.sock", pattern=r"^/[A-Za-z0-9._/-]+$")
+
+    @model_validator(mode="after")
+    def _ssh_for_ssh_driver(self) -> NodeConfig:
+        if self.driver == "ssh" and self.ssh is None:
+            raise ValueError("driver 'ssh' needs an 'ssh' section (host, user, key)")
+        return self
+
+
+InterfaceChoice = Literal["auto"] | InterfaceName | list[InterfaceName]
+
+
+class NetworkConfig(_Model):
+    eth_if: InterfaceChoice = "auto"
+    ib_if: InterfaceChoice = "auto"
+
+
+class Mount(_Model):
+    source: str = Field(pattern=r"^[~/][A-Za-z0-9._/-]*$")
+    target: str = Field(pattern=r"^/[A-Za-z0-9._/-]*$")
+    read_only: bool = False
+
+
+class ContainerConfig(_Model):
+    image: str = Field(pattern=_IMAGE)
+    name: Name
+    privileged: bool = True
+    cap_add: list[Literal["IPC_LOCK", "SYS_NICE", "SYS_PTRACE"]] = Field(default_factory=list)
+    devices: list[Annotated[str, Field(pattern=r"^/dev/[A-Za-z0-9._/-]+$")]] = Field(
+        default_factory=list
+    )
+    shm_size: str | None = Field("64g", pattern=_SIZE)
+    ulimits: dict[Annotated[str, Field(pattern=r"^[a-z]+$")], tuple[int, int]] = Field(
+        default_factory=lambda: {"nofile": (1048576, 1048576), "memlock": (-1, -1)}
+    )
+    gpus: bool = True
+    mounts: list[Mount] = Field(default_factory=list)
+    env: dict[EnvName, str] = Field(default_factory=dict)
+    secret_env: dict[EnvName, EnvName] = Field(
+        default_factory=dict,
+        description="container variable -> name of the bot's environment variable holding it",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _plain_values(cls, env: dict[str, str]) -> dict[str, str]:
+        for key, value in env.items():
+            if not _SAFE_VALUE.match(value):
+                raise ValueError(
+                    f"env {key}={value!r}: values may hold letters, digits and ._:/,=+@%- only"
+                )
+        return env
+
+
+class ServeConfig(_Model):
+    model: str = Field(pattern=_MODEL)
+    served_model_name: Name | None = None
+    backend: Literal["ray", "mp"] = "ray"
+    tensor_parallel_size: int = Field(2, ge=1, le=64)
+    pipeline_parallel_size: int = Field(1, ge=1, le=64)
+    gpu_memory_utilization: float = Field(0.90, gt=0, le=1)
+    max_model_len: int | None = Field(None, ge=16, le=10_000_000)
+    max_num_seqs: int | None = Field(None, ge=1, le=65536)
+    reasoning_parser: Name | None = None
+    trust_remote_code: bool = False
+    extra_args: list[Annotated[str, Field(pattern=_VLLM_ARG)]] = Field(default_factory=list)
+    port: int = Field(8000, ge=1, le=65535)
+    ray_port: int = Field(6379, ge=1, le=65535)
+    master_port: int = Field(29501, ge=1, le=65535)
+    min_free_memory_gib: float = Field(
+        0, ge=0, description="preflight refuses a node with less MemAvailable than this"
+    )
+
+    @property
+    def api_model_name(self) -> str:
+        return self.served_model_name or self.model
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+
+class APIConfig(_Model):
+    access: Literal["ssh_forward", "direct"] = "ssh_forward"
+    host: str | None = Field(
+        None, pattern=_HOST, description="with access=direct: the head's reachable address"
+    )
+
+
+class Timeouts(_Model):
+    connect: Seconds = 10
+    preflight: Seconds = 60
+    containers: Seconds = 180
+    ray: Seconds = 180
+    weights: Seconds = 1800
+    engine: Seconds = 900
+    api: Seconds = 900
+    stall: Seconds = Field(300, description="no new log output for this long fails the phase")
+    down: Seconds = 60
+
+
+class ClusterConfig(_Model):
+    name: Name = "sparks"
+    nodes: list[NodeConfig] = Field(min_length=1, description="head first")
+    network: NetworkConfig = NetworkConfig()
+    container: ContainerConfig
+    serve: ServeConfig
+    api: APIConfig = APIConfig()
+    timeouts: Timeouts = Timeouts()
+    log_tail_lines: int = Field(30, ge=1, le=500)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClusterConfig:
+        names = [node.name for node in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"node names must be unique, got {names}")
+        for node in self.nodes:
+            if node.ssh and node.ssh.jump is not None:
+                if node.ssh.jump not in names or node.ssh.jump == node.name:
+                    raise ValueError(
+                        f"node {node.name}: jump {node.ssh.jump!r} must name another node"
+                    )
+        if self.serve.world_size > len(self.nodes) and self.serve.backend == "mp":
+            raise ValueError(
+                f"serve: backend mp runs one rank per node; TP x PP = {self.serve.world_size} "
+                f"needs {self.serve.world_size} nodes, the config has {len(self.nodes)}"
+            )
+        if self.api.access == "direct" and self.api.host is None:
+            raise ValueError("api: access 'direct' needs api.host (the head's address)")
+        return self
+
+    @property
+    def head(self) -> NodeConfig:
+        return self.nodes[0]
+
+    @property
+    def workers(self) -> list[NodeConfig]:
+        return self.nodes[1:]
+
+    def node(self, name: str) -> NodeConfig:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def with_paths_relative_to(self, base: Path) -> ClusterConfig:
+        """Resolve `~` and relative key/known_hosts/mount paths against the config's folder."""
+
+        def resolve(path: Path | None) -> Path | None:
+            if path is None:
+                return None
+            path = path.expanduser()
+            return path if path.is_absolute() else (base / path).resolve()
+
+        nodes = [
+            node.model_copy(
+                update={
+                    "ssh": node.ssh.model_copy(
+                        update={"key": resolve(node.ssh.key), "known_hosts": resolve(node.ssh.known_hosts)}
+                    )
+                }
+            )
+            if node.ssh
+            else node
+            for node in self.nodes
+        ]
+        return self.model_copy(update={"nodes": nodes})
+
+
+class Secrets:
+    """Secret values resolved from the environment at the edge; never printed."""
+
+    def __init__(self, values: dict[str, str]):
+        self._values = dict(values)
+
+    def container_env(self) -> dict[str, str]:
+        return dict(self._values)
+
+    def redact(self, text: str) -> str:
+        for value in self._values.values():
+            if len(value) >= 4:
+                text = text.replace(value, "***")
+        return text
+
+    def __repr__(self) -> str:
+        return f"Secrets({sorted(self._values)})"
+
+
+def resolve_secrets(config: ClusterConfig, environ: dict[str, str]) -> Secrets:
+    missing = [src for src in config.container.secret_env.values() if not environ.get(src)]
+    if missing:
+        raise ConfigError(
+            f"container.secret_env refers to environment variables that are not set: "
+            f"{', '.join(missing)}. Export them before starting spark-bot."
+        )
+    return Secrets(
+        {dest: environ[src] for dest, src in config.container.secret_env.items()}
+    )

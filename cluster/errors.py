@@ -1,0 +1,21 @@
+"""The controller's exceptions: a small hierarchy whose messages say what to do."""
+
+
+class SparkBotError(Exception):
+    """Base of every error spark-bot raises on purpose."""
+
+
+class ConfigError(SparkBotError):
+    """The configuration is invalid; the message names the file, the field and what is allowed."""
+
+
+class NodeError(SparkBotError):
+    """A node could not be reached or driven; the message names the node and what to try."""
+
+    def __init__(self, node: str, message: str):
+        super().__init__(f"{node}: {message}")
+        self.node = node
+
+
+class HostKeyMismatch(NodeError):
+    """The node's SSH host key is not the one in known_hosts."""
