@@ -1,0 +1,98 @@
+from pathlib import Path
+
+import pytest
+
+from bot.cli import main
+from bot.config import load_config
+from cluster.config import resolve_secrets
+from cluster.errors import ConfigError
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def test_seed_config_describes_the_real_pair():
+    cluster = load_config(CONFIGS / "sparks.example.yaml").cluster
+    assert [n.name for n in cluster.nodes] == ["spark-head", "spark-worker"]
+    assert cluster.head.ssh.host == "10.1.230.180" and cluster.head.ssh.user == "aurora"
+    assert [n.fabric_ip for n in cluster.nodes] == ["192.168.200.12", "192.168.200.13"]
+    assert cluster.workers[0].ssh.jump == "spark-head"
+    assert cluster.container.image == "hellohal2064/vllm-qwen3.5-gb10"
+    assert cluster.container.name == "vllm_qwen35"
+    assert cluster.serve.model == "Qwen/Qwen3.5-122B-A10B-FP8"
+    assert cluster.serve.tensor_parallel_size == 2 and cluster.serve.backend == "ray"
+    assert cluster.serve.gpu_memory_utilization == 0.90
+    assert cluster.serve.max_model_len == 32768 and cluster.serve.reasoning_parser
+    assert cluster.head.ssh.key.is_absolute(), "~ is expanded at load time"
+
+
+def test_lab_config_points_at_the_lab():
+    cluster = load_config(CONFIGS / "lab.yaml").cluster
+    assert cluster.head.ssh.host == "198.18.0.10"
+    assert cluster.nodes[1].docker_socket == "/run/spark-lab/node1/docker.sock"
+    assert cluster.head.ssh.known_hosts == Path("/var/lib/spark-lab/ssh/known_hosts")
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_invalid_value_names_file_line_field_and_choices(tmp_path):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    path = _write(tmp_path, seed.replace("backend: ray", "backend: slurm"))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    line = seed.splitlines().index("    backend: ray") + 1
+    assert str(path) in message
+    assert f"line {line}: cluster.serve.backend" in message
+    assert "'ray' or 'mp'" in message and "'slurm'" in message
+
+
+def test_shell_metacharacters_are_refused(tmp_path):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    path = _write(tmp_path, seed.replace("name: vllm_qwen35", "name: x;rm -rf /"))
+    with pytest.raises(ConfigError, match=r"cluster\.container\.name"):
+        load_config(path)
+
+
+def test_unknown_field_and_bad_jump_are_refused(tmp_path):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"cluster\.serve\.tensor_paralel_size: Extra inputs"):
+        load_config(_write(tmp_path, seed.replace("tensor_parallel_size", "tensor_paralel_size")))
+    with pytest.raises(ConfigError, match="jump 'nowhere' must name another node"):
+        load_config(_write(tmp_path, seed.replace("jump: spark-head", "jump: nowhere")))
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(_write(tmp_path, "cluster: [\n"))
+
+
+def test_secrets_are_resolved_from_the_environment_and_redacted():
+    cluster = load_config(CONFIGS / "sparks.example.yaml").cluster
+    with pytest.raises(ConfigError, match="HF_TOKEN"):
+        resolve_secrets(cluster, {})
+    secrets = resolve_secrets(cluster, {"HF_TOKEN": "hf_supersecret"})
+    assert secrets.container_env() == {"HF_TOKEN": "hf_supersecret"}
+    assert secrets.redact("token=hf_supersecret") == "token=***"
+    assert "hf_supersecret" not in repr(secrets)
+
+
+def test_check_config_prints_resolved_config_with_secrets_masked(capsys, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_supersecret")
+    assert main(["check-config", str(CONFIGS / "sparks.example.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "valid" in out and "Qwen/Qwen3.5-122B-A10B-FP8" in out
+    assert "$HF_TOKEN (set, value hidden)" in out
+    assert "hf_supersecret" not in out
+
+
+def test_check_config_reports_errors_on_stderr(tmp_path, capsys):
+    path = _write(tmp_path, "cluster: {}\n")
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "cluster.nodes: Field required" in err
