@@ -1,0 +1,263 @@
+"""Python API of the lab, for tests and the CLI.
+
+    info = lab_up(nodes=2, isolated_workers=False)   # idempotent, fast when already up
+    lab_down(purge=False)
+    set_image_variant(node) / restore_image()
+    stop_sshd(node) / start_sshd(node) / stop_dockerd(node) / start_dockerd(node)
+    status() -> dict
+
+Blocking (subprocess) by design: this is lab tooling, not the bot.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import dockerd, image, netns, preflight, sshd, state, tools
+from . import topology as T
+from .errors import LabError
+
+__all__ = ["LabError", "LabInfo", "NodeInfo", "lab_up", "lab_down", "lab_info", "status",
+           "set_image_variant", "restore_image", "stop_sshd", "start_sshd",
+           "stop_dockerd", "start_dockerd"]
+
+LOCK_FILE = Path("/run/lock/spark-lab.lock")
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    index: int
+    name: str
+    netns: str
+    mgmt_ip: str | None          # None for an isolated worker
+    fabric_ip: str
+    ssh_host: str                # where to SSH to: mgmt IP, or fabric IP via the head
+    docker_socket: str           # path on the node (reach it by SSH stream forwarding)
+    docker_host: str             # unix://<docker_socket>
+    bin_dir: str
+    mgmt_ifname: str = T.MGMT_IFNAME
+    fabric_ifname: str = T.FABRIC_IFNAME
+
+
+@dataclass(frozen=True)
+class LabInfo:
+    nodes: list[NodeInfo]
+    isolated_workers: bool
+    key_path: str
+    known_hosts_path: str
+    image_tag: str
+    image_id: str | None         # the canonical image ID (node 0's)
+    variant_node: int | None = None
+    ssh_user: str = T.SSH_USER
+    ssh_port: int = T.SSH_PORT
+    mgmt_host_ip: str = T.MGMT_HOST_IP
+    mgmt_bridge: str = T.MGMT_BRIDGE
+    fabric_bridge: str = T.FABRIC_BRIDGE
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def head(self) -> NodeInfo:
+        return self.nodes[0]
+
+    @property
+    def workers(self) -> list[NodeInfo]:
+        return self.nodes[1:]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --- locking (one lab operation at a time, across processes) ---------------
+_lock_depth = 0
+_lock_fd: int | None = None
+_tlock = threading.RLock()
+
+
+@contextlib.contextmanager
+def _locked():
+    global _lock_depth, _lock_fd
+    with _tlock:
+        if _lock_depth == 0:
+            LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+            _lock_fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(_lock_fd, fcntl.LOCK_EX)
+        _lock_depth += 1
+        try:
+            yield
+        finally:
+            _lock_depth -= 1
+            if _lock_depth == 0:
+                fcntl.flock(_lock_fd, fcntl.LOCK_UN)
+                os.close(_lock_fd)
+                _lock_fd = None
+
+
+def _node(index: int) -> T.Node:
+    st = state.load()
+    if not 0 <= index < max(st.nodes, 1):
+        raise LabError(f"no node {index} in the lab (it has {st.nodes} nodes; run `python -m lab up`)")
+    return T.Node(index)
+
+
+def lab_info() -> LabInfo:
+    """Describe the lab as the last `up` left it (no system calls)."""
+    st = state.load()
+    infos = []
+    for n in T.nodes(max(st.nodes, 1)) if st.nodes else []:
+        mg = n.mgmt_ip if T.has_mgmt(n, st.isolated_workers) else None
+        infos.append(NodeInfo(n.index, n.name, n.netns, mg, n.fabric_ip, mg or n.fabric_ip,
+                              str(n.docker_sock), n.docker_host, str(n.bin_dir)))
+    return LabInfo(infos, st.isolated_workers, str(T.CLIENT_KEY), str(T.KNOWN_HOSTS),
+                   T.IMAGE_TAG, st.canonical_image, st.variant_node)
+
+
+# --- teardown ---------------------------------------------------------------
+def _known_node_indexes() -> set[int]:
+    idx = set(netns.lab_node_indexes())
+    idx.update(range(state.load().nodes))
+    for root in (T.RUN_ROOT,):
+        if root.is_dir():
+            idx.update(int(p.name[4:]) for p in root.iterdir() if p.name.startswith("node") and p.name[4:].isdigit())
+    for name in netns.stale_host_links():
+        if name[:3] in ("sbm", "sbf"):
+            idx.add(int(name[3:]))
+    return idx
+
+
+def _remove_node(node: T.Node) -> None:
+    sshd.stop(node)
+    dockerd.stop(node)
+    dockerd.remove_cgroups(node)
+    netns.delete_node(node)
+    shutil.rmtree(node.netns_etc, ignore_errors=True)
+    shutil.rmtree(node.run_dir, ignore_errors=True)
+
+
+def lab_down(purge: bool = False) -> None:
+    """Remove namespaces, links, bridges, iptables rules, engines, sshds, sockets.
+    Keeps the data-roots and the base tarball (fast next `up`) unless `purge`."""
+    preflight.check()
+    with _locked():
+        idx = sorted(_known_node_indexes())
+        with ThreadPoolExecutor(max_workers=max(len(idx), 1)) as ex:
+            list(ex.map(_remove_node, [T.Node(i) for i in idx]))
+        netns.delete_bridges()
+        for name in netns.stale_host_links():
+            netns.run(["ip", "link", "del", name], check=False)
+        shutil.rmtree(T.RUN_ROOT, ignore_errors=True)
+        st = state.load()
+        st.nodes = 0
+        st.variant_node = None
+        state.save(st)
+        if purge:
+            shutil.rmtree(T.STATE_ROOT, ignore_errors=True)
+            shutil.rmtree(T.CACHE_ROOT, ignore_errors=True)
+
+
+# --- bring-up ---------------------------------------------------------------
+def _bring_up_node(node: T.Node, isolated: bool) -> None:
+    netns.ensure_node(node, T.has_mgmt(node, isolated))
+    tools.ensure(node)
+    sshd.start(node)
+    if dockerd.start(node):
+        dockerd.remove_all_containers(node)   # freshly started: containers are stale
+
+
+def lab_up(nodes: int = 2, isolated_workers: bool = False,
+           variant_node: int | None = None) -> LabInfo:
+    """Bring the lab to exactly `nodes` nodes (idempotent; < ~3 s when already up).
+    `variant_node`: give that node a different image ID under the same tag."""
+    preflight.check()
+    wanted = T.nodes(nodes)
+    if variant_node is not None and not 1 <= variant_node < nodes:
+        raise LabError(f"--variant-node must be a worker index 1..{nodes - 1}")
+    with _locked():
+        for i in sorted(_known_node_indexes()):
+            if i >= nodes:
+                _remove_node(T.Node(i))
+        netns.ensure_bridges()
+        sshd.ensure_client_key()
+        with ThreadPoolExecutor(max_workers=nodes) as ex:
+            list(ex.map(lambda n: _bring_up_node(n, isolated_workers), wanted))
+        sshd.write_known_hosts(wanted, isolated_workers)
+        canonical = image.ensure(wanted, variant_node)
+        state.save(state.LabState(nodes, isolated_workers, variant_node, canonical))
+        return lab_info()
+
+
+# --- faults and variants ----------------------------------------------------
+def set_image_variant(node: int) -> str:
+    """Give `node` a different image ID under the same tag; returns the new ID."""
+    with _locked():
+        st = state.load()
+        n = _node(node)
+        if not st.canonical_image:
+            raise LabError("the lab is not up")
+        iid = image.make_variant(n, st.canonical_image)
+        st.variant_node = node
+        state.save(st)
+        return iid
+
+
+def restore_image() -> None:
+    with _locked():
+        st = state.load()
+        if not st.canonical_image:
+            raise LabError("the lab is not up")
+        image.restore(T.nodes(st.nodes), st.canonical_image)
+        st.variant_node = None
+        state.save(st)
+
+
+def stop_sshd(node: int) -> None:
+    sshd.stop(_node(node))
+
+
+def start_sshd(node: int) -> None:
+    sshd.start(_node(node))
+
+
+def stop_dockerd(node: int) -> None:
+    """Stop the node's engine as a crash would leave it for a client (containers go too)."""
+    dockerd.stop(_node(node), remove_containers=False)
+
+
+def start_dockerd(node: int) -> None:
+    dockerd.start(_node(node))
+
+
+# --- status -----------------------------------------------------------------
+def status() -> dict:
+    """Per node: namespace, addresses, sshd, dockerd + version, image ID; 'ok' overall."""
+    st = state.load()
+    report: dict = {"nodes": [], "isolated_workers": st.isolated_workers,
+                    "canonical_image": st.canonical_image, "variant_node": st.variant_node}
+    ok = st.nodes > 0
+    for n in T.nodes(st.nodes) if st.nodes else []:
+        with_mgmt = T.has_mgmt(n, st.isolated_workers)
+        engine = dockerd.alive(n)
+        iid = image.image_id(n) if engine else None
+        entry = {
+            "name": n.name, "netns": n.netns,
+            "netns_present": n.netns in netns.list_netns(),
+            "addresses": netns.addrs(n.netns) if n.netns in netns.list_netns() else {},
+            "network_ok": netns.node_ok(n, with_mgmt),
+            "sshd_alive": sshd.alive(n),
+            "dockerd_alive": engine,
+            "dockerd_version": dockerd.version(n) if engine else None,
+            "docker_socket": str(n.docker_sock),
+            "image_id": iid,
+        }
+        want_image = iid is not None and (iid == st.canonical_image or st.variant_node == n.index)
+        entry["ok"] = all([entry["network_ok"], entry["sshd_alive"], engine, want_image])
+        ok = ok and entry["ok"]
+        report["nodes"].append(entry)
+    report["forwarding_ok"] = netns.forwarding_ok()
+    report["ok"] = ok and report["forwarding_ok"]
+    return report

@@ -1,0 +1,187 @@
+"""One Docker engine per node, started inside the node's network namespace with
+`nsenter --net=...` (not `ip netns exec`: that remounts /sys and dockerd then fails
+with "Devices cgroup isn't mounted")."""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from . import topology as T
+from .errors import LabError
+from .preflight import tool
+from .proc import live_pid, pid_alive, pids_with_cmdline, run, terminate
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float = 5.0):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self._path)
+        self.sock = s
+
+
+def api(node: T.Node, method: str, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    conn = _UnixHTTPConnection(str(node.docker_sock), timeout)
+    try:
+        conn.request(method, path)
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def ping(node: T.Node) -> bool:
+    try:
+        status, body = api(node, "GET", "/_ping", timeout=2)
+        return status == 200 and body.strip() == b"OK"
+    except OSError:
+        return False
+
+
+def version(node: T.Node) -> str | None:
+    try:
+        status, body = api(node, "GET", "/version")
+        return json.loads(body).get("Version") if status == 200 else None
+    except (OSError, ValueError):
+        return None
+
+
+def pid(node: T.Node) -> int | None:
+    return live_pid(node.docker_pidfile, str(node.exec_root))
+
+
+def alive(node: T.Node) -> bool:
+    return pid(node) is not None and ping(node)
+
+
+def cli(node: T.Node, *args: str, check: bool = True, input: bytes | None = None,
+        timeout: float | None = 600) -> subprocess.CompletedProcess:
+    """Run the docker CLI against the node's engine."""
+    env = dict(os.environ, DOCKER_HOST=node.docker_host, DOCKER_BUILDKIT="0",
+               DOCKER_CLI_HINTS="false")
+    return run([tool("docker"), *args], check=check, input=input, env=env, timeout=timeout)
+
+
+def _argv(node: T.Node) -> list[str]:
+    return [
+        tool("nsenter"), f"--net={node.netns_path}",
+        tool("dockerd"),
+        "--config-file", str(node.dockerd_config),
+        "--data-root", str(node.data_root),
+        "--exec-root", str(node.exec_root),
+        "-H", node.docker_host,
+        "--pidfile", str(node.docker_pidfile),
+        "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false",
+        "--cgroup-parent", node.cgroup_parent,
+        "--shutdown-timeout", "3",
+        "--storage-driver", "overlay2",
+    ]
+
+
+def _mounts_under(prefixes: list[str]) -> list[str]:
+    found = []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                mp = line.split()[4].replace("\\040", " ")
+                if any(mp == p or mp.startswith(p + "/") for p in prefixes):
+                    found.append(mp)
+    except OSError:
+        pass
+    return sorted(found, key=len, reverse=True)
+
+
+def cleanup_stale(node: T.Node) -> None:
+    """After a crash: leftover shims/containers of the node, mounts, pid file, socket."""
+    for cg_pid in cgroup_pids(node):
+        terminate(cg_pid, 2)
+    for p in pids_with_cmdline(str(node.exec_root)):
+        terminate(p, 3)
+    for mp in _mounts_under([str(node.exec_root), str(node.data_root)]):
+        run(["umount", "-l", mp], check=False)
+    node.docker_pidfile.unlink(missing_ok=True)
+    node.docker_sock.unlink(missing_ok=True)
+
+
+def cgroup_pids(node: T.Node) -> list[int]:
+    pids: set[int] = set()
+    base = Path("/sys/fs/cgroup/pids") / node.cgroup_parent
+    if base.is_dir():
+        for procs in base.rglob("cgroup.procs"):
+            try:
+                pids.update(int(x) for x in procs.read_text().split())
+            except OSError:
+                pass
+    return sorted(p for p in pids if pid_alive(p))
+
+
+def remove_cgroups(node: T.Node) -> None:
+    root = Path("/sys/fs/cgroup")
+    if not root.is_dir():
+        return
+    for ctrl in root.iterdir():
+        d = ctrl / node.cgroup_parent
+        if d.is_dir():
+            for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(str(p)), reverse=True):
+                try:
+                    sub.rmdir()
+                except OSError:
+                    pass
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+def start(node: T.Node, timeout: float = 60.0) -> bool:
+    """Start the engine unless it answers already. Returns True if freshly started."""
+    if alive(node):
+        return False
+    p = pid(node)
+    if p:                                    # running but not answering: restart it
+        terminate(p, 10)
+    cleanup_stale(node)
+    node.state_dir.mkdir(parents=True, exist_ok=True)
+    node.run_dir.mkdir(parents=True, exist_ok=True)
+    node.data_root.mkdir(parents=True, exist_ok=True)
+    node.dockerd_config.write_text("{}\n")
+    log = open(node.dockerd_log, "ab")
+    log.write(f"\n--- spark-lab: starting dockerd {time.ctime()}\n".encode())
+    log.flush()
+    # setsid -f: detach into its own session, re-parented to init (no zombie here)
+    subprocess.run([tool("setsid"), "-f", *_argv(node)], stdin=subprocess.DEVNULL,
+                   stdout=log, stderr=log, check=True)
+    log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ping(node):
+            return True
+        time.sleep(0.05)
+    tail = node.dockerd_log.read_text(errors="replace")[-2000:]
+    raise LabError(f"dockerd for {node.name} did not answer on {node.docker_sock} within "
+                   f"{timeout:.0f}s; log {node.dockerd_log}:\n{tail}")
+
+
+def remove_all_containers(node: T.Node) -> None:
+    p = cli(node, "ps", "-aq", check=False, timeout=30)
+    ids = p.stdout.decode().split()
+    if ids:
+        cli(node, "rm", "-f", *ids, check=False, timeout=60)
+
+
+def stop(node: T.Node, remove_containers: bool = True) -> None:
+    p = pid(node)
+    if p and remove_containers and ping(node):
+        remove_all_containers(node)
+    if p:
+        terminate(p, 20)
+    cleanup_stale(node)

@@ -1,0 +1,138 @@
+"""One OpenSSH sshd per node namespace: key-only root login, its own host key,
+SetEnv with the node's DOCKER_HOST and PATH; the client key and known_hosts."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from . import topology as T
+from .errors import LabError
+from .preflight import tool
+from .proc import live_pid, run, terminate
+
+
+def ensure_client_key() -> None:
+    T.SSH_DIR.mkdir(parents=True, exist_ok=True)
+    os.chmod(T.SSH_DIR, 0o700)
+    if not T.CLIENT_KEY.exists() or not T.CLIENT_KEY.with_suffix(".pub").exists():
+        for p in (T.CLIENT_KEY, T.CLIENT_KEY.with_suffix(".pub")):
+            p.unlink(missing_ok=True)
+        run([tool("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", "spark-lab",
+             "-f", str(T.CLIENT_KEY)])
+    pub = T.CLIENT_KEY.with_suffix(".pub").read_text()
+    if not T.AUTHORIZED_KEYS.exists() or T.AUTHORIZED_KEYS.read_text() != pub:
+        T.AUTHORIZED_KEYS.write_text(pub)
+    os.chmod(T.AUTHORIZED_KEYS, 0o600)
+
+
+def ensure_host_key(node: T.Node) -> None:
+    node.state_dir.mkdir(parents=True, exist_ok=True)
+    if not node.host_key.exists() or not node.host_key.with_suffix(".pub").exists():
+        node.host_key.unlink(missing_ok=True)
+        node.host_key.with_suffix(".pub").unlink(missing_ok=True)
+        run([tool("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", node.name,
+             "-f", str(node.host_key)])
+
+
+def host_pubkey(node: T.Node) -> str:
+    kind, blob = node.host_key.with_suffix(".pub").read_text().split()[:2]
+    return f"{kind} {blob}"
+
+
+def write_known_hosts(nodes: list[T.Node], isolated_workers: bool) -> None:
+    lines = []
+    for n in nodes:
+        names = ([n.mgmt_ip] if T.has_mgmt(n, isolated_workers) else []) + [n.fabric_ip]
+        lines.append(f"{','.join(names)} {host_pubkey(n)}\n")
+    text = "".join(lines)
+    if not T.KNOWN_HOSTS.exists() or T.KNOWN_HOSTS.read_text() != text:
+        tmp = T.KNOWN_HOSTS.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(T.KNOWN_HOSTS)
+
+
+def config_text(node: T.Node) -> str:
+    return f"""# spark-lab sshd for {node.name} (namespace {node.netns}); generated
+Port {T.SSH_PORT}
+ListenAddress 0.0.0.0
+HostKey {node.host_key}
+PidFile {node.sshd_pidfile}
+AuthorizedKeysFile {T.AUTHORIZED_KEYS}
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+AllowStreamLocalForwarding yes
+AllowTcpForwarding yes
+GatewayPorts no
+X11Forwarding no
+PrintMotd no
+UseDNS no
+MaxSessions 100
+MaxStartups 100:30:200
+ClientAliveInterval 30
+LogLevel INFO
+SetEnv DOCKER_HOST={node.docker_host} PATH={node.remote_path} SPARK_LAB_NODE={node.index}
+Subsystem sftp internal-sftp
+"""
+
+
+def write_profile(node: T.Node) -> None:
+    """Login shells source /etc/profile, which resets PATH on Debian. `ip netns exec`
+    bind-mounts /etc/netns/<ns>/* over /etc for sshd and its sessions, so give the node
+    a copy of /etc/profile that puts the node's tool dir back in front."""
+    node.netns_etc.mkdir(parents=True, exist_ok=True)
+    try:
+        base = Path("/etc/profile").read_text()
+    except FileNotFoundError:
+        base = ""
+    text = (base + f"\n# spark-lab {node.name}\nPATH={node.bin_dir}:$PATH\nexport PATH\n"
+            f"export DOCKER_HOST={node.docker_host}\n")
+    target = node.netns_etc / "profile"
+    if not target.exists() or target.read_text() != text:
+        target.write_text(text)
+
+
+def pid(node: T.Node) -> int | None:
+    return live_pid(node.sshd_pidfile, str(node.sshd_config))
+
+
+def alive(node: T.Node) -> bool:
+    return pid(node) is not None
+
+
+def start(node: T.Node) -> None:
+    """Start the node's sshd (restarting it if its config changed)."""
+    ensure_host_key(node)
+    write_profile(node)
+    node.run_dir.mkdir(parents=True, exist_ok=True)
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    text = config_text(node)
+    changed = not node.sshd_config.exists() or node.sshd_config.read_text() != text
+    if changed:
+        node.sshd_config.write_text(text)
+    current = pid(node)
+    if current and not changed:
+        return
+    if current:
+        terminate(current, 5)
+    node.sshd_pidfile.unlink(missing_ok=True)
+    sshd = tool("sshd")
+    run([sshd, "-t", "-f", str(node.sshd_config)])
+    run(["ip", "netns", "exec", node.netns, sshd, "-f", str(node.sshd_config),
+         "-E", str(node.sshd_log)])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:       # pidfile is written after it listens
+        if alive(node):
+            return
+        time.sleep(0.02)
+    raise LabError(f"sshd for {node.name} did not start; see {node.sshd_log}")
+
+
+def stop(node: T.Node) -> None:
+    p = pid(node)
+    if p:
+        terminate(p, 5)
+    node.sshd_pidfile.unlink(missing_ok=True)

@@ -1,0 +1,42 @@
+"""Each node's tool dir (/var/lib/spark-lab/node<i>/bin): nvidia-smi and ibdev2netdev
+run the emulator from this repo; `docker` points at the node's own engine."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import topology as T
+import shutil
+
+from .preflight import SBIN_PATH
+
+REPO_LAB_DIR = Path(__file__).resolve().parent       # contains the `emulator` package
+
+
+def _emulator_wrapper(node: T.Node, name: str) -> str:
+    return f"""#!/bin/sh
+# spark-lab {node.name}: emulated {name}
+export SPARK_LAB_NODE={node.index}
+export PYTHONPATH="{REPO_LAB_DIR}${{PYTHONPATH:+:$PYTHONPATH}}"
+exec python3 -m emulator {name} "$@"
+"""
+
+
+def _docker_wrapper(node: T.Node) -> str:
+    real = shutil.which("docker", path=SBIN_PATH) or "/usr/bin/docker"
+    return f"""#!/bin/sh
+# spark-lab {node.name}: the docker CLI against this node's engine
+export DOCKER_HOST="${{DOCKER_HOST:-{node.docker_host}}}"
+exec {real} "$@"
+"""
+
+
+def ensure(node: T.Node) -> None:
+    node.bin_dir.mkdir(parents=True, exist_ok=True)
+    files = {name: _emulator_wrapper(node, name) for name in T.EMULATED_TOOLS}
+    files["docker"] = _docker_wrapper(node)
+    for name, text in files.items():
+        p = node.bin_dir / name
+        if not p.exists() or p.read_text() != text:
+            p.write_text(text)
+        os.chmod(p, 0o755)
