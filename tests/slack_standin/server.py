@@ -333,6 +333,11 @@ class SlackStandIn:
                 raise asyncio.TimeoutError(f"timed out after {timeout}s waiting for {what}") from None
         return result[0]
 
+    async def wait_until(self, condition: Callable[[], Any], timeout: float = 5.0) -> Any:
+        """Wait (event-driven) until `condition()` returns something truthy; return it.
+        Re-evaluated whenever the stand-in records anything (calls, acks, responses, sockets)."""
+        return await self._wait(lambda: condition() or None, timeout, "condition")
+
     async def wait_for(
         self,
         predicate: Callable[[Call], bool],
@@ -582,8 +587,16 @@ class SlackStandIn:
             msg["parent_user_id"] = parent.get("user")
         return msg
 
+    def _resolve_channel_name(self, channel: Any) -> Any:
+        if isinstance(channel, str) and channel not in self.channels:
+            name = channel.lstrip("#")
+            for cid, cname in self.channels.items():
+                if cname == name:
+                    return cid
+        return channel
+
     def _chat_post_message(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
-        channel = p.get("channel")
+        channel = self._resolve_channel_name(p.get("channel"))
         err = self._channel_error(channel) or self._check_content(p, call)
         if err:
             return err
