@@ -1,0 +1,37 @@
+#!/bin/sh
+# Bootstrap a fresh Debian 12 machine for spark-bot (run as root; idempotent).
+# Section "system packages" is the lab's (Docker engine, sshd, debootstrap, netns tools);
+# it installs only when something is missing. Other sections may follow.
+set -eu
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "bootstrap.sh: run as root (sudo $0)" >&2
+    exit 2
+fi
+
+# --- system packages (lab) ---------------------------------------------------
+LAB_PACKAGES="docker.io openssh-server openssh-client debootstrap iptables iproute2 util-linux"
+missing=""
+need() {  # need <command> <package>
+    PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1 || missing="$missing $2"
+}
+need dockerd docker.io
+need docker docker.io
+need sshd openssh-server
+need ssh openssh-client
+need ssh-keygen openssh-client
+need debootstrap debootstrap
+need iptables iptables
+need ip iproute2
+need nsenter util-linux
+need setsid util-linux
+if [ -n "$missing" ]; then
+    echo "bootstrap.sh: installing:$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends $LAB_PACKAGES
+else
+    echo "bootstrap.sh: system packages present"
+fi
+# sshd needs its privilege-separation dir; the lab's sshds do not use the system service
+mkdir -p /run/sshd
