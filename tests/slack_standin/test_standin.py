@@ -196,6 +196,7 @@ async def test_disconnect_and_reconnect(slack, client):
         second = await slack.wait_for_connection(2)
         await slack.wait_for_closed(first)
         assert second.id != first.id and second.open
+        assert first.pings >= 1  # the SDK's first ping was answered with a pong
         ack = await slack.send_slash_command("U0ALICE", CH, "status")
         assert ack.connection_id == second.id
 
