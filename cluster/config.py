@@ -98,6 +98,7 @@ class ContainerConfig(_Model):
     devices: list[Annotated[str, Field(pattern=r"^/dev/[A-Za-z0-9._/-]+$")]] = Field(
         default_factory=list
     )
+    ipc: Literal["host", "private"] = Field("host", description="host IPC, or a private one with shm_size")
     shm_size: str | None = Field("64g", pattern=_SIZE)
     ulimits: dict[Annotated[str, Field(pattern=r"^[a-z]+$")], tuple[int, int]] = Field(
         default_factory=lambda: {"nofile": (1048576, 1048576), "memlock": (-1, -1)}

@@ -1,0 +1,119 @@
+"""The controller's events: the seam every surface (CLI, Slack, console, tests) renders.
+
+Each operation is an async iterator of these. They are plain data, serialisable to JSON lines.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    elapsed_s: float = Field(description="seconds since the operation started")
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+
+class CheckpointPassed(_Event):
+    kind: Literal["checkpoint"] = "checkpoint"
+    checkpoint: str = Field(description="id from cluster.checkpoints")
+    title: str
+    node: str | None = Field(None, description="None when the checkpoint spans the cluster")
+    evidence: str = Field(description="the log line or API answer that proves it")
+    log_tail: list[str] = Field(default_factory=list)
+    warning: str | None = Field(None, description="passed, but with a finding worth reading")
+
+
+class Progress(_Event):
+    kind: Literal["progress"] = "progress"
+    phase: str
+    node: str | None = None
+    message: str
+
+
+class Failed(_Event):
+    kind: Literal["failed"] = "failed"
+    checkpoint: str = Field(description="the checkpoint that could not be reached")
+    title: str
+    node: str | None = None
+    summary: str = Field(description="what failed, in one sentence")
+    evidence: str = Field("", description="the line that shows it")
+    context: list[str] = Field(default_factory=list, description="the lines just before it")
+    cause: str
+    fix: str
+    signature: str | None = Field(None, description="failure signature id, None if unrecognised")
+    log_tail: list[str] = Field(default_factory=list)
+
+
+class CompletionSample(BaseModel):
+    """One timed streamed completion: the sample `up` and `verify` end with."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    reasoning: str = ""
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str | None
+    ttft_s: float
+    e2e_s: float
+    decode_tps: float | None = Field(description="tokens per second after the first (vLLM's 1/TPOT)")
+
+
+class Ready(_Event):
+    kind: Literal["ready"] = "ready"
+    model: str
+    api_url: str = Field(description="the API as seen from the head node")
+    sample: CompletionSample | None = None
+
+
+class ContainerState(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    container: str
+    present: bool
+    running: bool = False
+    status: str = "absent"
+    started_at: datetime | None = None
+    image_id: str | None = None
+    exit_code: int | None = None
+
+
+class StatusReport(_Event):
+    kind: Literal["status"] = "status"
+    containers: list[ContainerState]
+    api_healthy: bool | None = Field(None, description="None when the API was not reachable to ask")
+    api_detail: str = ""
+
+
+class LogTail(_Event):
+    kind: Literal["logs"] = "logs"
+    node: str
+    container: str
+    lines: list[str]
+
+
+class Removed(_Event):
+    kind: Literal["removed"] = "removed"
+    node: str
+    container: str
+    removed: bool = Field(description="False when there was nothing to remove")
+    detail: str
+
+
+Event = Annotated[
+    CheckpointPassed | Progress | Failed | Ready | StatusReport | LogTail | Removed,
+    Field(discriminator="kind"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(line: str) -> Event:
+    return EVENT_ADAPTER.validate_json(line)

@@ -1,0 +1,129 @@
+"""Follow our containers on every node as one stream: log lines and container deaths.
+
+Event-driven: each node's container log is followed through the Docker API (`follow=True`)
+and its engine's event stream is subscribed for `die` and `oom`; both feed one queue that the
+operations read. No timer polls the containers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from dataclasses import dataclass
+
+import aiodocker
+import aiohttp
+
+from cluster.config import Secrets
+from cluster.logtext import clean_line
+from cluster.nodes import NodeConnection
+
+
+@dataclass(frozen=True)
+class LogLine:
+    node: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ContainerExited:
+    node: str
+    exit_code: int | None
+    oom_killed: bool
+
+
+@dataclass(frozen=True)
+class FollowLost:
+    """The connection carrying a node's log stream broke (node, sshd or engine gone)."""
+
+    node: str
+    reason: str
+
+
+MonitorItem = LogLine | ContainerExited | FollowLost
+
+
+class ClusterMonitor:
+    """Owns one follower task per node; `aclose` cancels them all."""
+
+    def __init__(self, container_name: str, secrets: Secrets, tail_lines: int):
+        self.container_name = container_name
+        self._secrets = secrets
+        self._tails: dict[str, deque[str]] = {}
+        self._tail_lines = tail_lines
+        self._queue: asyncio.Queue[MonitorItem] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._followed: set[str] = set()
+
+    def tail(self, node: str, lines: int | None = None) -> list[str]:
+        buffer = list(self._tails.get(node, ()))
+        return buffer[-(lines or self._tail_lines):]
+
+    def follow(self, node: NodeConnection, *, backlog: int | str = "all") -> None:
+        """Start following `node`'s container: its log from `backlog` lines back, and its death."""
+        if node.name in self._followed:
+            return
+        self._followed.add(node.name)
+        self._tails[node.name] = deque(maxlen=max(self._tail_lines, 200))
+        self._tasks.append(asyncio.create_task(self._follow_log(node, backlog)))
+        self._tasks.append(asyncio.create_task(self._watch_events(node)))
+
+    async def next(self, timeout: float) -> MonitorItem:
+        """The next item; TimeoutError when nothing arrives for `timeout` seconds."""
+        async with asyncio.timeout(timeout):
+            return await self._queue.get()
+
+    async def _follow_log(self, node: NodeConnection, backlog: int | str) -> None:
+        container = node.docker.containers.container(self.container_name)
+        pending = ""
+        try:
+            async for chunk in container.log(
+                stdout=True, stderr=True, follow=True, tail=str(backlog)
+            ):
+                pending += chunk
+                *lines, pending = pending.split("\n")
+                for raw in lines:
+                    self._publish_line(node.name, raw)
+            if pending:
+                self._publish_line(node.name, pending)
+            # The stream ends when the container stops: say how it ended, in case the
+            # event stream (subscribed after the start) missed the `die`.
+            state = (await container.show())["State"]
+            if not state.get("Running"):
+                self._queue.put_nowait(
+                    ContainerExited(node.name, state.get("ExitCode"), bool(state.get("OOMKilled")))
+                )
+        except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
+            self._queue.put_nowait(FollowLost(node.name, f"log stream broke: {exc}"))
+
+    def _publish_line(self, node: str, raw: str) -> None:
+        text = self._secrets.redact(clean_line(raw))
+        self._tails[node].append(text)
+        self._queue.put_nowait(LogLine(node, text))
+
+    async def _watch_events(self, node: NodeConnection) -> None:
+        filters = json.dumps({"container": [self.container_name], "event": ["die", "oom"]})
+        subscriber = node.docker.events.subscribe(filters=filters)
+        oom = False
+        try:
+            while True:
+                event = await subscriber.get()
+                if event is None:
+                    self._queue.put_nowait(FollowLost(node.name, "Docker event stream ended"))
+                    return
+                if event.get("Action") == "oom":
+                    oom = True
+                elif event.get("Action") == "die":
+                    code = event.get("Actor", {}).get("Attributes", {}).get("exitCode")
+                    self._queue.put_nowait(
+                        ContainerExited(node.name, int(code) if code is not None else None, oom)
+                    )
+        finally:
+            await node.docker.events.stop()
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()

@@ -1,0 +1,40 @@
+"""The `local` driver: the bot runs on the node itself and talks to its Docker socket directly."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from cluster.config import NodeConfig
+from cluster.nodes.base import CommandResult, NodeConnection
+from cluster.nodes.docker_client import open_docker
+
+
+class LocalNode(NodeConnection):
+    @classmethod
+    async def connect(cls, config: NodeConfig, *, timeout: float) -> LocalNode:
+        started = time.monotonic()
+        docker = await open_docker(config, f"unix://{config.docker_socket}", timeout=timeout)
+        return cls(config, docker, time.monotonic() - started)
+
+    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        try:
+            async with asyncio.timeout(timeout):
+                stdout, stderr = await process.communicate()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise
+        return CommandResult(process.returncode or 0, stdout.decode(errors="replace"),
+                             stderr.decode(errors="replace"))
+
+    async def api_base_url(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}"
+
+    async def aclose(self) -> None:
+        await self.docker.close()
+

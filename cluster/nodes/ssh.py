@@ -1,0 +1,118 @@
+"""The SSH driver: asyncssh to the node, its Docker socket forwarded over that connection."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+import time
+from collections.abc import Sequence
+
+import asyncssh
+
+from cluster.config import NodeConfig
+from cluster.errors import HostKeyMismatch, NodeError
+from cluster.nodes.base import CommandResult, NodeConnection
+from cluster.nodes.docker_client import open_docker
+
+
+class SSHNode(NodeConnection):
+    def __init__(self, config, docker, connect_s, connection, socket_dir):
+        super().__init__(config, docker, connect_s)
+        self.connection: asyncssh.SSHClientConnection = connection
+        self._socket_dir = socket_dir
+        self._api_urls: dict[int, str] = {}
+
+    @classmethod
+    async def connect(
+        cls, config: NodeConfig, *, timeout: float, via: SSHNode | None = None
+    ) -> SSHNode:
+        started = time.monotonic()
+        connection = await _open_ssh(config, timeout=timeout, via=via)
+        socket_dir = tempfile.mkdtemp(prefix=f"spark-bot-{config.name}-")
+        try:
+            local_socket = os.path.join(socket_dir, "docker.sock")
+            await connection.forward_local_path(local_socket, config.docker_socket)
+            docker = await open_docker(config, f"unix://{local_socket}", timeout=timeout)
+        except BaseException:
+            connection.close()
+            _remove_socket_dir(socket_dir)
+            raise
+        return cls(config, docker, time.monotonic() - started, connection, socket_dir)
+
+    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        result = await self.connection.run(shlex.join(argv), check=False, timeout=timeout)
+        return CommandResult(
+            result.exit_status if result.exit_status is not None else -1,
+            _text(result.stdout),
+            _text(result.stderr),
+        )
+
+    async def api_base_url(self, port: int) -> str:
+        if port not in self._api_urls:
+            listener = await self.connection.forward_local_port("127.0.0.1", 0, "127.0.0.1", port)
+            self._api_urls[port] = f"http://127.0.0.1:{listener.get_port()}"
+        return self._api_urls[port]
+
+    async def aclose(self) -> None:
+        try:
+            await self.docker.close()
+        finally:
+            self.connection.close()
+            await self.connection.wait_closed()
+            _remove_socket_dir(self._socket_dir)
+
+
+async def _open_ssh(
+    config: NodeConfig, *, timeout: float, via: SSHNode | None
+) -> asyncssh.SSHClientConnection:
+    ssh = config.ssh
+    assert ssh is not None
+    where = f"{ssh.user}@{ssh.host}:{ssh.port}" + (f" (through {via.name})" if via else "")
+    options = dict(
+        port=ssh.port,
+        username=ssh.user,
+        known_hosts=str(ssh.known_hosts),
+        connect_timeout=timeout,
+        keepalive_interval=ssh.keepalive_interval,
+        tunnel=via.connection if via else (),
+    )
+    if ssh.key is not None:
+        options["client_keys"] = [str(ssh.key)]
+    try:
+        return await asyncssh.connect(ssh.host, **options)
+    except asyncssh.HostKeyNotVerifiable as exc:
+        raise HostKeyMismatch(
+            config.name,
+            f"SSH host key of {ssh.host} is not the one recorded in {ssh.known_hosts}, so the "
+            f"connection was refused ({exc.reason}). If the node was reinstalled, compare its "
+            f"key out of band (on the node: `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`; "
+            f"here: `ssh-keygen -F {ssh.host} -lf {ssh.known_hosts}`) and update known_hosts. "
+            "Host key checking stays on.",
+        ) from exc
+    except asyncssh.PermissionDenied as exc:
+        key = ssh.key or "the SSH agent's keys"
+        raise NodeError(
+            config.name,
+            f"SSH login as {where} was refused with {key}: add its public key to "
+            f"~{ssh.user}/.ssh/authorized_keys on the node.",
+        ) from exc
+    except (OSError, asyncssh.Error, TimeoutError) as exc:
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or type(exc).__name__
+        raise NodeError(
+            config.name,
+            f"cannot reach sshd at {where} ({reason}). Is the node up and sshd running? "
+            f"Try `ssh -p {ssh.port} {ssh.user}@{ssh.host}` from the bot's machine.",
+        ) from exc
+
+
+def _text(value: str | bytes | None) -> str:
+    if value is None:
+        return ""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _remove_socket_dir(path: str) -> None:
+    for name in os.listdir(path):
+        os.unlink(os.path.join(path, name))
+    os.rmdir(path)
