@@ -161,12 +161,13 @@ def lab_down(purge: bool = False) -> None:
 
 
 # --- bring-up ---------------------------------------------------------------
-def _bring_up_node(node: T.Node, isolated: bool) -> None:
-    netns.ensure_node(node, T.has_mgmt(node, isolated))
+def _bring_up_node(node: T.Node, isolated: bool) -> bool:
+    relinked = netns.ensure_node(node, T.has_mgmt(node, isolated))
     tools.ensure(node)
     sshd.start(node)
     if dockerd.start(node):
         dockerd.remove_all_containers(node)   # freshly started: containers are stale
+    return relinked
 
 
 def lab_up(nodes: int = 2, isolated_workers: bool = False,
@@ -178,13 +179,15 @@ def lab_up(nodes: int = 2, isolated_workers: bool = False,
     if variant_node is not None and not 1 <= variant_node < nodes:
         raise LabError(f"--variant-node must be a worker index 1..{nodes - 1}")
     with _locked():
-        for i in sorted(_known_node_indexes()):
-            if i >= nodes:
-                _remove_node(T.Node(i))
+        removed = [i for i in sorted(_known_node_indexes()) if i >= nodes]
+        for i in removed:
+            _remove_node(T.Node(i))
         netns.ensure_bridges()
         sshd.ensure_client_key()
         with ThreadPoolExecutor(max_workers=nodes) as ex:
-            list(ex.map(lambda n: _bring_up_node(n, isolated_workers), wanted))
+            relinked = list(ex.map(lambda n: _bring_up_node(n, isolated_workers), wanted))
+        if any(relinked) or removed:
+            netns.flush_neighbours(wanted)
         sshd.write_known_hosts(wanted, isolated_workers)
         canonical = image.ensure(wanted, variant_node)
         state.save(state.LabState(nodes, isolated_workers, variant_node, canonical))

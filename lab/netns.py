@@ -115,13 +115,17 @@ def forwarding_ok() -> bool:
 
 
 # --- nodes ------------------------------------------------------------------
-def _ensure_iface(node: T.Node, host_end: str, inner: str, bridge: str, addr: str) -> None:
+def _ensure_iface(node: T.Node, host_end: str, inner: str, bridge: str, addr: str) -> bool:
+    """Returns True when the veth pair had to be (re)created (a new MAC address)."""
     ns = node.netns
+    created = False
     if not _link_exists(inner, ns):
+        created = True
         if _link_exists(host_end):          # stale host end whose peer is gone/elsewhere
             _ip("link", "del", host_end, check=False)
         _ip("link", "add", host_end, "type", "veth", "peer", "name", inner, "netns", ns)
     if not _link_exists(host_end):        # inner exists but is not a veth to us: recreate
+        created = True
         _ip("-n", ns, "link", "del", inner, check=False)
         _ip("link", "add", host_end, "type", "veth", "peer", "name", inner, "netns", ns)
     _ip("link", "set", host_end, "master", bridge)
@@ -132,6 +136,7 @@ def _ensure_iface(node: T.Node, host_end: str, inner: str, bridge: str, addr: st
         _ip("-n", ns, "addr", "flush", "dev", inner)
         _ip("-n", ns, "addr", "add", cidr, "dev", inner)
     _ip("-n", ns, "link", "set", inner, "up")
+    return created
 
 
 def _remove_iface(node: T.Node, host_end: str, inner: str) -> None:
@@ -141,15 +146,27 @@ def _remove_iface(node: T.Node, host_end: str, inner: str) -> None:
         _ip("-n", node.netns, "link", "del", inner, check=False)
 
 
-def ensure_node(node: T.Node, with_mgmt: bool) -> None:
+def ensure_node(node: T.Node, with_mgmt: bool) -> bool:
+    """Returns True if any interface was (re)created: neighbour caches are then stale."""
+    created = False
     if node.netns not in list_netns():
         _ip("netns", "add", node.netns)
     _ip("-n", node.netns, "link", "set", "lo", "up")
     if with_mgmt:
-        _ensure_iface(node, node.mgmt_veth, T.MGMT_IFNAME, T.MGMT_BRIDGE, node.mgmt_ip)
+        created |= _ensure_iface(node, node.mgmt_veth, T.MGMT_IFNAME, T.MGMT_BRIDGE, node.mgmt_ip)
     else:
+        if _link_exists(node.mgmt_veth) or _link_exists(T.MGMT_IFNAME, node.netns):
+            created = True
         _remove_iface(node, node.mgmt_veth, T.MGMT_IFNAME)
-    _ensure_iface(node, node.fabric_veth, T.FABRIC_IFNAME, T.FABRIC_BRIDGE, node.fabric_ip)
+    created |= _ensure_iface(node, node.fabric_veth, T.FABRIC_IFNAME, T.FABRIC_BRIDGE, node.fabric_ip)
+    return created
+
+
+def flush_neighbours(nodes: list[T.Node]) -> None:
+    """Forget cached (possibly FAILED) ARP entries after links were recreated."""
+    run(["ip", "neigh", "flush", "dev", T.MGMT_BRIDGE], check=False)
+    for n in nodes:
+        run(["ip", "-n", n.netns, "neigh", "flush", "all"], check=False)
 
 
 def node_ok(node: T.Node, with_mgmt: bool) -> bool:

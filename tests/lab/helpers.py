@@ -1,0 +1,110 @@
+"""SSH and Docker helpers for the lab tests: asyncssh to a node (host-key checked),
+aiodocker over an SSH-forwarded Docker socket."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+
+import aiodocker
+import asyncssh
+
+from lab.api import LabInfo, NodeInfo
+
+EMULATOR_READY = all(
+    os.path.exists(os.path.join(os.path.dirname(__file__), "..", "..", "lab", "emulator", f))
+    for f in ("__main__.py", "serve.py", "ray_cli.py", "gpu_tools.py"))
+
+
+async def connect(info: LabInfo, node: NodeInfo, *, known_hosts: str | None = None,
+                  tunnel=None, host: str | None = None) -> asyncssh.SSHClientConnection:
+    return await asyncio.wait_for(asyncssh.connect(
+        host or node.ssh_host, port=info.ssh_port, username=info.ssh_user,
+        client_keys=[info.key_path], known_hosts=known_hosts or info.known_hosts_path,
+        tunnel=tunnel, agent_path=None, config=None), 15)
+
+
+@contextlib.asynccontextmanager
+async def ssh_to(info: LabInfo, node: NodeInfo):
+    """SSH to a node; an isolated worker (no management IP) is reached via the head."""
+    if node.mgmt_ip is None:
+        async with await connect(info, info.head) as head:
+            async with await connect(info, node, tunnel=head, host=node.fabric_ip) as conn:
+                yield conn
+    else:
+        async with await connect(info, node) as conn:
+            yield conn
+
+
+@contextlib.asynccontextmanager
+async def docker_over_ssh(conn: asyncssh.SSHClientConnection, node: NodeInfo):
+    """aiodocker client for the node's engine through a forwarded unix socket."""
+    with tempfile.TemporaryDirectory(prefix="lab-dock-") as d:
+        local = os.path.join(d, "docker.sock")
+        listener = await conn.forward_local_path(local, node.docker_socket)
+        docker = aiodocker.Docker(url="unix://" + local)
+        try:
+            yield docker
+        finally:
+            await docker.close()
+            listener.close()
+
+
+async def wait_log_line(container, needle: str, timeout: float = 30) -> list[str]:
+    """Follow a container's logs until a line contains `needle`; returns the lines seen."""
+    seen: list[str] = []
+
+    async def follow():
+        async for chunk in container.log(stdout=True, stderr=True, follow=True):
+            for line in chunk.splitlines():
+                seen.append(line)
+                if needle in line:
+                    return
+
+    try:
+        await asyncio.wait_for(follow(), timeout)
+    except asyncio.TimeoutError:
+        raise AssertionError(f"{needle!r} not in logs after {timeout}s:\n" + "\n".join(seen[-40:]))
+    return seen
+
+
+async def run_container(docker: aiodocker.Docker, image: str, cmd: list[str], name: str,
+                        env: dict | None = None):
+    with contextlib.suppress(aiodocker.DockerError):
+        old = await docker.containers.get(name)
+        await old.delete(force=True)
+    config = {
+        "Image": image, "Cmd": cmd,
+        "Env": [f"{k}={v}" for k, v in (env or {}).items()],
+        "HostConfig": {"NetworkMode": "host", "IpcMode": "host"},
+    }
+    c = await docker.containers.create(config, name=name)
+    await c.start()
+    return c
+
+
+async def exec_out(container, cmd: list[str] | str, timeout: float = 60,
+                   env: dict | None = None) -> tuple[int, str]:
+    """Run a command in a container; returns (exit code, stdout+stderr)."""
+    if isinstance(cmd, str):
+        cmd = ["sh", "-c", cmd]
+    exe = await container.exec(cmd, stdout=True, stderr=True, environment=env)
+    chunks: list[bytes] = []
+
+    async def collect():
+        async with exe.start(detach=False) as stream:
+            while True:
+                msg = await stream.read_out()
+                if msg is None:
+                    break
+                chunks.append(msg.data)
+
+    await asyncio.wait_for(collect(), timeout)
+    info = await exe.inspect()
+    return info["ExitCode"], b"".join(chunks).decode(errors="replace")
+
+
+async def exec_detached(container, cmd: list[str], env: dict | None = None) -> None:
+    exe = await container.exec(cmd, stdout=True, stderr=True, environment=env)
+    await exe.start(detach=True)
