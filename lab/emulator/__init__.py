@@ -1,0 +1,9 @@
+"""spark-emu: stand-in for the GPU software of the vLLM container image.
+
+Standard library only.  Tools: ``vllm``, ``ray``, ``nvidia-smi``, ``ibdev2netdev``;
+run as ``python3 -m emulator <tool> [args...]`` (or ``python -m lab.emulator ...``).
+"""
+from .profiles import PROFILES, get_profile, truth  # noqa: F401
+from .faults import FAULTS  # noqa: F401
+
+VLLM_VERSION = "0.17.1rc1"
