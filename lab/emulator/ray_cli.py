@@ -475,7 +475,7 @@ This process on node %s was started with:
     node_id = uuid.uuid4().hex + uuid.uuid4().hex[:24]
     try:
         gcs_call(address, "/api/register", {"node_id": node_id, "ip": ip, "gpus": gpus, "is_head": False,
-                                             "ray_version": my_version, "python_version": python_version(),
+                                             "hostname": socket.gethostname(), "ray_version": my_version, "python_version": python_version(),
                                              "pid": os.getpid()})
     except (OSError, ValueError) as e:
         out("ConnectionError: Failed to connect to GCS at address %s within 5 seconds. (%s)" % (address, e))
@@ -530,8 +530,9 @@ def _fmt_bytes(b):
 def status_text(info):
     alive = [n for n in info["nodes"] if n["alive"]]
     used = info.get("used", {})
-    lines = ["======== Autoscaler status: %s ========" % time.strftime("%Y-%m-%d %H:%M:%S.") + "%06d" % (
-        int(time.time() * 1e6) % 1000000),
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + ".%06d" % (int(now * 1e6) % 1000000)
+    lines = ["======== Autoscaler status: %s ========" % stamp,
         "Node status", "-" * 63, "Active:"]
     for n in alive:
         lines.append(" 1 node_%s" % n["node_id"])

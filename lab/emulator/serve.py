@@ -534,7 +534,7 @@ class Serve:
                 if self.dying:
                     return
                 self.dying = True
-            if self.ready:
+            if self.ready and not self.args.headless:
                 self.shutdown_lines()
             self.notify_peers({"t": "shutdown"})
             self.remove_pg()
