@@ -32,8 +32,8 @@ CHECKPOINTS: tuple[Checkpoint, ...] = (
     Checkpoint("image", "Same image on every node", "preflight"),
     Checkpoint("interfaces", "RoCE and fabric interfaces", "preflight"),
     Checkpoint("memory", "Free memory for the model", "preflight"),
-    Checkpoint("api_port", "API port free on the head", "preflight"),
     Checkpoint("no_stale_container", "No leftover container", "preflight"),
+    Checkpoint("api_port", "API and cluster ports free on the head", "preflight"),
     Checkpoint("containers", "Containers started", "containers"),
     Checkpoint("ray_cluster", "Ray sees every node and GPU", "ray", backends=frozenset({"ray"})),
     Checkpoint(
@@ -67,6 +67,9 @@ CHECKPOINTS: tuple[Checkpoint, ...] = (
     Checkpoint("models", "GET /v1/models lists the model", "api"),
     Checkpoint("sample", "Sample completion", "api"),
 )
+
+# Each Ray container's own proof that `ray start` worked (head and workers alike).
+RAY_RUNTIME_STARTED = re.compile(r"Ray runtime started\.")
 
 BY_ID = {checkpoint.id: checkpoint for checkpoint in CHECKPOINTS}
 

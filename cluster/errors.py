@@ -10,11 +10,13 @@ class ConfigError(SparkBotError):
 
 
 class NodeError(SparkBotError):
-    """A node could not be reached or driven; the message names the node and what to try."""
+    """A node could not be reached or driven: names the node, what was seen and what to try."""
 
-    def __init__(self, node: str, message: str):
-        super().__init__(f"{node}: {message}")
+    def __init__(self, node: str, problem: str, fix: str):
+        super().__init__(f"{node}: {problem}. {fix}")
         self.node = node
+        self.problem = problem
+        self.fix = fix
 
 
 class HostKeyMismatch(NodeError):

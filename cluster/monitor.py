@@ -69,7 +69,7 @@ class ClusterMonitor:
         self._tasks.append(asyncio.create_task(self._follow_log(node, backlog)))
         self._tasks.append(asyncio.create_task(self._watch_events(node)))
 
-    async def next(self, timeout: float) -> MonitorItem:
+    async def next(self, timeout: float | None) -> MonitorItem:
         """The next item; TimeoutError when nothing arrives for `timeout` seconds."""
         async with asyncio.timeout(timeout):
             return await self._queue.get()

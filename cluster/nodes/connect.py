@@ -36,7 +36,7 @@ async def _connect_one(
     if config.driver == "local":
         return await LocalNode.connect(config, timeout=timeout)
     if via is not None and not isinstance(via, SSHNode):
-        raise NodeError(config.name, f"jump node {via.name} must use the ssh driver")
+        raise NodeError(config.name, f"jump node {via.name} uses the local driver", "Give the jump node driver: ssh.")
     return await SSHNode.connect(config, timeout=timeout, via=via)
 
 
@@ -51,7 +51,7 @@ async def connect_cluster(config: ClusterConfig) -> AsyncIterator[ClusterConnect
         if node.ssh is not None and node.ssh.jump is not None:
             via = await opened[node.ssh.jump]
             if isinstance(via, NodeError):
-                raise NodeError(node.name, f"unreachable: its jump host failed ({via})")
+                raise NodeError(node.name, f"unreachable through {node.ssh.jump}", via.fix)
         return await _connect_one(node, config.timeouts.connect, via)
 
     try:

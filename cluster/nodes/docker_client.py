@@ -20,7 +20,7 @@ async def open_docker(config: NodeConfig, url: str, *, timeout: float) -> aiodoc
         await docker.close()
         raise NodeError(
             config.name,
-            f"the Docker engine at {config.docker_socket} does not answer ({exc or type(exc).__name__}). "
+            f"the Docker engine at {config.docker_socket} does not answer ({exc or type(exc).__name__})",
             "Is dockerd running on the node (`systemctl status docker`), and may this user "
             "use its socket (member of the docker group)?",
         ) from exc

@@ -85,7 +85,8 @@ async def _open_ssh(
         raise HostKeyMismatch(
             config.name,
             f"SSH host key of {ssh.host} is not the one recorded in {ssh.known_hosts}, so the "
-            f"connection was refused ({exc.reason}). If the node was reinstalled, compare its "
+            f"connection was refused ({exc.reason})",
+            "If the node was reinstalled, compare its "
             f"key out of band (on the node: `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`; "
             f"here: `ssh-keygen -F {ssh.host} -lf {ssh.known_hosts}`) and update known_hosts. "
             "Host key checking stays on.",
@@ -94,14 +95,15 @@ async def _open_ssh(
         key = ssh.key or "the SSH agent's keys"
         raise NodeError(
             config.name,
-            f"SSH login as {where} was refused with {key}: add its public key to "
-            f"~{ssh.user}/.ssh/authorized_keys on the node.",
+            f"SSH login as {where} was refused with {key}",
+            f"Add its public key to ~{ssh.user}/.ssh/authorized_keys on the node.",
         ) from exc
     except (OSError, asyncssh.Error, TimeoutError) as exc:
         reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or type(exc).__name__
         raise NodeError(
             config.name,
-            f"cannot reach sshd at {where} ({reason}). Is the node up and sshd running? "
+            f"cannot reach sshd at {where} ({reason})",
+            "Is the node up and sshd running? "
             f"Try `ssh -p {ssh.port} {ssh.user}@{ssh.host}` from the bot's machine.",
         ) from exc
 

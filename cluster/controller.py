@@ -1,0 +1,121 @@
+"""The controller's public face: each operation opens the nodes, yields events, closes them.
+
+It knows nothing of chat; every surface (CLI, Slack, console, tests) drives these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiodocker
+
+from cluster import api
+from cluster.config import ClusterConfig, Secrets
+from cluster.events import Event, LogTail, Removed, StatusReport
+from cluster.follow import Clock
+from cluster.inventory import container_states
+from cluster.launch import Launch, api_base_url
+from cluster.logtext import clean_line
+from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster
+from cluster.preflight import Preflight
+from cluster.verify import verify as verify_cluster
+from cluster.watch import watch as watch_cluster
+
+
+class Controller:
+    def __init__(self, config: ClusterConfig, secrets: Secrets):
+        self.config = config
+        self.secrets = secrets
+
+    async def preflight(self, *, replace: bool = False) -> AsyncIterator[Event]:
+        async with connect_cluster(self.config) as connection:
+            async for event in Preflight(self.config, connection, Clock(), replace=replace).run():
+                yield event
+
+    async def up(self, *, replace: bool = False, sample_max_tokens: int = 128) -> AsyncIterator[Event]:
+        async with connect_cluster(self.config) as connection:
+            launch = Launch(self.config, self.secrets, connection, replace=replace,
+                            sample_max_tokens=sample_max_tokens)
+            async for event in launch.run():
+                yield event
+
+    async def verify(self) -> AsyncIterator[Event]:
+        async with connect_cluster(self.config) as connection:
+            async for event in verify_cluster(self.config, self.secrets, connection):
+                yield event
+
+    async def watch(self, *, health_interval: float = 30.0) -> AsyncIterator[Event]:
+        async with connect_cluster(self.config) as connection:
+            async for event in watch_cluster(self.config, self.secrets, connection,
+                                             health_interval=health_interval):
+                yield event
+
+    async def status(self) -> AsyncIterator[Event]:
+        clock = Clock()
+        async with connect_cluster(self.config) as connection:
+            states = await container_states(connection.ordered(), self.config.container.name)
+            healthy, detail = None, "not asked: the head is unreachable or its container is not running"
+            head_running = any(s.running for s in states if s.node == self.config.head.name)
+            if self.config.head.name in connection.nodes and head_running:
+                base_url = await api_base_url(self.config, connection.head)
+                async with api.api_client(base_url, read_timeout=10) as client:
+                    healthy, detail = await api.health(client)
+            unreachable = "; ".join(str(e) for e in connection.errors.values())
+            yield StatusReport(
+                elapsed_s=clock.elapsed(), containers=states, api_healthy=healthy,
+                api_detail=detail + (f"; unreachable: {unreachable}" if unreachable else ""),
+            )
+
+    async def logs(self, node: str | None = None, lines: int = 50) -> AsyncIterator[Event]:
+        """The tail of our container's log on `node` (head when None)."""
+        clock = Clock()
+        name = node or self.config.head.name
+        self.config.node(name)  # KeyError for an unknown node: callers validate first
+        async with connect_cluster(self.config) as connection:
+            target = _reachable(connection, name)
+            try:
+                raw = await target.docker.containers.container(self.config.container.name).log(
+                    stdout=True, stderr=True, tail=str(lines)
+                )
+                text = [self.secrets.redact(clean_line(x)) for x in "".join(raw).splitlines()]
+            except aiodocker.DockerError as error:
+                text = [f"(no log: {error.message})"]
+            yield LogTail(elapsed_s=clock.elapsed(), node=name,
+                          container=self.config.container.name, lines=text[-lines:])
+
+    async def down(self) -> AsyncIterator[Event]:
+        """Stop and remove our container on every node; idempotent."""
+        clock = Clock()
+        name = self.config.container.name
+        async with connect_cluster(self.config) as connection:
+            for node, error in connection.errors.items():
+                yield Removed(elapsed_s=clock.elapsed(), node=node, container=name,
+                              removed=False, detail=f"not reachable, nothing removed: {error}")
+            results = await asyncio.gather(
+                *(_remove(n, name, self.config.timeouts.down) for n in connection.ordered())
+            )
+            for node, (removed, detail) in zip(connection.ordered(), results):
+                yield Removed(elapsed_s=clock.elapsed(), node=node.name, container=name,
+                              removed=removed, detail=detail)
+
+
+def _reachable(connection: ClusterConnection, name: str) -> NodeConnection:
+    if name in connection.errors:
+        raise connection.errors[name]
+    return connection.nodes[name]
+
+
+async def _remove(node: NodeConnection, name: str, timeout: float) -> tuple[bool, str]:
+    container = node.docker.containers.container(name)
+    try:
+        info = await container.show()
+    except aiodocker.DockerError as error:
+        if error.status == 404:
+            return False, f"no container {name} on {node.name}"
+        raise
+    status = info["State"]["Status"]
+    if info["State"].get("Running"):
+        await container.stop(t=int(min(timeout, 30)))
+    await container.delete(force=True)
+    return True, f"removed {name} ({info['Id'][:12]}, was {status}) from {node.name}"

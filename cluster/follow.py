@@ -1,0 +1,188 @@
+"""Reach log-proven checkpoints: read the monitor's stream, report each checkpoint as its line
+appears, and turn a fatal line, a container death, a stall or a phase timeout into `Failed`."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from cluster.checkpoints import Checkpoint
+from cluster.config import ClusterConfig
+from cluster.events import CheckpointPassed, Event, Failed
+from cluster.logtext import strip_prefixes
+from cluster.monitor import ClusterMonitor, ContainerExited, LogLine, MonitorItem
+from cluster.signatures import Diagnosis, LogDiagnoser, diagnose, unrecognised
+
+
+@dataclass
+class Expectation:
+    """A checkpoint proven by `count` matching lines in the logs of `nodes` (None: any node)."""
+
+    checkpoint: Checkpoint
+    pattern: re.Pattern[str]
+    count: int = 1
+    nodes: frozenset[str] | None = None
+    node: str | None = None
+    seen: list[tuple[str, str]] = field(default_factory=list)
+
+    def matches(self, line: LogLine) -> bool:
+        if self.nodes is not None and line.node not in self.nodes:
+            return False
+        return bool(self.pattern.search(strip_prefixes(line.text)))
+
+    @property
+    def done(self) -> bool:
+        return len(self.seen) >= self.count
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+
+class LogFollower:
+    """Per-node diagnosers over one monitor; `expect` yields checkpoint events or one `Failed`."""
+
+    def __init__(self, config: ClusterConfig, monitor: ClusterMonitor, clock: Clock):
+        self.config = config
+        self.monitor = monitor
+        self.clock = clock
+        self._diagnosers: dict[str, LogDiagnoser] = {}
+
+    def failure_from(self, diagnosis: Diagnosis, checkpoint: Checkpoint, node: str | None) -> Failed:
+        return Failed(
+            elapsed_s=self.clock.elapsed(),
+            checkpoint=checkpoint.id,
+            title=checkpoint.title,
+            node=node,
+            summary=f"{checkpoint.title}: {diagnosis.title}" + (f" on {node}" if node else ""),
+            evidence=diagnosis.evidence,
+            context=list(diagnosis.context),
+            cause=diagnosis.cause,
+            fix=diagnosis.fix,
+            signature=diagnosis.signature_id,
+            log_tail=self.monitor.tail(node) if node else [],
+        )
+
+    def _diagnoser(self, node: str) -> LogDiagnoser:
+        return self._diagnosers.setdefault(node, LogDiagnoser())
+
+    async def expect(self, expectations: list[Expectation]) -> AsyncIterator[Event]:
+        """Yield each expectation's CheckpointPassed in order as its lines arrive.
+
+        Lines may prove a later checkpoint before an earlier one is reported; reports keep the
+        plan's order. Stops after the last one, or after yielding a single Failed.
+        """
+        timeouts = self.config.timeouts
+        pending = list(expectations)
+        phase = pending[0].checkpoint.phase if pending else ""
+        phase_deadline = time.monotonic() + getattr(timeouts, phase, timeouts.stall)
+        while pending:
+            current = pending[0].checkpoint
+            idle_limit = min(timeouts.stall, max(0.0, phase_deadline - time.monotonic()))
+            try:
+                item = await self.monitor.next(timeout=idle_limit)
+            except TimeoutError:
+                yield self._timeout_failure(current, phase_deadline)
+                return
+            failure = self._failure(item, current)
+            if failure is not None:
+                yield failure
+                return
+            if isinstance(item, LogLine):
+                for expectation in pending:
+                    if not expectation.done and expectation.matches(item):
+                        expectation.seen.append((item.node, item.text))
+            while pending and pending[0].done:
+                done = pending.pop(0)
+                yield self._passed(done)
+                if pending and pending[0].checkpoint.phase != phase:
+                    phase = pending[0].checkpoint.phase
+                    phase_deadline = time.monotonic() + getattr(timeouts, phase, timeouts.stall)
+
+    async def failures(self, checkpoint: Checkpoint) -> AsyncIterator[Failed]:
+        """For a running cluster: yield the first failure, however long it takes to come."""
+        while True:
+            item = await self.monitor.next(timeout=None)
+            failure = self._failure(item, checkpoint)
+            if failure is not None:
+                yield failure
+                return
+
+    def _failure(self, item: MonitorItem, checkpoint: Checkpoint) -> Failed | None:
+        if isinstance(item, LogLine):
+            diagnosis = self._diagnoser(item.node).feed(item.text)
+            return None if diagnosis is None else self.failure_from(diagnosis, checkpoint, item.node)
+        if isinstance(item, ContainerExited):
+            return self._exit_failure(checkpoint, item)
+        return Failed(
+            elapsed_s=self.clock.elapsed(),
+            checkpoint=checkpoint.id,
+            title=checkpoint.title,
+            node=item.node,
+            summary=f"lost contact with {item.node} while waiting for: {checkpoint.title}",
+            evidence=item.reason,
+            cause="the node, its sshd or its Docker engine went away",
+            fix=f"check that {item.node} is up, then run verify; `down` cleans up",
+            log_tail=self.monitor.tail(item.node),
+        )
+
+    def _passed(self, expectation: Expectation) -> CheckpointPassed:
+        node, line = expectation.seen[-1]
+        evidence = "\n".join(text for _, text in expectation.seen)
+        warning = None
+        if expectation.checkpoint.id == "nccl" and "via NET/Socket" in evidence:
+            warning = "NCCL fell back to sockets (via NET/Socket): RDMA is not used, expect low throughput"
+        return CheckpointPassed(
+            elapsed_s=self.clock.elapsed(),
+            checkpoint=expectation.checkpoint.id,
+            title=expectation.checkpoint.title,
+            node=expectation.node or (node if expectation.count == 1 else None),
+            evidence=evidence,
+            log_tail=self.monitor.tail(node),
+            warning=warning,
+        )
+
+    def _timeout_failure(self, checkpoint: Checkpoint, phase_deadline: float) -> Failed:
+        node = self._quietest_node()
+        if time.monotonic() >= phase_deadline:
+            limit = getattr(self.config.timeouts, checkpoint.phase, None)
+            diagnosis = Diagnosis(
+                signature_id="phase_timeout",
+                title=f"timed out in {checkpoint.phase}",
+                cause=f"{checkpoint.title} not reached within the {checkpoint.phase} timeout ({limit:g} s)",
+                fix=(
+                    "read the log tail for the last step reached; if the phase is legitimately "
+                    f"slow, raise timeouts.{checkpoint.phase} in the config"
+                ),
+                evidence=(self.monitor.tail(node, 1) or [""])[-1] if node else "",
+                line_number=0,
+                role="symptom",
+                context=[],
+            )
+        else:
+            diagnosis = self._diagnoser(node).diagnose_stall(
+                checkpoint.phase, self.config.timeouts.stall
+            ) if node else unrecognised([], where=checkpoint.phase)
+        return self.failure_from(diagnosis, checkpoint, node)
+
+    def _exit_failure(self, checkpoint: Checkpoint, item: ContainerExited) -> Failed:
+        lines = self.monitor.tail(item.node, 500)
+        diagnosis = diagnose(lines) or unrecognised(lines, where=f"{checkpoint.phase} on {item.node}")
+        failed = self.failure_from(diagnosis, checkpoint, item.node)
+        how = "was OOM-killed" if item.oom_killed else f"exited with code {item.exit_code}"
+        return failed.model_copy(
+            update={"summary": f"the container on {item.node} {how} during {checkpoint.title}: {diagnosis.title}"}
+        )
+
+    def _quietest_node(self) -> str | None:
+        # The head carries vLLM's log; prefer it when several nodes are silent.
+        head = self.config.head.name
+        return head if head in self._diagnosers or self.monitor.tail(head) else next(
+            iter(self._diagnosers), None
+        )

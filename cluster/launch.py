@@ -1,0 +1,312 @@
+"""`up`: preflight, containers, (Ray), `vllm serve`, then every checkpoint to Ready.
+
+Cancelling the iteration removes every container this launch started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import aiodocker
+import httpx
+
+from cluster import api
+from cluster.checkpoints import BY_ID, RAY_RUNTIME_STARTED, launch_plan
+from cluster.config import ClusterConfig, Secrets
+from cluster.container_exec import exec_output
+from cluster.containers import (
+    Role,
+    create_body,
+    into_container_log,
+    node_environment,
+    ray_head_command,
+    ray_worker_command,
+    serve_command,
+)
+from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
+from cluster.follow import Clock, Expectation, LogFollower
+from cluster.monitor import ClusterMonitor
+from cluster.nodes import ClusterConnection, NodeConnection
+from cluster.preflight import Preflight
+from cluster.ray_status import parse_ray_status
+
+RAY_STARTED = BY_ID["containers"]
+
+
+class Launch:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        secrets: Secrets,
+        connection: ClusterConnection,
+        *,
+        replace: bool = False,
+        sample_max_tokens: int = 128,
+    ):
+        self.config = config
+        self.secrets = secrets
+        self.connection = connection
+        self.clock = Clock()
+        self.monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines)
+        self.follower = LogFollower(config, self.monitor, self.clock)
+        self.preflight = Preflight(config, connection, self.clock, replace=replace)
+        self.sample_max_tokens = sample_max_tokens
+        self.started: list[NodeConnection] = []
+
+    async def run(self) -> AsyncIterator[Event]:
+        try:
+            async for event in self._run():
+                yield event
+        except BaseException:
+            # Cancelled or broken mid-launch: leave no container behind.
+            await asyncio.shield(self._remove_started())
+            raise
+        finally:
+            await self.monitor.aclose()
+
+    async def _run(self) -> AsyncIterator[Event]:
+        async for event in self.preflight.run():
+            yield event
+            if isinstance(event, Failed):
+                return
+        plan = [c.id for c in launch_plan(self.config)]
+        steps = self._ray_steps() if self.config.serve.backend == "ray" else self._mp_steps()
+        async for event in steps:
+            yield event
+            if isinstance(event, Failed):
+                return
+        expectations = [self._expectation(cid) for cid in plan if BY_ID[cid].pattern is not None]
+        async for event in self.follower.expect(expectations):
+            yield event
+            if isinstance(event, Failed):
+                return
+        async for event in self._api_checks():
+            yield event
+            if isinstance(event, Failed):
+                return
+
+    def _expectation(self, checkpoint_id: str) -> Expectation:
+        checkpoint = BY_ID[checkpoint_id]
+        assert checkpoint.pattern is not None
+        count = self.config.serve.world_size if checkpoint.per_rank else 1
+        return Expectation(checkpoint, checkpoint.pattern, count=count)
+
+    # -- containers -------------------------------------------------------------------------
+
+    async def _start_container(self, node: NodeConnection, role: Role, command: list[str]) -> str:
+        facts = self.preflight.facts[node.name]
+        assert facts.interfaces is not None
+        env = node_environment(self.config, facts.interfaces, self.secrets)
+        body = create_body(self.config, node.config, role, command, env, facts.home)
+        container = await node.docker.containers.create(body, name=self.config.container.name)
+        self.started.append(node)
+        await container.start()
+        self.monitor.follow(node)
+        return container.id
+
+    def _head_ip(self) -> str:
+        interfaces = self.preflight.facts[self.config.head.name].interfaces
+        assert interfaces is not None
+        return interfaces.local_ip
+
+    async def _start_all(self, roles: list[tuple[NodeConnection, Role, list[str]]]) -> dict[str, str]:
+        ids = await asyncio.gather(*(self._start_container(n, r, c) for n, r, c in roles))
+        return {node.name: cid for (node, _, _), cid in zip(roles, ids)}
+
+    def _containers_failed(self, node: str, error: Exception) -> Failed:
+        return Failed(
+            elapsed_s=self.clock.elapsed(),
+            checkpoint="containers",
+            title=RAY_STARTED.title,
+            node=node,
+            summary=f"Docker refused to create or start the container on {node}: {error}",
+            evidence=str(error),
+            cause="the container settings are not accepted by this node's Docker engine",
+            fix="check the container section of the config (devices, GPU request, mounts) "
+            "against the node (`docker info`; NVIDIA container toolkit for gpus: true)",
+        )
+
+    async def _ray_steps(self) -> AsyncIterator[Event]:
+        head = self.connection.head
+        workers = [n for n in self.connection.ordered() if n is not head]
+        head_facts = self.preflight.facts[head.name]
+        assert head_facts.interfaces is not None
+        ray_started = Expectation(
+            BY_ID["containers"], RAY_RUNTIME_STARTED, count=1, nodes=frozenset({head.name}), node=head.name
+        )
+        try:
+            ids = await self._start_all([(head, "head", ray_head_command(self.config, head_facts.interfaces))])
+        except aiodocker.DockerError as error:
+            yield self._containers_failed(head.name, error)
+            return
+        yield Progress(elapsed_s=self.clock.elapsed(), phase="containers", node=head.name,
+                       message=f"head container {ids[head.name][:12]} started: ray start --head")
+        async for event in self.follower.expect([ray_started]):
+            if isinstance(event, Failed):
+                yield event
+                return
+        roles = [
+            (w, "worker", ray_worker_command(self.config, self.preflight.facts[w.name].interfaces, self._head_ip()))
+            for w in workers
+        ]
+        try:
+            ids.update(await self._start_all(roles))
+        except aiodocker.DockerError as error:
+            yield self._containers_failed(workers[0].name if workers else head.name, error)
+            return
+        joined = [
+            Expectation(BY_ID["containers"], RAY_RUNTIME_STARTED, nodes=frozenset({w.name}), node=w.name)
+            for w in workers
+        ]
+        async for event in self.follower.expect(joined):
+            if isinstance(event, Failed):
+                yield event
+                return
+        yield CheckpointPassed(
+            elapsed_s=self.clock.elapsed(),
+            checkpoint="containers",
+            title=RAY_STARTED.title,
+            evidence="\n".join(
+                f"{name}: container {cid[:12]} up, Ray runtime started" for name, cid in ids.items()
+            ),
+            log_tail=self.monitor.tail(head.name),
+        )
+        async for event in self._wait_for_ray_cluster(head):
+            yield event
+            if isinstance(event, Failed):
+                return
+        serve = into_container_log(serve_command(self.config))
+        container = head.docker.containers.container(self.config.container.name)
+        execution = await container.exec(serve)
+        await execution.start(detach=True)
+        yield Progress(elapsed_s=self.clock.elapsed(), phase="weights", node=head.name,
+                       message="vllm serve started on the head: " + " ".join(serve_command(self.config)))
+
+    async def _wait_for_ray_cluster(self, head: NodeConnection) -> AsyncIterator[Event]:
+        """`ray status` until it shows every node and TP x PP GPUs.
+
+        Every worker already printed "Ray runtime started."; registration with the GCS can lag
+        that line by moments, so a few quick re-reads are allowed within the ray timeout.
+        """
+        want_nodes = len(self.config.nodes)
+        want_gpus = self.config.serve.world_size
+        container = head.docker.containers.container(self.config.container.name)
+        deadline = time.monotonic() + self.config.timeouts.ray
+        delay = 0.2
+        while True:
+            output = await exec_output(container, ["ray", "status"])
+            state = parse_ray_status(output)
+            if state.active_nodes >= want_nodes and state.gpus_total >= want_gpus:
+                yield CheckpointPassed(
+                    elapsed_s=self.clock.elapsed(), checkpoint="ray_cluster",
+                    title=BY_ID["ray_cluster"].title, node=head.name,
+                    evidence=state.describe(), log_tail=output.splitlines()[-20:],
+                )
+                return
+            if time.monotonic() + delay > deadline:
+                yield Failed(
+                    elapsed_s=self.clock.elapsed(), checkpoint="ray_cluster",
+                    title=BY_ID["ray_cluster"].title, node=head.name,
+                    summary=f"Ray shows {state.active_nodes}/{want_nodes} nodes and "
+                    f"{state.gpus_total:g}/{want_gpus} GPUs after {self.config.timeouts.ray:g} s",
+                    evidence=state.describe(),
+                    cause="a worker did not join the Ray cluster, or its GPU is not exposed",
+                    fix="check the worker's log (`logs worker`), the fabric link and IPs; "
+                    "`--gpus all` (container.gpus: true) on every node",
+                    log_tail=output.splitlines()[-20:],
+                )
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _mp_steps(self) -> AsyncIterator[Event]:
+        head = self.connection.head
+        head_ip = self._head_ip()
+        nodes = self.connection.ordered()
+        roles = [
+            (n, "head" if n is head else "worker",
+             serve_command(self.config, rank=rank, head_ip=head_ip))
+            for rank, n in enumerate(nodes)
+        ]
+        # Headless ranks first, as vLLM's multi-node guide does; then rank 0.
+        try:
+            ids = await self._start_all([r for r in roles if r[0] is not head])
+            ids.update(await self._start_all([r for r in roles if r[0] is head]))
+        except aiodocker.DockerError as error:
+            yield self._containers_failed(head.name, error)
+            return
+        yield CheckpointPassed(
+            elapsed_s=self.clock.elapsed(), checkpoint="containers", title=RAY_STARTED.title,
+            evidence="\n".join(f"{name}: container {cid[:12]} up, vllm serve rank {rank}"
+                               for rank, (name, cid) in enumerate(ids.items())),
+            log_tail=self.monitor.tail(head.name),
+        )
+
+    # -- API --------------------------------------------------------------------------------
+
+    async def _api_checks(self) -> AsyncIterator[Event]:
+        head = self.connection.head
+        base_url = await api_base_url(self.config, head)
+        model = self.config.serve.api_model_name
+        async with api.api_client(base_url, read_timeout=self.config.timeouts.api) as client:
+            ok, detail = await api.health(client)
+            if not ok:
+                yield self._api_failed("health", detail)
+                return
+            yield self._api_passed("health", detail)
+            try:
+                models = await api.served_models(client)
+            except httpx.HTTPError as error:
+                yield self._api_failed("models", f"GET /v1/models failed: {error}")
+                return
+            ids = [m.get("id") for m in models]
+            if model not in ids:
+                yield self._api_failed("models", f"GET /v1/models lists {ids}, not {model}")
+                return
+            yield self._api_passed("models", f"GET /v1/models -> {ids}")
+            try:
+                sample = await api.sample_completion(client, model, max_tokens=self.sample_max_tokens)
+            except (httpx.HTTPError, ValueError) as error:
+                yield self._api_failed("sample", f"test completion failed: {error}")
+                return
+            rate = f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else "n/a"
+            yield self._api_passed(
+                "sample",
+                f"{sample.completion_tokens} tokens, TTFT {sample.ttft_s * 1000:.0f} ms, decode {rate}",
+            )
+        yield Ready(elapsed_s=self.clock.elapsed(), model=model,
+                    api_url=f"http://{self._head_ip()}:{self.config.serve.port}", sample=sample)
+
+    def _api_passed(self, checkpoint: str, evidence: str) -> CheckpointPassed:
+        return CheckpointPassed(
+            elapsed_s=self.clock.elapsed(), checkpoint=checkpoint, title=BY_ID[checkpoint].title,
+            node=self.config.head.name, evidence=evidence,
+            log_tail=self.monitor.tail(self.config.head.name),
+        )
+
+    def _api_failed(self, checkpoint: str, evidence: str) -> Failed:
+        return Failed(
+            elapsed_s=self.clock.elapsed(), checkpoint=checkpoint, title=BY_ID[checkpoint].title,
+            node=self.config.head.name, summary=f"{BY_ID[checkpoint].title}: {evidence}",
+            evidence=evidence,
+            cause="the API server started but does not answer as expected",
+            fix="read the head's log tail below; `verify` re-checks; `down` then `up` restarts",
+            log_tail=self.monitor.tail(self.config.head.name),
+        )
+
+    async def _remove_started(self) -> None:
+        name = self.config.container.name
+        await asyncio.gather(
+            *(n.docker.containers.container(name).delete(force=True) for n in self.started),
+            return_exceptions=True,
+        )
+
+
+async def api_base_url(config: ClusterConfig, head: NodeConnection) -> str:
+    if config.api.access == "direct":
+        return f"http://{config.api.host}:{config.serve.port}"
+    return await head.api_base_url(config.serve.port)
+
+

@@ -1,0 +1,104 @@
+"""Cleaning real log lines so failure patterns can match the message inside them.
+
+Real vLLM / Ray / NCCL logs wrap each message in layers: ANSI colour codes, carriage-return
+progress bars, Ray actor prefixes `(RayWorkerWrapper pid=4009, ip=10.0.0.2)`, rank prefixes
+`[rank1]:`, vLLM's `INFO 11-30 05:42:03 [gpu_model_runner.py:1890] `, PyTorch's C++ prefix
+`[E1130 05:42:03.123456 ProcessGroupNCCL.cpp:632]` and Python logging's `ERROR:root:`.
+
+- `clean_line` turns a raw line into what a terminal would show (the operator-facing text).
+- `strip_prefixes` removes the wrappers, leaving the message that signatures match.
+- `is_nccl_line` tells NCCL's own output apart (used to recognise an NCCL init hang).
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["clean_line", "strip_prefixes", "is_nccl_line", "MAX_LINE_CHARS"]
+
+# A log line longer than this is cut: patterns never need more, and a pathological line
+# (a dumped tensor, a base64 blob) must not cost unbounded regex time or memory.
+MAX_LINE_CHARS = 8192
+
+# CSI sequences (colours, cursor moves), OSC sequences (titles, hyperlinks), and the
+# remaining two-character escapes.
+_ANSI = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: ESC [ params intermediates final
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: ESC ] ... BEL | ESC \
+    r"|\x1b[@-Z\\-_]"  # other 7-bit C1 escapes
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
+)
+# Control characters other than tab (after ANSI removal and \r handling).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+
+# Each prefix is anchored at the start; strip_prefixes peels them repeatedly, in any order.
+_PREFIXES: tuple[re.Pattern[str], ...] = (
+    # Ray / vLLM process prefixes: (RayWorkerWrapper pid=4009, ip=10.0.0.2), (EngineCore_DP0
+    # pid=89), (VllmWorker rank=0 pid=12), (pid=123), (APIServer pid=1)
+    re.compile(
+        r"^\((?:[\w.:<>\-]+ )?(?:\w+=[^\s,()]+,? ?)*?pid=\d+(?:,\s*\w+=[^,()]*)*\)\s*"
+    ),
+    # Ray daemon prefixes: (raylet, ip=10.0.0.2), (autoscaler +1m2s), (gcs_server)
+    re.compile(r"^\((?:raylet|autoscaler|gcs_server|monitor|dashboard)\b[^)]*\)\s*"),
+    # torch rank prefixes: [rank1]: , [Rank 0]
+    re.compile(r"^\[[Rr]ank ?\d+\]:?\s*"),
+    # vLLM: INFO 11-30 05:42:03 [gpu_model_runner.py:1890]   (optional .micro seconds)
+    re.compile(rf"^{_LEVELS} \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[[^\]]*\]\s?"),
+    # PyTorch / glog C++: [E1130 05:42:03.123456 ProcessGroupNCCL.cpp:632]  (optional tid)
+    re.compile(r"^\[[DIWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)? [^\]\s]+:\d+\]\s?"),
+    # Python logging default format: ERROR:root:  INFO:vllm.engine:  and uvicorn's INFO:
+    re.compile(rf"^{_LEVELS}:(?:[\w.]+:|\s+)"),
+    # docker logs --timestamps: 2025-11-30T05:42:03.123456789Z
+    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s"),
+)
+# Ray's log deduplication suffix.
+_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+
+_NCCL = re.compile(
+    r"^\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE)\b"  # host:pid:tid [dev] NCCL INFO
+    r"|\bNCCL (?:INFO|WARN|TRACE)\b"
+    r"|\bNET/(?:IB|Socket)\b"
+    r"|\bncclCommInit\w*"
+    r"|\bNCCL version \d"
+)
+
+
+def clean_line(raw: str) -> str:
+    """What a terminal would show for `raw`: no ANSI codes, no control characters, no
+    trailing whitespace. A carriage return overwrites the line (progress bars), so the text
+    after the last non-empty `\\r` segment is kept."""
+    line = raw[: MAX_LINE_CHARS * 2]
+    line = _ANSI.sub("", line)
+    line = line.rstrip("\r\n")
+    if "\r" in line:
+        segments = [s for s in line.split("\r") if s.strip()]
+        line = segments[-1] if segments else ""
+    line = _CONTROL.sub("", line)
+    return line.rstrip()[:MAX_LINE_CHARS]
+
+
+def strip_prefixes(line: str) -> str:
+    """The message inside `line`, without process/rank/level/time/file wrappers.
+
+    Applies `clean_line`-safe stripping only: call `clean_line` first on raw input.
+    Leading whitespace is kept apart from the prefixes (so traceback indentation survives
+    when there is no prefix)."""
+    msg = _RAY_REPEAT.sub("", line)
+    while True:
+        for prefix in _PREFIXES:
+            m = prefix.match(msg)
+            if m and m.end() > 0:
+                msg = msg[m.end() :]
+                break
+        else:
+            return msg
+
+
+def is_nccl_line(line: str) -> bool:
+    """True for NCCL's own output (`host:pid:tid [0] NCCL INFO ...`, `NET/IB`, `NET/Socket`,
+    `ncclCommInitRank`, ...), whatever prefixes wrap it."""
+    return bool(_NCCL.search(strip_prefixes(clean_line(line))))

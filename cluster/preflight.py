@@ -1,0 +1,215 @@
+"""Preflight: before anything starts, prove every node is ready, all nodes at once."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import aiodocker
+
+from cluster.checkpoints import BY_ID
+from cluster.config import ClusterConfig
+from cluster.events import CheckpointPassed, Event, Failed
+from cluster.follow import Clock
+from cluster.interfaces import InterfaceProblem, NodeInterfaces, resolve_interfaces
+from cluster.nodes import ClusterConnection, NodeConnection
+
+_MEM_AVAILABLE = re.compile(r"^MemAvailable:\s+(\d+) kB", re.MULTILINE)
+
+
+@dataclass
+class NodeFacts:
+    docker_version: str = ""
+    image_id: str | None = None
+    interfaces: NodeInterfaces | None = None
+    mem_available_gib: float = 0.0
+    home: str = "/root"
+    stale_container: str | None = None
+
+
+@dataclass
+class Preflight:
+    """Runs the checks and keeps what it learnt for the launch."""
+
+    config: ClusterConfig
+    connection: ClusterConnection
+    clock: Clock
+    replace: bool = False
+    facts: dict[str, NodeFacts] = field(default_factory=dict)
+
+    def _passed(self, checkpoint: str, evidence: str, node: str | None = None) -> CheckpointPassed:
+        return CheckpointPassed(
+            elapsed_s=self.clock.elapsed(),
+            checkpoint=checkpoint,
+            title=BY_ID[checkpoint].title,
+            node=node,
+            evidence=evidence,
+        )
+
+    def _failed(self, checkpoint: str, node: str | None, summary: str, cause: str, fix: str,
+                evidence: str = "") -> Failed:
+        return Failed(
+            elapsed_s=self.clock.elapsed(),
+            checkpoint=checkpoint,
+            title=BY_ID[checkpoint].title,
+            node=node,
+            summary=summary,
+            evidence=evidence or summary,
+            cause=cause,
+            fix=fix,
+        )
+
+    async def run(self) -> AsyncIterator[Event]:
+        """Yield one checkpoint per check; stop after the first Failed."""
+        config = self.config
+        errors = self.connection.errors
+        for name, error in errors.items():
+            kind = "host key mismatch" if "host key" in error.problem else "SSH or Docker unreachable"
+            yield self._failed("ssh", name, str(error), kind, error.fix, evidence=error.problem)
+            return
+        nodes = self.connection.ordered()
+        yield self._passed(
+            "ssh",
+            "; ".join(f"{n.name}: connected in {n.connect_s * 1000:.0f} ms" for n in nodes),
+        )
+        gathered = await asyncio.gather(*(self._inspect(node) for node in nodes))
+        self.facts = {node.name: facts for node, facts in zip(nodes, gathered)}
+        yield self._passed(
+            "docker", "; ".join(f"{n.name}: Docker {self.facts[n.name].docker_version}" for n in nodes)
+        )
+
+        image = config.container.image
+        missing = [n.name for n in nodes if self.facts[n.name].image_id is None]
+        if missing:
+            yield self._failed(
+                "image", missing[0], f"image {image} is not on {', '.join(missing)}",
+                "the image was never pulled or loaded on that node",
+                f"on each of {', '.join(missing)}: `docker pull {image}` (or copy it from the "
+                f"head: `docker save {image} | ssh <node> docker load`)",
+            )
+            return
+        ids = {n.name: self.facts[n.name].image_id for n in nodes}
+        if len(set(ids.values())) > 1:
+            listing = "; ".join(f"{name}: {image_id[:19]}" for name, image_id in ids.items())
+            yield self._failed(
+                "image", None, f"Docker image mismatch between nodes for {image}: {listing}",
+                "different images on the nodes (Ray and vLLM then fail with a version mismatch)",
+                f"copy the head's image to every worker: `docker save {image} | ssh <worker> "
+                "docker load`, so every node has the same image ID",
+                evidence=listing,
+            )
+            return
+        yield self._passed(
+            "image", f"Docker image consistency check passed: {image} = {next(iter(ids.values()))[:19]} on every node"
+        )
+
+        async def interfaces(node: NodeConnection) -> NodeInterfaces | str:
+            ibdev, addrs = await asyncio.gather(
+                node.run(["ibdev2netdev"], timeout=config.timeouts.preflight),
+                node.run(["ip", "-o", "-f", "inet", "addr", "show"], timeout=config.timeouts.preflight),
+            )
+            if not ibdev.ok and config.network.ib_if == "auto":
+                return f"`ibdev2netdev` failed (exit {ibdev.exit_status}): {ibdev.stderr.strip()[:200]}"
+            try:
+                return resolve_interfaces(
+                    fabric_ip=node.config.fabric_ip,
+                    eth_choice=config.network.eth_if,
+                    ib_choice=config.network.ib_if,
+                    ibdev2netdev_output=ibdev.stdout,
+                    ip_addr_output=addrs.stdout,
+                )
+            except InterfaceProblem as problem:
+                return str(problem)
+
+        found = await asyncio.gather(*(interfaces(n) for n in nodes))
+        for node, result in zip(nodes, found):
+            if isinstance(result, str):
+                yield self._failed(
+                    "interfaces", node.name, f"interfaces on {node.name}: {result}",
+                    "the RoCE/fabric interfaces are not what the config expects",
+                    "check `ibdev2netdev` and `ip -o addr` on the node; set network.eth_if / "
+                    "network.ib_if explicitly if auto-detection picks the wrong ones",
+                )
+                return
+            self.facts[node.name].interfaces = result
+        yield self._passed(
+            "interfaces",
+            "\n".join(f"{n.name}: {self.facts[n.name].interfaces.describe()}" for n in nodes),
+        )
+
+        need = config.serve.min_free_memory_gib
+        short = [n.name for n in nodes if self.facts[n.name].mem_available_gib < need]
+        memory = "; ".join(f"{n.name}: MemAvailable {self.facts[n.name].mem_available_gib:.1f} GiB" for n in nodes)
+        if short:
+            yield self._failed(
+                "memory", short[0], f"not enough free memory on {', '.join(short)} ({memory}; need {need:g} GiB)",
+                "unified memory is held by the page cache or other processes",
+                "stop other GPU/memory users on the node, drop caches "
+                "(`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`), or lower serve.gpu_memory_utilization",
+                evidence=memory,
+            )
+            return
+        yield self._passed("memory", memory + (f" (need {need:g} GiB)" if need else ""))
+
+        stale = [(n, self.facts[n.name].stale_container) for n in nodes if self.facts[n.name].stale_container]
+        if stale and not self.replace:
+            listing = "; ".join(f"{n.name}: {state}" for n, state in stale)
+            yield self._failed(
+                "no_stale_container", stale[0][0].name,
+                f"a container named {config.container.name} already exists ({listing})",
+                "a previous launch is still there (running or stopped)",
+                "run `down` first, or `up --replace` to remove it and launch again",
+                evidence=listing,
+            )
+            return
+        for node, _ in stale:
+            await node.docker.containers.container(config.container.name).delete(force=True)
+        yield self._passed(
+            "no_stale_container",
+            "replaced: " + ", ".join(f"{n.name} ({state})" for n, state in stale)
+            if stale else f"no container named {config.container.name} on any node",
+        )
+
+        head = self.connection.head
+        ports = [config.serve.port]
+        ports.append(config.serve.ray_port if config.serve.backend == "ray" else config.serve.master_port)
+        query = ["ss", "-Htln", " or ".join(f"sport = :{p}" for p in ports)]
+        sockets = await head.run(query, timeout=config.timeouts.preflight)
+        if sockets.stdout.strip():
+            yield self._failed(
+                "api_port", head.name,
+                f"a port spark-bot needs ({', '.join(map(str, ports))}) is already in use on {head.name}",
+                "another server (perhaps a vLLM or Ray started by hand) listens on it",
+                f"stop it (`ss -ltnp` on {head.name} names the process) or change serve.port / "
+                "serve.ray_port / serve.master_port",
+                evidence=sockets.stdout.strip().splitlines()[0],
+            )
+            return
+        yield self._passed(
+            "api_port", f"nothing listens on ports {', '.join(map(str, ports))} on {head.name}", head.name
+        )
+
+    async def _inspect(self, node: NodeConnection) -> NodeFacts:
+        config = self.config
+        facts = NodeFacts()
+        version, meminfo, home = await asyncio.gather(
+            node.docker.version(),
+            node.run(["cat", "/proc/meminfo"], timeout=config.timeouts.preflight),
+            node.run(["printenv", "HOME"], timeout=config.timeouts.preflight),
+        )
+        facts.docker_version = f"{version.get('Version')} (API {version.get('ApiVersion')})"
+        match = _MEM_AVAILABLE.search(meminfo.stdout)
+        facts.mem_available_gib = int(match[1]) / 1024**2 if match else 0.0
+        facts.home = home.stdout.strip() or "/root"
+        try:
+            facts.image_id = (await node.docker.images.inspect(config.container.image))["Id"]
+        except aiodocker.DockerError:
+            facts.image_id = None
+        try:
+            info = await node.docker.containers.container(config.container.name).show()
+            facts.stale_container = info["State"]["Status"]
+        except aiodocker.DockerError:
+            facts.stale_container = None
+        return facts

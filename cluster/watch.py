@@ -1,0 +1,79 @@
+"""`watch`: after Ready, follow every container and the API; the first failure is reported.
+
+Log lines and container deaths arrive as events; only the health probe runs on an interval,
+because an HTTP endpoint has no stream to follow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from cluster import api
+from cluster.checkpoints import Checkpoint
+from cluster.config import ClusterConfig, Secrets
+from cluster.events import Event, Failed, Progress
+from cluster.follow import Clock, LogFollower
+from cluster.launch import api_base_url
+from cluster.monitor import ClusterMonitor
+from cluster.nodes import ClusterConnection
+
+SERVING = Checkpoint("serving", "Serving", "watch")
+
+
+async def watch(
+    config: ClusterConfig,
+    secrets: Secrets,
+    connection: ClusterConnection,
+    *,
+    health_interval: float = 30.0,
+    health_failures: int = 3,
+) -> AsyncIterator[Event]:
+    clock = Clock()
+    monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines)
+    follower = LogFollower(config, monitor, clock)
+    for node in connection.ordered():
+        monitor.follow(node, backlog=config.log_tail_lines)
+    base_url = await api_base_url(config, connection.head)
+    unhealthy: asyncio.Queue[str] = asyncio.Queue()
+
+    async def probe() -> None:
+        misses = 0
+        async with api.api_client(base_url, read_timeout=10) as client:
+            while True:
+                ok, detail = await api.health(client)
+                misses = 0 if ok else misses + 1
+                if misses >= health_failures:
+                    await unhealthy.put(detail)
+                    return
+                await asyncio.sleep(health_interval)
+
+    prober = asyncio.create_task(probe())
+    try:
+        yield Progress(elapsed_s=clock.elapsed(), phase="watch",
+                       message=f"watching {len(connection.nodes)} node(s) and {base_url}/health")
+        failures = follower.failures(SERVING)
+        health_miss = asyncio.create_task(unhealthy.get())
+        next_failure = asyncio.create_task(anext(failures))
+        try:
+            done, _ = await asyncio.wait({health_miss, next_failure}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (health_miss, next_failure):
+                task.cancel()
+            await failures.aclose()
+        if next_failure in done and not next_failure.cancelled():
+            yield next_failure.result()
+        else:
+            head = config.head.name
+            yield Failed(
+                elapsed_s=clock.elapsed(), checkpoint="health", title="GET /health answers 200",
+                node=head, summary=f"the API stopped answering: {health_miss.result()}",
+                evidence=health_miss.result(),
+                cause="the API server is down or hung although its container runs",
+                fix="read the head's log tail; `verify` shows what still works; `down` then `up` relaunches",
+                log_tail=monitor.tail(head),
+            )
+    finally:
+        prober.cancel()
+        await asyncio.gather(prober, return_exceptions=True)
+        await monitor.aclose()
