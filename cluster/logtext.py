@@ -40,12 +40,12 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     # Ray / vLLM process prefixes: (RayWorkerWrapper pid=4009, ip=10.0.0.2), (EngineCore_DP0
     # pid=89), (VllmWorker rank=0 pid=12), (pid=123), (APIServer pid=1)
     re.compile(
-        r"^\((?:[\w.:<>\-]+ )?(?:\w+=[^\s,()]+,? ?)*?pid=\d+(?:,\s*\w+=[^,()]*)*\)\s*"
+        r"^\((?:[\w.:<>\-]+ )?(?:\w+=[^\s,()]+,? ?)*?pid=\d+(?:,\s*\w+=[^,()]*)*\) ?"
     ),
     # Ray daemon prefixes: (raylet, ip=10.0.0.2), (autoscaler +1m2s), (gcs_server)
-    re.compile(r"^\((?:raylet|autoscaler|gcs_server|monitor|dashboard)\b[^)]*\)\s*"),
+    re.compile(r"^\((?:raylet|autoscaler|gcs_server|monitor|dashboard)\b[^)]*\) ?"),
     # torch rank prefixes: [rank1]: , [Rank 0]
-    re.compile(r"^\[[Rr]ank ?\d+\]:?\s*"),
+    re.compile(r"^\[[Rr]ank ?\d+\]:? ?"),
     # vLLM: INFO 11-30 05:42:03 [gpu_model_runner.py:1890]   (optional .micro seconds)
     re.compile(rf"^{_LEVELS} \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[[^\]]*\]\s?"),
     # PyTorch / glog C++: [E1130 05:42:03.123456 ProcessGroupNCCL.cpp:632]  (optional tid)

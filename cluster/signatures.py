@@ -68,8 +68,9 @@ class FailureSignature(KnownFailure):
     """A known failure recognisable from one log line.
 
     `pattern` is searched in the cleaned, prefix-stripped message. If `after` is set the line
-    only counts when one of the `window` messages before it matches `after` (for messages
-    split over lines, such as a bare `TimeoutError` raised in shm_broadcast.py)."""
+    only counts when it, or one of the `window` messages before it (traceback source lines
+    included), matches `after`: for errors split over lines, such as a bare `TimeoutError`
+    raised in shm_broadcast.py, or `FileNotFoundError` raised by `SemLock(...)`."""
 
     pattern: re.Pattern[str]
     after: re.Pattern[str] | None = None
@@ -353,7 +354,8 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     # --- multiprocessing backend ----------------------------------------------------------------
     FailureSignature(
         id="mp_semlock_across_nodes", role="cause", fatal=True,
-        pattern=_re(r"\bSemLock\b"),
+        pattern=_re(r"No such file or directory"),
+        after=_re(r"\bSemLock\b"), window=8,
         title="vLLM worker failed on a shared-memory lock (SemLock)",
         cause="The single-node multiprocessing backend was used across nodes.",
         fix="Use the multi-node flags (--nnodes 2, --node-rank 0/1, --master-addr, "
@@ -516,7 +518,9 @@ def match_line(
         if sig.after is not None:
             if prev is None:
                 prev = list(previous)
-            if not any(sig.after.search(p) for p in prev[-sig.window :]):
+            if not sig.after.search(message) and not any(
+                sig.after.search(p) for p in prev[-sig.window :]
+            ):
                 continue
         return sig, m
     return None
@@ -539,7 +543,7 @@ class LogDiagnoser:
     and the first finding per signature are kept, however long the log."""
 
     def __init__(self, keep_lines: int = 200) -> None:
-        self._keep = max(keep_lines, CONTEXT_LINES + 1, STALL_WINDOW, UNRECOGNISED_TAIL + 1, 13)
+        self._keep = max(keep_lines, UNRECOGNISED_TAIL + 1, max(s.window for s in SIGNATURES))
         # (line_number, cleaned line, prefix-stripped message) of recent non-empty lines
         self._recent: deque[tuple[int, str, str]] = deque(maxlen=self._keep)
         self._line_number = 0
