@@ -21,3 +21,7 @@ class NodeError(SparkBotError):
 
 class HostKeyMismatch(NodeError):
     """The node's SSH host key is not the one in known_hosts."""
+
+
+class DockerUnavailable(NodeError):
+    """The node answers SSH but its Docker engine does not."""

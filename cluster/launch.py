@@ -162,6 +162,11 @@ class Launch:
         ]
         async for event in self.follower.expect(joined):
             if isinstance(event, Failed):
+                if event.signature in {"stalled", "phase_timeout"}:
+                    # A silent worker: `ray status` shows who is missing better than the silence.
+                    async for ray_event in self._wait_for_ray_cluster(head, timeout=0):
+                        yield ray_event
+                    return
                 yield event
                 return
         yield CheckpointPassed(
@@ -184,7 +189,9 @@ class Launch:
         yield Progress(elapsed_s=self.clock.elapsed(), phase="weights", node=head.name,
                        message="vllm serve started on the head: " + " ".join(serve_command(self.config)))
 
-    async def _wait_for_ray_cluster(self, head: NodeConnection) -> AsyncIterator[Event]:
+    async def _wait_for_ray_cluster(
+        self, head: NodeConnection, *, timeout: float | None = None
+    ) -> AsyncIterator[Event]:
         """`ray status` until it shows every node and TP x PP GPUs.
 
         Every worker already printed "Ray runtime started."; registration with the GCS can lag
@@ -193,7 +200,8 @@ class Launch:
         want_nodes = len(self.config.nodes)
         want_gpus = self.config.serve.world_size
         container = head.docker.containers.container(self.config.container.name)
-        deadline = time.monotonic() + self.config.timeouts.ray
+        timeout = self.config.timeouts.ray if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         delay = 0.2
         while True:
             output = await exec_output(container, ["ray", "status"])
@@ -210,7 +218,7 @@ class Launch:
                     elapsed_s=self.clock.elapsed(), checkpoint="ray_cluster",
                     title=BY_ID["ray_cluster"].title, node=head.name,
                     summary=f"Ray shows {state.active_nodes}/{want_nodes} nodes and "
-                    f"{state.gpus_total:g}/{want_gpus} GPUs after {self.config.timeouts.ray:g} s",
+                    f"{state.gpus_total:g}/{want_gpus} GPUs",
                     evidence=state.describe(),
                     cause="a worker did not join the Ray cluster, or its GPU is not exposed",
                     fix="check the worker's log (`logs worker`), the fabric link and IPs; "

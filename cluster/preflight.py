@@ -11,6 +11,7 @@ import aiodocker
 
 from cluster.checkpoints import BY_ID
 from cluster.config import ClusterConfig
+from cluster.errors import DockerUnavailable, HostKeyMismatch
 from cluster.events import CheckpointPassed, Event, Failed
 from cluster.follow import Clock
 from cluster.interfaces import InterfaceProblem, NodeInterfaces, resolve_interfaces
@@ -66,8 +67,13 @@ class Preflight:
         config = self.config
         errors = self.connection.errors
         for name, error in errors.items():
-            kind = "host key mismatch" if "host key" in error.problem else "SSH or Docker unreachable"
-            yield self._failed("ssh", name, str(error), kind, error.fix, evidence=error.problem)
+            if isinstance(error, DockerUnavailable):
+                checkpoint, cause = "docker", "the node's Docker engine does not answer"
+            elif isinstance(error, HostKeyMismatch):
+                checkpoint, cause = "ssh", "the node's SSH host key changed, or this is not the node"
+            else:
+                checkpoint, cause = "ssh", "the node cannot be reached over SSH"
+            yield self._failed(checkpoint, name, str(error), cause, error.fix, evidence=error.problem)
             return
         nodes = self.connection.ordered()
         yield self._passed(

@@ -8,7 +8,7 @@ import aiodocker
 import aiohttp
 
 from cluster.config import NodeConfig
-from cluster.errors import NodeError
+from cluster.errors import DockerUnavailable
 
 
 async def open_docker(config: NodeConfig, url: str, *, timeout: float) -> aiodocker.Docker:
@@ -18,7 +18,7 @@ async def open_docker(config: NodeConfig, url: str, *, timeout: float) -> aiodoc
             await docker.version()
     except (aiodocker.DockerError, aiohttp.ClientError, OSError, TimeoutError) as exc:
         await docker.close()
-        raise NodeError(
+        raise DockerUnavailable(
             config.name,
             f"the Docker engine at {config.docker_socket} does not answer ({exc or type(exc).__name__})",
             "Is dockerd running on the node (`systemctl status docker`), and may this user "
