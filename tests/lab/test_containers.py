@@ -51,7 +51,8 @@ async def test_ray_cluster_and_vllm_tp2_by_hand(lab2):
 
     def env(node):
         return {"VLLM_HOST_IP": node.fabric_ip, "RAY_NODE_IP_ADDRESS": node.fabric_ip,
-                "NCCL_SOCKET_IFNAME": T.FABRIC_IFNAME, "GLOO_SOCKET_IFNAME": T.FABRIC_IFNAME}
+                "NCCL_SOCKET_IFNAME": T.FABRIC_IFNAME, "GLOO_SOCKET_IFNAME": T.FABRIC_IFNAME,
+                "SPARK_EMU_TIME_SCALE": "0.02"}   # the emulator's simulated durations, scaled
 
     async with ssh_to(lab2, head) as hconn, ssh_to(lab2, worker) as wconn:
         async with docker_over_ssh(hconn, head) as hd, docker_over_ssh(wconn, worker) as wd:

@@ -47,3 +47,26 @@ def test_stop_and_start_dockerd(lab2):
         api.start_dockerd(1)
     assert dockerd.ping(T.Node(1))
     assert image.image_id(T.Node(1)) == lab2.image_id
+
+
+def test_up_after_a_crash_cleans_stale_state(lab2):
+    """kill -9 a node's engine and sshd with a container running: `up` recovers, and the
+    stale container and its processes are gone."""
+    import os
+    import signal
+
+    from lab import proc, sshd
+
+    node = T.Node(1)
+    cid = dockerd.cli(node, "run", "-d", "--network", "host", lab2.image_tag,
+                      "sleep", "infinity").stdout.decode().strip()
+    assert dockerd.cgroup_pids(node)
+    for pidfile in (node.docker_pidfile, node.sshd_pidfile):
+        os.kill(proc.read_pidfile(pidfile), signal.SIGKILL)
+    info = api.lab_up(nodes=2)
+    assert api.status()["ok"]
+    assert sshd.alive(node) and dockerd.ping(node)
+    assert dockerd.cli(node, "ps", "-aq").stdout.decode().split() == []
+    assert cid
+    assert dockerd.cgroup_pids(node) == []
+    assert image.image_id(node) == info.image_id
