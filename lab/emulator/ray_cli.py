@@ -581,6 +581,18 @@ def status_main(argv):
     return 0
 
 
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except (OSError, IndexError):
+        return True
+
+
 def stop_main(argv):
     d = _pid_dir()
     n = 0
@@ -606,11 +618,7 @@ def stop_main(argv):
             pass
     deadline = time.monotonic() + 10
     for pid in killed:
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                break
+        while time.monotonic() < deadline and _alive(pid):
             time.sleep(0.05)
     if n == 0:
         out("Did not find any active Ray processes.")

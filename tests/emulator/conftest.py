@@ -30,6 +30,7 @@ class Proc:
         e["PYTHONPATH"] = LAB
         e.setdefault("SPARK_EMU_TIME_SCALE", "0.01")
         e.setdefault("SPARK_EMU_PROFILE", "fast-test")
+        e.setdefault("SPARK_EMU_DEAD_LINGER_S", "1")
         for k in ("SPARK_EMU_FAULT", "NCCL_DEBUG", "VLLM_HOST_IP", "RAY_ADDRESS"):
             e.pop(k, None)
         e.update(env or {})
