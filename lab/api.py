@@ -51,6 +51,7 @@ class LabInfo:
     isolated_workers: bool
     key_path: str
     known_hosts_path: str
+    ssh_config_path: str         # for `ssh -F` by hand: Host spark-lab-<i>
     image_tag: str
     image_id: str | None         # the canonical image ID (node 0's)
     variant_node: int | None = None
@@ -114,7 +115,7 @@ def lab_info() -> LabInfo:
         infos.append(NodeInfo(n.index, n.name, n.netns, mg, n.fabric_ip, mg or n.fabric_ip,
                               str(n.docker_sock), n.docker_host, str(n.bin_dir)))
     return LabInfo(infos, st.isolated_workers, str(T.CLIENT_KEY), str(T.KNOWN_HOSTS),
-                   T.IMAGE_TAG, st.canonical_image, st.variant_node)
+                   str(T.SSH_CONFIG), T.IMAGE_TAG, st.canonical_image, st.variant_node)
 
 
 # --- teardown ---------------------------------------------------------------
@@ -189,6 +190,7 @@ def lab_up(nodes: int = 2, isolated_workers: bool = False,
         if any(relinked) or removed:
             netns.flush_neighbours(wanted)
         sshd.write_known_hosts(wanted, isolated_workers)
+        sshd.write_client_config(wanted, isolated_workers)
         canonical = image.ensure(wanted, variant_node)
         state.save(state.LabState(nodes, isolated_workers, variant_node, canonical))
         return lab_info()

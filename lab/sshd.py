@@ -52,6 +52,26 @@ def write_known_hosts(nodes: list[T.Node], isolated_workers: bool) -> None:
         tmp.replace(T.KNOWN_HOSTS)
 
 
+def write_client_config(nodes: list[T.Node], isolated_workers: bool) -> None:
+    """An ssh_config for people: `ssh -F /var/lib/spark-lab/ssh/config spark-lab-1`
+    (isolated workers go through the head with ProxyJump)."""
+    parts = []
+    for n in nodes:
+        direct = T.has_mgmt(n, isolated_workers)
+        parts.append(
+            f"Host {n.name}\n"
+            f"    HostName {n.mgmt_ip if direct else n.fabric_ip}\n"
+            + ("" if direct else f"    ProxyJump {nodes[0].name}\n")
+            + f"    User {T.SSH_USER}\n    Port {T.SSH_PORT}\n"
+            f"    IdentityFile {T.CLIENT_KEY}\n    IdentitiesOnly yes\n"
+            f"    UserKnownHostsFile {T.KNOWN_HOSTS}\n    StrictHostKeyChecking yes\n"
+            f"    BatchMode yes\n")
+    text = "".join(parts)
+    if not T.SSH_CONFIG.exists() or T.SSH_CONFIG.read_text() != text:
+        T.SSH_CONFIG.write_text(text)
+    os.chmod(T.SSH_CONFIG, 0o600)
+
+
 def config_text(node: T.Node) -> str:
     return f"""# spark-lab sshd for {node.name} (namespace {node.netns}); generated
 Port {T.SSH_PORT}

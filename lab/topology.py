@@ -28,6 +28,7 @@ SSH_DIR = STATE_ROOT / "ssh"
 CLIENT_KEY = SSH_DIR / "id_ed25519"
 AUTHORIZED_KEYS = SSH_DIR / "authorized_keys"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
+SSH_CONFIG = SSH_DIR / "config"               # `ssh -F` this: Host spark-lab-<i>
 STATE_FILE = STATE_ROOT / "state.json"
 BASE_TARBALL = CACHE_ROOT / "base-bookworm.tar"
 
