@@ -17,8 +17,8 @@ SHOWN_IB = [("rocep1s0f1", "enp1s0f1np1"), ("roceP2p1s0f1", "enP2p1s0f1np1")]
 
 
 def gpu_uuid(i):
-    h = uuid.UUID(int=zlib.crc32(("%s-%d" % (hostname(), i)).encode()) * (2**96) + 0x5a5a5a5a5a5a5a5a5a5a5a5a)
-    return "GPU-" + str(h)
+    import hashlib
+    return "GPU-" + str(uuid.UUID(bytes=hashlib.md5(("%s-%d" % (hostname(), i)).encode()).digest()))
 
 
 def _table(n):
