@@ -98,3 +98,13 @@ def test_not_root_exits_2():
                         "/usr/bin/python3", "-c", code], capture_output=True, text=True, cwd="/")
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert "root" in p.stderr
+
+
+def test_missing_system_tool_says_what_to_install(monkeypatch):
+    from lab import preflight
+    from lab.errors import LabError
+    monkeypatch.setitem(preflight.REQUIRED, "no-such-dockerd", "docker.io")
+    with pytest.raises(LabError) as e:
+        preflight.check()
+    assert e.value.exit_code == 2
+    assert "apt-get install -y docker.io" in str(e.value) and "bootstrap.sh" in str(e.value)
