@@ -33,6 +33,14 @@ from cluster.preflight import Preflight
 from cluster.ray_status import parse_ray_status
 
 RAY_STARTED = BY_ID["containers"]
+_AIODOCKER_CONNECTION_ERROR = 900  # aiodocker's status for "cannot connect to the engine"
+
+
+class ContainerStartFailed(Exception):
+    def __init__(self, node: str, error: aiodocker.DockerError):
+        super().__init__(f"{node}: {error}")
+        self.node = node
+        self.error = error
 
 
 class Launch:
@@ -112,20 +120,31 @@ class Launch:
         return interfaces.local_ip
 
     async def _start_all(self, roles: list[tuple[NodeConnection, Role, list[str]]]) -> dict[str, str]:
-        ids = await asyncio.gather(*(self._start_container(n, r, c) for n, r, c in roles))
-        return {node.name: cid for (node, _, _), cid in zip(roles, ids)}
+        """Start containers on several nodes at once; ContainerStartFailed names the node."""
+        results = await asyncio.gather(
+            *(self._start_container(n, r, c) for n, r, c in roles), return_exceptions=True
+        )
+        for (node, _, _), result in zip(roles, results):
+            if isinstance(result, aiodocker.DockerError):
+                raise ContainerStartFailed(node.name, result)
+            if isinstance(result, BaseException):
+                raise result
+        return {node.name: cid for (node, _, _), cid in zip(roles, results)}
 
-    def _containers_failed(self, node: str, error: Exception) -> Failed:
+    def _containers_failed(self, failure: ContainerStartFailed) -> Failed:
+        node, error = failure.node, failure.error
+        if error.status == _AIODOCKER_CONNECTION_ERROR:
+            summary = f"lost the connection to the Docker engine on {node}: {error.message}"
+            cause = "the node's Docker engine or the SSH connection carrying it went away"
+            fix = f"check `systemctl status docker` and SSH on {node}, then `up` again"
+        else:
+            summary = f"Docker refused to create or start the container on {node}: {error.message}"
+            cause = "the container settings are not accepted by this node's Docker engine"
+            fix = ("check the container section of the config (devices, GPU request, mounts, "
+                   "ulimits) against the node (`docker info`; NVIDIA container toolkit for gpus: true)")
         return Failed(
-            elapsed_s=self.clock.elapsed(),
-            checkpoint="containers",
-            title=RAY_STARTED.title,
-            node=node,
-            summary=f"Docker refused to create or start the container on {node}: {error}",
-            evidence=str(error),
-            cause="the container settings are not accepted by this node's Docker engine",
-            fix="check the container section of the config (devices, GPU request, mounts) "
-            "against the node (`docker info`; NVIDIA container toolkit for gpus: true)",
+            elapsed_s=self.clock.elapsed(), checkpoint="containers", title=RAY_STARTED.title,
+            node=node, summary=summary, evidence=str(error), cause=cause, fix=fix,
         )
 
     async def _ray_steps(self) -> AsyncIterator[Event]:
@@ -138,8 +157,8 @@ class Launch:
         )
         try:
             ids = await self._start_all([(head, "head", ray_head_command(self.config, head_facts.interfaces))])
-        except aiodocker.DockerError as error:
-            yield self._containers_failed(head.name, error)
+        except ContainerStartFailed as failure:
+            yield self._containers_failed(failure)
             return
         yield Progress(elapsed_s=self.clock.elapsed(), phase="containers", node=head.name,
                        message=f"head container {ids[head.name][:12]} started: ray start --head")
@@ -153,8 +172,8 @@ class Launch:
         ]
         try:
             ids.update(await self._start_all(roles))
-        except aiodocker.DockerError as error:
-            yield self._containers_failed(workers[0].name if workers else head.name, error)
+        except ContainerStartFailed as failure:
+            yield self._containers_failed(failure)
             return
         joined = [
             Expectation(BY_ID["containers"], RAY_RUNTIME_STARTED, nodes=frozenset({w.name}), node=w.name)
@@ -242,8 +261,8 @@ class Launch:
         try:
             ids = await self._start_all([r for r in roles if r[0] is not head])
             ids.update(await self._start_all([r for r in roles if r[0] is head]))
-        except aiodocker.DockerError as error:
-            yield self._containers_failed(head.name, error)
+        except ContainerStartFailed as failure:
+            yield self._containers_failed(failure)
             return
         yield CheckpointPassed(
             elapsed_s=self.clock.elapsed(), checkpoint="containers", title=RAY_STARTED.title,
