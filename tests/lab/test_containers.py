@@ -70,7 +70,10 @@ async def test_ray_cluster_and_vllm_tp2_by_hand(lab2):
                     if code == 0 and "0.0/2.0 GPU" in status and len(re.findall(r"node_", status)) >= 2:
                         break
                     await asyncio.sleep(0.5)
-                assert "0.0/2.0 GPU" in status, status
+                if "0.0/2.0 GPU" not in status:
+                    _, hlog = await exec_out(hc, ["cat", "/tmp/ray.log"])
+                    _, wlog = await exec_out(wc, ["cat", "/tmp/ray.log"])
+                    raise AssertionError(f"ray status:\n{status}\nhead:\n{hlog}\nworker:\n{wlog}")
                 assert len(re.findall(r"node_", status)) >= 2, status
 
                 await exec_detached(hc, ["sh", "-c",
