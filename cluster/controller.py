@@ -6,15 +6,18 @@ It knows nothing of chat; every surface (CLI, Slack, console, tests) drives thes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import aiodocker
 
 from cluster import api
+from cluster.bench.history import BenchHistory, cluster_fingerprint
+from cluster.bench.runner import DEFAULT_PROMPT, BenchOptions, run_bench
 from cluster.config import ClusterConfig, Secrets
-from cluster.events import Event, LogTail, Removed, StatusReport
+from cluster.events import Event, Failed, LogTail, Removed, StatusReport
 from cluster.follow import Clock
-from cluster.inventory import container_states
+from cluster.inventory import container_state, container_states
 from cluster.launch import Launch, api_base_url
 from cluster.logtext import clean_line
 from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster
@@ -66,6 +69,40 @@ class Controller:
                 elapsed_s=clock.elapsed(), containers=states, api_healthy=healthy,
                 api_detail=detail + (f"; unreachable: {unreachable}" if unreachable else ""),
             )
+
+    async def bench(
+        self,
+        *,
+        concurrency: Sequence[int] = (),
+        max_tokens: int = 128,
+        runs: int = 3,
+        prompt: str = DEFAULT_PROMPT,
+        requests_per_level: int | None = None,
+        allow_busy: bool = False,
+        history: Path | None = None,
+    ) -> AsyncIterator[Event]:
+        """Single stream (warm-up + median of `runs`), then a sweep over `concurrency`; ends with
+        BenchResult (compared with the last run of the same setup in `history`) or Failed."""
+        clock = Clock()
+        options = BenchOptions(prompt=prompt, max_tokens=max_tokens, runs=runs, concurrency=tuple(concurrency),
+                               requests_per_level=requests_per_level, allow_busy=allow_busy)
+        options.validate()
+        async with connect_cluster(self.config) as connection:
+            head = _reachable(connection, self.config.head.name)
+            state = await container_state(head, self.config.container.name)
+            if not state.running:
+                yield Failed(elapsed_s=clock.elapsed(), checkpoint="bench", title="Benchmark", node=head.name,
+                             summary=f"no running {self.config.container.name} container on {head.name}",
+                             evidence=f"container status: {state.status}", cause="the cluster is not up",
+                             fix="`spark-bot up` first")
+                return
+            base_url = await api_base_url(self.config, head)
+            async for event in run_bench(
+                base_url, self.config.serve.api_model_name, options,
+                cluster_fingerprint(self.config, state.image_id),
+                history=BenchHistory(history) if history else None, clock=clock,
+            ):
+                yield event
 
     async def logs(self, node: str | None = None, lines: int = 50) -> AsyncIterator[Event]:
         """The tail of our container's log on `node` (head when None)."""

@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from cluster.bench.models import BenchReport
+
 
 class _Event(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -108,8 +110,13 @@ class Removed(_Event):
     detail: str
 
 
+class BenchResult(_Event):
+    kind: Literal["bench"] = "bench"
+    report: BenchReport
+
+
 Event = Annotated[
-    CheckpointPassed | Progress | Failed | Ready | StatusReport | LogTail | Removed,
+    CheckpointPassed | Progress | Failed | Ready | StatusReport | LogTail | Removed | BenchResult,
     Field(discriminator="kind"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

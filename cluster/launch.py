@@ -13,6 +13,7 @@ import aiodocker
 import httpx
 
 from cluster import api
+from cluster.bench.stream import sample_completion
 from cluster.checkpoints import BY_ID, RAY_RUNTIME_STARTED, launch_plan
 from cluster.config import ClusterConfig, Secrets
 from cluster.container_exec import exec_output
@@ -294,7 +295,7 @@ class Launch:
                 return
             yield self._api_passed("models", f"GET /v1/models -> {ids}")
             try:
-                sample = await api.sample_completion(client, model, max_tokens=self.sample_max_tokens)
+                sample = await sample_completion(client, model, max_tokens=self.sample_max_tokens)
             except (httpx.HTTPError, ValueError) as error:
                 yield self._api_failed("sample", f"test completion failed: {error}")
                 return

@@ -9,6 +9,7 @@ import aiodocker
 import httpx
 
 from cluster import api
+from cluster.bench.stream import sample_completion
 from cluster.checkpoints import BY_ID, verify_plan
 from cluster.config import ClusterConfig, Secrets
 from cluster.container_exec import exec_output
@@ -109,7 +110,7 @@ async def verify(
             return
         yield passed("models", f"GET /v1/models -> {ids}", head.name)
         try:
-            sample = await api.sample_completion(client, model, max_tokens=sample_max_tokens)
+            sample = await sample_completion(client, model, max_tokens=sample_max_tokens)
         except (httpx.HTTPError, ValueError) as error:
             yield failed("sample", f"test completion failed: {error}", "the engine does not answer",
                          "read the head's log tail; `down` then `up` relaunches", node=head.name,

@@ -1,0 +1,304 @@
+"""The bench operation: single stream (warm-up + median of N), then an optional concurrency
+sweep; an async iterator of controller events ending in `BenchResult` (or `Failed`)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import httpx
+
+from cluster.bench.history import BenchHistory, compare, setup_key
+from cluster.bench.models import (
+    BenchReport,
+    BenchRun,
+    BenchSettings,
+    ClientOverhead,
+    ConcurrencyLevel,
+    Fingerprint,
+    MetricsCheck,
+    RequestMetrics,
+)
+from cluster.bench.server_metrics import ServerCounters, read_counters
+from cluster.bench.stream import Measured, api_client, measure_request, sample_answer
+from cluster.events import BenchResult, Event, Failed, Progress
+from cluster.follow import Clock
+
+DEFAULT_PROMPT = "Explain how tensor parallelism splits a transformer layer across two GPUs."
+MAX_CONCURRENCY = 1024
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    prompt: str = DEFAULT_PROMPT
+    max_tokens: int = 128
+    runs: int = 3
+    concurrency: Sequence[int] = ()
+    requests_per_level: int | None = None
+    single: bool = True
+    allow_busy: bool = False
+    read_timeout: float = 600.0
+    metrics_settle_s: float = 5.0
+
+    def validate(self) -> None:
+        if not self.prompt.strip():
+            raise ValueError("the prompt is empty")
+        if not 1 <= self.max_tokens <= 1_000_000:
+            raise ValueError(f"max_tokens must be between 1 and 1000000, not {self.max_tokens}")
+        if not 1 <= self.runs <= 100:
+            raise ValueError(f"runs must be between 1 and 100, not {self.runs}")
+        for c in self.concurrency:
+            if not 1 <= c <= MAX_CONCURRENCY:
+                raise ValueError(f"concurrency levels must be between 1 and {MAX_CONCURRENCY}, not {c}")
+        if self.requests_per_level is not None and self.requests_per_level < 1:
+            raise ValueError("requests_per_level must be at least 1")
+        if not self.single and not self.concurrency:
+            raise ValueError("nothing to measure: no single stream and no concurrency levels")
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+class LoopLag:
+    """A 10 ms ticker: how late the event loop wakes it is how late it would read a chunk."""
+
+    def __init__(self, interval: float = 0.01):
+        self.interval = interval
+        self.lags: list[float] = []
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        while True:
+            due = time.perf_counter() + self.interval
+            await asyncio.sleep(self.interval)
+            self.lags.append(max(0.0, time.perf_counter() - due))
+
+    def __enter__(self) -> LoopLag:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task:
+            self._task.cancel()
+
+
+@dataclass
+class _Tally:
+    parse_s: float = 0.0
+    chunks: int = 0
+    tokens: int = 0
+    all_counted: bool = True
+    failed: int = 0
+    measured: list[Measured] = field(default_factory=list)
+
+    def add(self, m: Measured) -> Measured:
+        self.parse_s += m.parse_s
+        self.chunks += m.metrics.token_chunks
+        if m.metrics.completion_tokens is not None:
+            self.tokens += m.metrics.completion_tokens
+        if m.metrics.tokens_approximate or m.metrics.completion_tokens is None:
+            self.all_counted = False
+        if not m.metrics.ok:
+            self.failed += 1
+        return m
+
+
+def summarize_single(warmup: RequestMetrics, runs: list[RequestMetrics]) -> BenchRun:
+    good = [r for r in runs if r.ok]
+    return BenchRun(
+        warmup=warmup,
+        runs=runs,
+        ttft_s=_median([r.ttft_s for r in good]),
+        decode_tok_s=_median([r.decode_tok_s for r in good]),
+        e2e_tok_s=_median([r.e2e_tok_s for r in good]),
+        tpot_s=_median([r.tpot_s for r in good]),
+        completion_tokens=_int_median([r.completion_tokens for r in good]),
+        reasoning_tokens=_int_median([r.reasoning_tokens for r in good]),
+        answer_tokens=_int_median([r.answer_tokens for r in good]),
+        tokens_approximate=any(r.tokens_approximate for r in good),
+    )
+
+
+def _int_median(values: Sequence[int | None]) -> int | None:
+    m = _median([float(v) for v in values if v is not None])
+    return None if m is None else int(round(m))
+
+
+def summarize_level(concurrency: int, measured: list[Measured], first_send: float) -> ConcurrencyLevel:
+    metrics = [m.metrics for m in measured]
+    good = [m for m in metrics if m.ok]
+    ends = [m.end for m in measured if m.end is not None]
+    wall = (max(ends) - first_send) if ends else 0.0
+    tokens = sum(m.completion_tokens or 0 for m in good)
+    decode = [m.decode_tok_s for m in good if m.decode_tok_s is not None]
+    ttfts = [m.ttft_s for m in good if m.ttft_s is not None]
+    errors = sorted({m.error for m in metrics if m.error})
+    return ConcurrencyLevel(
+        concurrency=concurrency,
+        requests=len(metrics),
+        ok=len(good),
+        failed=len(metrics) - len(good),
+        errors=errors[:5],
+        wall_s=wall,
+        total_tokens=tokens,
+        output_tok_s=tokens / wall if wall > 0 else 0.0,
+        aggregate_decode_tok_s=min(concurrency, len(good)) * statistics.fmean(decode) if decode else None,
+        per_stream_decode_tok_s=_median(decode),
+        per_stream_e2e_tok_s=_median([m.e2e_tok_s for m in good]),
+        ttft_p50_s=percentile(ttfts, 50),
+        ttft_p90_s=percentile(ttfts, 90),
+        ttft_p99_s=percentile(ttfts, 99),
+        tpot_p50_s=_median([m.tpot_s for m in good]),
+        tokens_approximate=any(m.tokens_approximate for m in good),
+        requests_detail=metrics,
+    )
+
+
+async def _warm_connections(client: httpx.AsyncClient, n: int) -> None:
+    """Open `n` pooled connections before timing, so no TTFT includes a TCP (or SSH channel) setup."""
+    await asyncio.gather(*(client.get("/health") for _ in range(n)), return_exceptions=True)
+
+
+async def run_level(
+    client: httpx.AsyncClient, model: str, options: BenchOptions, concurrency: int, tally: _Tally
+) -> ConcurrencyLevel:
+    requests = options.requests_per_level or concurrency
+    gate = asyncio.Semaphore(concurrency)
+    await _warm_connections(client, concurrency)
+    first_send = time.perf_counter()
+
+    async def one() -> Measured:
+        async with gate:
+            return tally.add(await measure_request(
+                client, model, options.prompt, options.max_tokens, ignore_eos=True, origin=first_send
+            ))
+
+    measured = await asyncio.gather(*(one() for _ in range(requests)))
+    return summarize_level(concurrency, list(measured), first_send)
+
+
+async def _counters(client: httpx.AsyncClient, model: str) -> tuple[ServerCounters | None, str]:
+    try:
+        return await read_counters(client, model), ""
+    except (httpx.HTTPError, ValueError) as exc:
+        return None, f"GET /metrics unusable: {exc}"
+
+
+async def _metrics_check(
+    client: httpx.AsyncClient, model: str, before: ServerCounters | None, tally: _Tally, settle_s: float
+) -> MetricsCheck:
+    if before is None:
+        return MetricsCheck(available=False, client_tokens=tally.tokens, detail="no /metrics before the run")
+    deadline = time.monotonic() + settle_s
+    while True:
+        after, problem = await _counters(client, model)
+        if after is None:
+            return MetricsCheck(available=False, client_tokens=tally.tokens, detail=problem)
+        delta = after.generation_tokens - before.generation_tokens
+        if delta == tally.tokens or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(0.1)  # the server's counters may trail the last [DONE] by a step
+    matches = delta == tally.tokens and tally.all_counted
+    detail = (f"client counted {tally.tokens} tokens, vllm:generation_tokens_total rose by {delta:g}"
+              + ("" if tally.all_counted else " (some counts approximate or missing)"))
+    return MetricsCheck(available=True, client_tokens=tally.tokens, server_tokens=delta,
+                        matches=matches, detail=detail)
+
+
+async def run_bench(
+    base_url: str,
+    model: str,
+    options: BenchOptions,
+    fingerprint: Fingerprint,
+    *,
+    history: BenchHistory | None = None,
+    clock: Clock | None = None,
+) -> AsyncIterator[Event]:
+    options.validate()
+    clock = clock or Clock()
+    levels = list(options.concurrency)
+    connections = max([1, *levels]) + 2
+    warnings: list[str] = []
+    tally = _Tally()
+    started = time.perf_counter()
+    async with api_client(base_url, read_timeout=options.read_timeout, connections=connections) as client:
+        before, problem = await _counters(client, model)
+        if before is None:
+            warnings.append(f"{problem}: busy check and token cross-check skipped")
+        elif before.busy:
+            busy = (f"the server is busy: vllm:num_requests_running={before.running:g}, "
+                    f"waiting={before.waiting:g}")
+            if not options.allow_busy:
+                yield Failed(
+                    elapsed_s=clock.elapsed(), checkpoint="bench", title="Benchmark",
+                    summary=f"refused to measure: {busy}", evidence=busy,
+                    cause="other requests share the engine: every figure would be too low",
+                    fix="wait until the other requests finish, or pass --allow-busy to measure anyway",
+                )
+                return
+            warnings.append(f"{busy}: figures are lower than on an idle server; cross-check unreliable")
+        single = sample = None
+        with LoopLag() as lag:
+            if options.single:
+                await _warm_connections(client, 1)
+                yield Progress(elapsed_s=clock.elapsed(), phase="bench",
+                               message="single stream: warm-up (natural end, its answer is the sample)")
+                warm = tally.add(await measure_request(client, model, options.prompt, options.max_tokens))
+                sample = sample_answer(warm)
+                runs = []
+                for i in range(options.runs):
+                    m = tally.add(await measure_request(
+                        client, model, options.prompt, options.max_tokens, ignore_eos=True))
+                    runs.append(m.metrics)
+                    rate = f"{m.metrics.decode_tok_s:.1f} tok/s" if m.metrics.decode_tok_s else m.metrics.error
+                    yield Progress(elapsed_s=clock.elapsed(), phase="bench",
+                                   message=f"single stream run {i + 1}/{options.runs}: {rate}")
+                single = summarize_single(warm.metrics, runs)
+            sweep = []
+            for c in levels:
+                yield Progress(elapsed_s=clock.elapsed(), phase="bench",
+                               message=f"concurrency {c}: {options.requests_per_level or c} requests")
+                level = await run_level(client, model, options, c, tally)
+                sweep.append(level)
+                yield Progress(elapsed_s=clock.elapsed(), phase="bench",
+                               message=f"concurrency {c}: {level.output_tok_s:.1f} tok/s output, "
+                               f"{level.ok}/{level.requests} ok")
+        check = await _metrics_check(client, model, before, tally, options.metrics_settle_s)
+    wall = time.perf_counter() - started
+    if tally.failed:
+        warnings.append(f"{tally.failed} request(s) failed; figures exclude them")
+    if check.matches is False:
+        warnings.append(f"token cross-check mismatch: {check.detail}")
+    lags_ms = [x * 1000 for x in lag.lags] or [0.0]
+    settings = BenchSettings(prompt=options.prompt, max_tokens=options.max_tokens, runs=options.runs,
+                             concurrency=levels, requests_per_level=options.requests_per_level)
+    report = BenchReport(
+        at=datetime.now(timezone.utc), base_url=base_url, model=model, fingerprint=fingerprint,
+        setup_key=setup_key(fingerprint, options.prompt, options.max_tokens), settings=settings,
+        single=single, sweep=sweep, sample=sample, metrics_check=check,
+        client=ClientOverhead(max_connections=connections, loop_lag_max_ms=max(lags_ms),
+                              loop_lag_p99_ms=percentile(lags_ms, 99) or 0.0, parse_s=tally.parse_s,
+                              parse_share=tally.parse_s / wall if wall > 0 else 0.0, chunks=tally.chunks),
+        warnings=warnings, duration_s=wall,
+    )
+    if history is not None:
+        report = report.model_copy(update={"comparisons": compare(report, history.previous(report.setup_key))})
+        history.append(report)
+    yield BenchResult(elapsed_s=clock.elapsed(), report=report)
