@@ -1,0 +1,157 @@
+"""Proof of accuracy: the bench against emulated servers whose truth is known.
+
+    .venv/bin/python benchmarks/bench_accuracy.py [--max-tokens N] [--runs N]
+
+Starts one local emulator per profile (subprocesses, TP 2 on one emulated node), measures each
+with cluster.bench exactly as `spark-bot bench` does, and prints truth versus measured:
+- single stream (concurrency 1): decode tok/s (1/TPOT) and TTFT within 2%;
+- concurrency 1, 2, 4, 8, 32: aggregate decode tok/s (concurrency x mean 1/TPOT, the profile's
+  aggregate) within 3%, and vLLM's wall-clock output tok/s (sum tokens / first send to last
+  token, TTFT included) within 3% of what the profile implies for one wave of identical
+  requests: c x n / (TTFT + (n - 1) x TPOT(c));
+- the client's token count equals the change in vllm:generation_tokens_total exactly.
+Exit status 1 when any bound is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lab"))
+
+from benchmarks.emulator_server import EmulatorServer  # noqa: E402
+from cluster.bench.history import make_fingerprint  # noqa: E402
+from cluster.bench.models import BenchReport  # noqa: E402
+from cluster.bench.runner import BenchOptions, run_bench  # noqa: E402
+from emulator.profiles import truth  # noqa: E402
+
+LEVELS = (1, 2, 4, 8, 32)
+SINGLE_BOUND = 0.02
+AGGREGATE_BOUND = 0.03
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    profile: str
+    reasoning_parser: str | None
+    max_tokens: int
+
+
+CASES = [
+    Case("seed", "spark-pair-qwen35", None, 64),
+    Case("multi-token", "multi-token-chunks", None, 64),
+    Case("reasoning", "spark-pair-public", "qwen3", 96),  # 96 tokens: reasoning, then the answer
+]
+
+
+@dataclass
+class Row:
+    case: str
+    what: str
+    truth: float
+    measured: float | None
+    bound: float
+
+    @property
+    def error(self) -> float | None:
+        return None if self.measured is None else (self.measured - self.truth) / self.truth
+
+    @property
+    def ok(self) -> bool:
+        return self.error is not None and abs(self.error) <= self.bound
+
+
+async def measure(case: Case, server: EmulatorServer, runs: int, max_tokens: int | None) -> BenchReport:
+    options = BenchOptions(max_tokens=max_tokens or case.max_tokens, runs=runs, concurrency=LEVELS)
+    report = None
+    async for event in run_bench(server.base_url, server.served_name, options,
+                                 make_fingerprint(server.served_name, {"profile": case.profile})):
+        if event.kind == "bench":
+            report = event.report
+        elif event.kind == "failed":
+            raise RuntimeError(f"{case.label}: {event.summary}")
+    assert report is not None
+    return report
+
+
+def rows_for(case: Case, report: BenchReport) -> list[Row]:
+    n = report.settings.max_tokens
+    t1 = truth(case.profile, 1)
+    single = report.single
+    assert single is not None
+    rows = [
+        Row(case.label, "decode tok/s @1", t1["per_stream_tok_s"], single.decode_tok_s, SINGLE_BOUND),
+        Row(case.label, "TTFT s @1", t1["ttft_s"], single.ttft_s, SINGLE_BOUND),
+    ]
+    for level in report.sweep:
+        t = truth(case.profile, level.concurrency)
+        wall = t["ttft_s"] + (n - 1) * t["tpot_s"]
+        rows.append(Row(case.label, f"aggregate decode tok/s @{level.concurrency}", t["aggregate_tok_s"],
+                        level.aggregate_decode_tok_s, AGGREGATE_BOUND))
+        rows.append(Row(case.label, f"output tok/s (incl. TTFT) @{level.concurrency}",
+                        level.concurrency * n / wall, level.output_tok_s, AGGREGATE_BOUND))
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    out = ["| profile | figure | truth | measured | error | bound | |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        measured = "-" if r.measured is None else f"{r.measured:.3f}"
+        error = "-" if r.error is None else f"{r.error * 100:+.2f}%"
+        out.append(f"| {r.case} | {r.what} | {r.truth:.3f} | {measured} | {error} | "
+                   f"±{r.bound * 100:.0f}% | {'ok' if r.ok else 'MISSED'} |")
+    return "\n".join(out)
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    with ExitStack() as stack:  # every server is started before any is measured, and always killed
+        servers = [stack.enter_context(EmulatorServer(c.profile, reasoning_parser=c.reasoning_parser))
+                   for c in CASES]
+        reports = await asyncio.gather(*(measure(c, s, args.runs, args.max_tokens)
+                                         for c, s in zip(CASES, servers)))
+    results = list(zip(CASES, reports))
+    rows: list[Row] = []
+    failures: list[str] = []
+    for case, report in results:
+        rows += rows_for(case, report)
+        check = report.metrics_check
+        single = report.single
+        assert single is not None
+        split = f"reasoning {single.reasoning_tokens} + answer {single.answer_tokens}"
+        print(f"{case.label} ({case.profile}{', --reasoning-parser ' + case.reasoning_parser if case.reasoning_parser else ''}): "
+              f"{single.completion_tokens} tokens per request ({split}), "
+              f"cross-check: {check.detail}; client: loop lag p99 {report.client.loop_lag_p99_ms:.1f} ms "
+              f"(max {report.client.loop_lag_max_ms:.1f}), "
+              f"parsing {report.client.parse_share * 100:.2f}% of {report.duration_s:.0f} s")
+        if not check.matches:
+            failures.append(f"{case.label}: token cross-check: {check.detail}")
+        if case.reasoning_parser and not (single.reasoning_tokens and single.answer_tokens):
+            failures.append(f"{case.label}: expected both reasoning and answer tokens, got {split}")
+        if single.tokens_approximate:
+            failures.append(f"{case.label}: token counts approximate (no usage)")
+    print()
+    print(table(rows))
+    failures += [f"{r.case}: {r.what}: truth {r.truth:.3f}, measured {r.measured}" for r in rows if not r.ok]
+    if failures:
+        print("\nMISSED:\n  " + "\n  ".join(failures), file=sys.stderr)
+        return 1
+    print(f"\nall {len(rows)} figures within bounds; token cross-checks exact")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--max-tokens", type=int, default=None, help="override each profile's max_tokens")
+    parser.add_argument("--runs", type=int, default=3, help="measured single-stream runs (default 3)")
+    return asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
