@@ -45,6 +45,11 @@ class Clock:
         return round(time.monotonic() - self.started, 3)
 
 
+# A fatal symptom ("EngineCore failed to start.") is often printed before the traceback that
+# holds its cause; wait this long for the cause before reporting the symptom.
+SYMPTOM_GRACE_S = 2.0
+
+
 class LogFollower:
     """Per-node diagnosers over one monitor; `expect` yields checkpoint events or one `Failed`."""
 
@@ -53,6 +58,25 @@ class LogFollower:
         self.monitor = monitor
         self.clock = clock
         self._diagnosers: dict[str, LogDiagnoser] = {}
+        self._symptom: tuple[str, float] | None = None  # node, deadline for its cause
+
+    async def _next(self, timeout: float | None) -> MonitorItem | None:
+        """The next item; None when a pending symptom's grace ran out first."""
+        if self._symptom is not None:
+            grace = max(0.0, self._symptom[1] - time.monotonic())
+            if timeout is None or grace < timeout:
+                try:
+                    return await self.monitor.next(timeout=grace)
+                except TimeoutError:
+                    return None
+        return await self.monitor.next(timeout=timeout)
+
+    def _symptom_failure(self, checkpoint: Checkpoint) -> Failed:
+        assert self._symptom is not None
+        node = self._symptom[0]
+        diagnosis = self._diagnoser(node).diagnosis
+        assert diagnosis is not None
+        return self.failure_from(diagnosis, checkpoint, node)
 
     def failure_from(self, diagnosis: Diagnosis, checkpoint: Checkpoint, node: str | None) -> Failed:
         return Failed(
@@ -86,11 +110,11 @@ class LogFollower:
             current = pending[0].checkpoint
             idle_limit = min(timeouts.stall, max(0.0, phase_deadline - time.monotonic()))
             try:
-                item = await self.monitor.next(timeout=idle_limit)
+                item = await self._next(timeout=idle_limit)
             except TimeoutError:
                 yield self._timeout_failure(current, phase_deadline)
                 return
-            failure = self._failure(item, current)
+            failure = self._symptom_failure(current) if item is None else self._failure(item, current)
             if failure is not None:
                 yield failure
                 return
@@ -108,8 +132,8 @@ class LogFollower:
     async def failures(self, checkpoint: Checkpoint) -> AsyncIterator[Failed]:
         """For a running cluster: yield the first failure, however long it takes to come."""
         while True:
-            item = await self.monitor.next(timeout=None)
-            failure = self._failure(item, checkpoint)
+            item = await self._next(timeout=None)
+            failure = self._symptom_failure(checkpoint) if item is None else self._failure(item, checkpoint)
             if failure is not None:
                 yield failure
                 return
@@ -117,7 +141,13 @@ class LogFollower:
     def _failure(self, item: MonitorItem, checkpoint: Checkpoint) -> Failed | None:
         if isinstance(item, LogLine):
             diagnosis = self._diagnoser(item.node).feed(item.text)
-            return None if diagnosis is None else self.failure_from(diagnosis, checkpoint, item.node)
+            if diagnosis is None:
+                return None
+            if diagnosis.role == "symptom":
+                if self._symptom is None:
+                    self._symptom = (item.node, time.monotonic() + SYMPTOM_GRACE_S)
+                return None
+            return self.failure_from(diagnosis, checkpoint, item.node)
         if isinstance(item, ContainerExited):
             return self._exit_failure(checkpoint, item)
         return Failed(

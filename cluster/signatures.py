@@ -409,6 +409,16 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix="If it repeats: " + _NCCL_HANG_FIX,
     ),
     FailureSignature(
+        id="ray_worker_crashed", role="cause", fatal=True,
+        pattern=_re(r"\*\*\* SIG(?:BUS|SEGV|ABRT|ILL|KILL) received|"
+                    r"A worker died or was killed while executing a task"),
+        title="A Ray worker process crashed",
+        cause="A vLLM worker process was killed by a signal (a crash such as SIGBUS/SIGSEGV, or "
+              "the OOM killer); the `ip=` in the line names its node.",
+        fix="On the node named by `ip=`: `dmesg -T | grep -iE 'oom|killed'` and free memory; read "
+            "that node's container log; lower --gpu-memory-utilization if memory ran out; relaunch.",
+    ),
+    FailureSignature(
         id="ray_actor_died", role="symptom", fatal=True,
         pattern=_re(r"\bActorDiedError\b|The actor died unexpectedly"),
         title="A Ray worker process died",

@@ -177,6 +177,7 @@ SAMPLES: dict[str, str | list[str]] = {
         "happens when some processes are hanging.",
         "shm_broadcast.py:466",
     ),
+    "ray_worker_crashed": RAY + "*** SIGBUS received at time=1796022252 on cpu 7 ***",
     "ray_actor_died": ENGINE
     + vllm(
         "ERROR",
@@ -194,6 +195,7 @@ VARIANTS = [
     ("engine_dead", API + vllm("ERROR", "AsyncLLM output_handler failed.", "async_llm.py:480")),
     ("engine_start_failed", API + "RuntimeError: Engine core initialization failed. See root cause above."),
     ("ray_actor_died", RAY + "The actor died unexpectedly before finishing this task."),
+    ("ray_worker_crashed", "(raylet, ip=10.0.0.2) A worker died or was killed while executing a task by an unexpected system error."),
     ("cuda_oom", "[rank0]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
     ("hf_gated_repo", API + "OSError: You are trying to access a gated repo.\\nCannot access gated repo for url"),
     ("nccl_net_socket", "spark1:89:120 [0] NCCL INFO Using network Socket"),

@@ -11,7 +11,7 @@ from cluster.config import Secrets
 from cluster.controller import Controller
 from cluster.events import CheckpointPassed, Failed, Progress, Ready
 from lab import api as lab_api
-from tests.controller.conftest import cluster_for, collect, controller_for
+from tests.controller.helpers import cluster_for, collect, controller_for
 
 pytestmark = pytest.mark.lab
 
@@ -31,9 +31,9 @@ def only_failure(events) -> Failed:
     [
         ("nccl_hang", "weights", {"nccl_init_hang"}, "NCCL"),
         ("nccl_error", "weights", {"nccl_unhandled_system_error"}, "NCCL error: unhandled system error"),
-        ("low_memory", "weights", {"free_memory_below_utilization"}, "Free memory on device cuda:0"),
-        ("worker_died_loading", "weights", {"ray_actor_died"}, "RayWorkerWrapper"),
-        ("gloo_iface", "weights", {"gloo_connect_failed", "gloo_hostname_unresolved"}, "Gloo"),
+        ("low_memory", "nccl", {"free_memory_below_utilization"}, "Free memory on device cuda:0"),
+        ("worker_died_loading", "weights", {"ray_worker_crashed"}, "ip=198.18.1.11"),
+        ("gloo_iface", "nccl", {"gloo_connect_failed"}, "Gloo connectFullMesh failed"),
         ("oom", "kv_cache", {"cuda_oom"}, "CUDA out of memory"),
         ("ray_version_mismatch", "containers", {"ray_version_mismatch"}, "Version mismatch"),
         ("ray_worker_never_joins", "ray_cluster", {None}, "1 active node(s)"),
@@ -139,12 +139,13 @@ async def test_image_different_on_the_worker(relab):
 
 
 async def test_host_key_that_does_not_match_is_refused(clean, tmp_path):
-    original = open(clean.known_hosts_path).read().splitlines()
-    keys = {line.split()[0]: line.split(None, 1)[1] for line in original if line.strip()}
-    head_key = keys[clean.nodes[0].mgmt_ip]
-    forged = [f"{host} {head_key if host == clean.nodes[1].mgmt_ip else key}" for host, key in keys.items()]
+    # The worker's entry carries the head's key: what a reinstalled or impostor node looks like.
+    entries = [line.split(None, 1) for line in open(clean.known_hosts_path) if line.strip()]
+    head_key = next(key for hosts, key in entries if clean.nodes[0].mgmt_ip in hosts.split(","))
+    forged = [f"{hosts} {head_key if clean.nodes[1].mgmt_ip in hosts.split(',') else key}"
+              for hosts, key in entries]
     known_hosts = tmp_path / "known_hosts"
-    known_hosts.write_text("\n".join(forged) + "\n")
+    known_hosts.write_text("".join(forged))
     config = cluster_for(clean)
     nodes = [n.model_copy(update={"ssh": n.ssh.model_copy(update={"known_hosts": known_hosts})}) for n in config.nodes]
     failure = only_failure(await collect(Controller(config.model_copy(update={"nodes": nodes}), Secrets({})).up()))

@@ -6,7 +6,7 @@ import pytest
 
 from cluster.checkpoints import launch_plan, verify_plan
 from cluster.events import CheckpointPassed, Failed, LogTail, Ready, Removed, StatusReport
-from tests.controller.conftest import cluster_for, collect, controller_for
+from tests.controller.helpers import cluster_for, collect, controller_for
 
 pytestmark = pytest.mark.lab
 
@@ -68,7 +68,7 @@ async def test_mp_backend_launch(clean):
 
 async def test_three_nodes_with_ray(relab):
     lab = relab(nodes=3)
-    controller = controller_for(lab, serve={"tensor_parallel_size": 3})
+    controller = controller_for(lab, serve={"tensor_parallel_size": 1, "pipeline_parallel_size": 3})
     await collect(controller.down())
     try:
         events = await collect(controller.up())

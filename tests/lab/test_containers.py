@@ -33,9 +33,9 @@ async def _probe_node(lab, node):
             return lines
 
 
-async def test_container_on_every_node_via_forwarded_socket(lab2):
-    results = await asyncio.gather(*(_probe_node(lab2, n) for n in lab2.nodes))
-    for node, lines in zip(lab2.nodes, results):
+async def test_container_on_every_node_via_forwarded_socket(lab):
+    results = await asyncio.gather(*(_probe_node(lab, n) for n in lab.nodes))
+    for node, lines in zip(lab.nodes, results):
         text = "\n".join(lines)
         # host network: the container sees its node's namespace
         assert re.search(rf"{T.FABRIC_IFNAME}\s+inet {re.escape(node.fabric_ip)}/24", text), text
@@ -46,18 +46,18 @@ async def test_container_on_every_node_via_forwarded_socket(lab2):
 
 
 @pytest.mark.skipif(not EMULATOR_READY, reason="the emulator (lab/emulator) has not landed yet")
-async def test_ray_cluster_and_vllm_tp2_by_hand(lab2):
-    head, worker = lab2.nodes[0], lab2.nodes[1]
+async def test_ray_cluster_and_vllm_tp2_by_hand(lab):
+    head, worker = lab.nodes[0], lab.nodes[1]
 
     def env(node):
         return {"VLLM_HOST_IP": node.fabric_ip, "RAY_NODE_IP_ADDRESS": node.fabric_ip,
                 "NCCL_SOCKET_IFNAME": T.FABRIC_IFNAME, "GLOO_SOCKET_IFNAME": T.FABRIC_IFNAME,
                 "SPARK_EMU_TIME_SCALE": "0.02"}   # the emulator's simulated durations, scaled
 
-    async with ssh_to(lab2, head) as hconn, ssh_to(lab2, worker) as wconn:
+    async with ssh_to(lab, head) as hconn, ssh_to(lab, worker) as wconn:
         async with docker_over_ssh(hconn, head) as hd, docker_over_ssh(wconn, worker) as wd:
-            hc = await run_container(hd, lab2.image_tag, ["sleep", "infinity"], "lab-vllm-head", env(head))
-            wc = await run_container(wd, lab2.image_tag, ["sleep", "infinity"], "lab-vllm-worker", env(worker))
+            hc = await run_container(hd, lab.image_tag, ["sleep", "infinity"], "lab-vllm-head", env(head))
+            wc = await run_container(wd, lab.image_tag, ["sleep", "infinity"], "lab-vllm-worker", env(worker))
             try:
                 await exec_detached(hc, ["sh", "-c", "ray start --block --head --port 6379 "
                                          f"--node-ip-address {head.fabric_ip} > /tmp/ray.log 2>&1"])

@@ -14,31 +14,31 @@ from .helpers import connect
 pytestmark = pytest.mark.lab
 
 
-def test_image_variant_and_restore(lab2):
+def test_image_variant_and_restore(lab):
     try:
         new_id = api.set_image_variant(1)
-        assert new_id != lab2.image_id
+        assert new_id != lab.image_id
         assert image.image_id(T.Node(1)) == new_id
-        assert image.image_id(T.Node(0)) == lab2.image_id
+        assert image.image_id(T.Node(0)) == lab.image_id
         assert api.status()["ok"]            # a requested variant is not a fault of the lab
     finally:
         api.restore_image()
-    assert image.image_id(T.Node(1)) == lab2.image_id
+    assert image.image_id(T.Node(1)) == lab.image_id
 
 
-async def test_stop_and_start_sshd(lab2):
+async def test_stop_and_start_sshd(lab):
     api.stop_sshd(1)
     try:
         with pytest.raises((OSError, asyncssh.Error)):
-            await connect(lab2, lab2.nodes[1])
+            await connect(lab, lab.nodes[1])
         assert not api.status()["ok"]
     finally:
         api.start_sshd(1)
-    async with await connect(lab2, lab2.nodes[1]) as conn:
+    async with await connect(lab, lab.nodes[1]) as conn:
         assert (await conn.run("true")).exit_status == 0
 
 
-def test_stop_and_start_dockerd(lab2):
+def test_stop_and_start_dockerd(lab):
     api.stop_dockerd(1)
     try:
         assert not dockerd.ping(T.Node(1))
@@ -46,10 +46,10 @@ def test_stop_and_start_dockerd(lab2):
     finally:
         api.start_dockerd(1)
     assert dockerd.ping(T.Node(1))
-    assert image.image_id(T.Node(1)) == lab2.image_id
+    assert image.image_id(T.Node(1)) == lab.image_id
 
 
-def test_up_after_a_crash_cleans_stale_state(lab2):
+def test_up_after_a_crash_cleans_stale_state(lab):
     """kill -9 a node's engine and sshd with a container running: `up` recovers, and the
     stale container and its processes are gone."""
     import os
@@ -58,7 +58,7 @@ def test_up_after_a_crash_cleans_stale_state(lab2):
     from lab import proc, sshd
 
     node = T.Node(1)
-    cid = dockerd.cli(node, "run", "-d", "--network", "host", lab2.image_tag,
+    cid = dockerd.cli(node, "run", "-d", "--network", "host", lab.image_tag,
                       "sleep", "infinity").stdout.decode().strip()
     assert dockerd.cgroup_pids(node)
     for pidfile in (node.docker_pidfile, node.sshd_pidfile):

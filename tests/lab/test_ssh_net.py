@@ -17,9 +17,9 @@ from .helpers import connect, ssh_to
 pytestmark = pytest.mark.lab
 
 
-async def test_ssh_every_node_checks_host_key(lab2):
-    for node in lab2.nodes:
-        async with await connect(lab2, node) as conn:
+async def test_ssh_every_node_checks_host_key(lab):
+    for node in lab.nodes:
+        async with await connect(lab, node) as conn:
             r = await conn.run("echo $DOCKER_HOST; echo $PATH; id -u", check=True)
             docker_host, path, uid = r.stdout.split("\n")[:3]
             assert docker_host == node.docker_host
@@ -30,29 +30,29 @@ async def test_ssh_every_node_checks_host_key(lab2):
 
 
 
-async def test_wrong_known_hosts_is_refused(lab2, tmp_path):
+async def test_wrong_known_hosts_is_refused(lab, tmp_path):
     other = asyncssh.generate_private_key("ssh-ed25519")
     bad = tmp_path / "known_hosts"
-    bad.write_text(f"{lab2.head.mgmt_ip} {other.export_public_key().decode()}")
+    bad.write_text(f"{lab.head.mgmt_ip} {other.export_public_key().decode()}")
     with pytest.raises((asyncssh.HostKeyNotVerifiable, asyncssh.DisconnectError)):
-        await connect(lab2, lab2.head, known_hosts=str(bad))
+        await connect(lab, lab.head, known_hosts=str(bad))
     # an unknown host (empty known_hosts) is refused as well
     empty = tmp_path / "empty"
     empty.write_text("")
     with pytest.raises((asyncssh.HostKeyNotVerifiable, asyncssh.DisconnectError)):
-        await connect(lab2, lab2.nodes[1], known_hosts=str(empty))
+        await connect(lab, lab.nodes[1], known_hosts=str(empty))
 
 
-def test_known_hosts_lists_mgmt_and_fabric_ips(lab2):
-    text = open(lab2.known_hosts_path).read()
-    for node in lab2.nodes:
+def test_known_hosts_lists_mgmt_and_fabric_ips(lab):
+    text = open(lab.known_hosts_path).read()
+    for node in lab.nodes:
         line = next(l for l in text.splitlines() if node.fabric_ip in l.split()[0].split(","))
         assert node.mgmt_ip in line.split()[0].split(",")
 
 
-async def test_interfaces_inside_each_node(lab2):
-    for node in lab2.nodes:
-        async with ssh_to(lab2, node) as conn:
+async def test_interfaces_inside_each_node(lab):
+    for node in lab.nodes:
+        async with ssh_to(lab, node) as conn:
             r = await conn.run("ip -o -4 addr show", check=True)
             lines = r.stdout.splitlines()
             assert any(l.split()[1] == "lo" and "127.0.0.1/8" in l for l in lines), r.stdout
@@ -61,9 +61,9 @@ async def test_interfaces_inside_each_node(lab2):
             assert len([l for l in lines if "inet " in l]) == 3, r.stdout
 
 
-async def test_fabric_reachability_between_nodes(lab2):
-    head, worker = lab2.nodes[0], lab2.nodes[1]
-    async with ssh_to(lab2, head) as conn:
+async def test_fabric_reachability_between_nodes(lab):
+    head, worker = lab.nodes[0], lab.nodes[1]
+    async with ssh_to(lab, head) as conn:
         r = await conn.run(f"timeout 5 bash -c 'exec 3<>/dev/tcp/{worker.fabric_ip}/22 && head -c 8 <&3'")
         assert r.exit_status == 0 and r.stdout.startswith("SSH-2.0"), (r.stdout, r.stderr)
         py = ("import socket;s=socket.create_connection(('%s',22),3);"
@@ -73,18 +73,18 @@ async def test_fabric_reachability_between_nodes(lab2):
         assert src == head.fabric_ip and banner.startswith("SSH-2.0")
 
 
-def test_status_all_good(lab2):
+def test_status_all_good(lab):
     rep = api.status()
     assert rep["ok"], rep
-    for n, entry in zip(lab2.nodes, rep["nodes"]):
+    for n, entry in zip(lab.nodes, rep["nodes"]):
         assert entry["dockerd_version"]
-        assert entry["image_id"] == lab2.image_id
+        assert entry["image_id"] == lab.image_id
     p = subprocess.run([sys.executable, "-m", "lab", "status"], capture_output=True, text=True,
                        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert p.returncode == 0, p.stdout + p.stderr
 
 
-def test_warm_up_is_fast(lab2):
+def test_warm_up_is_fast(lab):
     import time
     t = time.monotonic()
     api.lab_up(nodes=2)
