@@ -8,11 +8,13 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import yaml
 
 from bot.config import load_config
 from bot.render_text import render
+from cluster.bench.runner import DEFAULT_PROMPT
 from cluster.config import resolve_secrets
 from cluster.controller import Controller
 from cluster.errors import SparkBotError
@@ -70,6 +72,49 @@ def _operation(method: str) -> Command:
         return asyncio.run(_print_events(events, args.json))
 
     return run
+
+
+def _concurrency_list(text: str) -> list[int]:
+    """`1,2,4` -> [1, 2, 4]: positive integers, ascending order kept as given, no duplicates."""
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 1,2,4,8") from None
+    if not levels or any(not 1 <= c <= 1024 for c in levels):
+        raise argparse.ArgumentTypeError(f"{text!r}: each level must be between 1 and 1024")
+    if len(set(levels)) != len(levels):
+        raise argparse.ArgumentTypeError(f"{text!r}: a level appears twice")
+    return levels
+
+
+def _bounded_int(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        return value
+
+    return parse
+
+
+def _default_history() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(state) / "spark-bot" / "bench-history.jsonl"
+
+
+def bench(args: argparse.Namespace) -> int:
+    if not args.prompt.strip():
+        raise SparkBotError("--prompt is empty")
+    controller = _controller(args)
+    events = controller.bench(
+        concurrency=args.concurrency or (), max_tokens=args.max_tokens, runs=args.runs, prompt=args.prompt,
+        requests_per_level=args.requests, allow_busy=args.allow_busy,
+        history=None if args.no_history else (args.history or _default_history()),
+    )
+    return asyncio.run(_print_events(events, args.json))
 
 
 def _node_name(controller: Controller, given: str) -> str:
@@ -139,6 +184,25 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("node", nargs="?", help="head, worker or a node name (default: head)")
             sub.add_argument("--lines", type=int, default=50, choices=range(1, 5001),
                              metavar="N", help="how many lines (1-5000, default 50)")
+
+    sub = command("bench", bench, "measure TTFT and tok/s (single stream, optionally a concurrency sweep)")
+    sub.add_argument("--config", required=True, help="path to the YAML config")
+    sub.add_argument("--concurrency", type=_concurrency_list, metavar="1,2,4",
+                     help="also sweep these concurrency levels (each 1-1024)")
+    sub.add_argument("--max-tokens", type=_bounded_int(2, 32768), default=128, metavar="N",
+                     help="tokens per request (2-32768, default 128; ignore_eos makes it exact)")
+    sub.add_argument("--runs", type=_bounded_int(1, 100), default=3, metavar="N",
+                     help="measured single-stream runs after one warm-up; the median is reported (default 3)")
+    sub.add_argument("--requests", type=_bounded_int(1, 100000), default=None, metavar="K",
+                     help="requests per concurrency level (default: as many as the level)")
+    sub.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt (same for every request)")
+    sub.add_argument("--history", type=Path, default=None, metavar="PATH",
+                     help="JSON-lines history to compare with and append to "
+                     "(default $XDG_STATE_HOME/spark-bot/bench-history.jsonl)")
+    sub.add_argument("--no-history", action="store_true", help="neither compare nor record")
+    sub.add_argument("--allow-busy", action="store_true",
+                     help="measure even when the server already runs requests (a warning instead of a refusal)")
+    sub.add_argument("--json", action="store_true", help="print events as JSON lines")
 
     sub = command("diagnose", diagnose_log, "find the cause of a failure in a vLLM log")
     sub.add_argument("file", nargs="?", default="-", help="log file, or - for standard input")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from cluster.bench.models import BenchReport
 from cluster.events import (
+    BenchResult,
     CheckpointPassed,
     Event,
     Failed,
@@ -64,4 +66,56 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
         return f"{stamp} last {len(event.lines)} lines of {event.container} on {event.node}\n" + _indent(event.lines)
     if isinstance(event, Removed):
         return f"{stamp} {'removed' if event.removed else 'nothing to remove'}: {event.detail}"
+    if isinstance(event, BenchResult):
+        return f"{stamp} benchmark done\n" + render_bench(event.report)
     raise TypeError(f"no rendering for {type(event).__name__}")
+
+
+def _num(value: float | None, fmt: str = ".1f", scale: float = 1.0) -> str:
+    return "-" if value is None else format(value * scale, fmt)
+
+
+def render_bench(report: BenchReport) -> str:
+    """A compact table: single stream, the sweep, the comparison, the cross-check, warnings."""
+    fp = report.fingerprint
+    image = (fp.image_id or "")[:19] or fp.image or "?"
+    lines = [f"    {report.model} at {report.base_url} (setup {report.setup_key}, image {image})",
+             f"    {report.settings.max_tokens} max tokens, prompt {report.settings.prompt[:60]!r}"]
+    if report.sample:
+        sample = report.sample
+        if sample.budget_spent_in_reasoning:
+            lines.append(f"    answer: (token budget spent in reasoning) …{sample.reasoning[-200:].strip()}")
+        else:
+            lines.append(f"    answer: {(sample.text or sample.reasoning).strip()[:300]}")
+    s = report.single
+    if s:
+        approx = " (approximate: no usage, /tokenize)" if s.tokens_approximate else ""
+        split = ""
+        if s.reasoning_tokens:
+            split = f" = {s.reasoning_tokens} reasoning + {s.answer_tokens} answer"
+        lines += [
+            f"    single stream, median of {len(s.runs)} after a warm-up:",
+            f"      decode {_num(s.decode_tok_s)} tok/s (1/TPOT, {_num(s.tpot_s, '.1f', 1000)} ms)  "
+            f"TTFT {_num(s.ttft_s, '.0f', 1000)} ms  e2e {_num(s.e2e_tok_s)} tok/s (incl. TTFT)",
+            f"      {s.completion_tokens} tokens{split}{approx}, finish {s.runs[-1].finish_reason if s.runs else '-'}",
+        ]
+    if report.sweep:
+        lines.append("      conc  output tok/s  decode agg  per-stream  TTFT p50/p90/p99 ms   ok")
+        for level in report.sweep:
+            ttft = "/".join(_num(v, ".0f", 1000) for v in (level.ttft_p50_s, level.ttft_p90_s, level.ttft_p99_s))
+            lines.append(
+                f"    {level.concurrency:6d}  {level.output_tok_s:12.1f}  {_num(level.aggregate_decode_tok_s):>10}"
+                f"  {_num(level.per_stream_decode_tok_s):>10}  {ttft:>19}  {level.ok}/{level.requests}"
+            )
+        lines.append("      (output = tokens / wall time incl. TTFT; decode agg = concurrency x 1/TPOT)")
+    for comparison in report.comparisons:
+        lines.append(f"    vs previous: {comparison.metric}: {comparison.describe()}")
+    if not report.comparisons:
+        lines.append("    vs previous: no earlier run of this setup")
+    lines.append(f"    cross-check: {report.metrics_check.detail or 'not available'}"
+                 + ("" if report.metrics_check.matches is not False else "  MISMATCH"))
+    c = report.client
+    lines.append(f"    client: event-loop lag p99 {c.loop_lag_p99_ms:.1f} ms, parsing {c.parse_share * 100:.2f}% "
+                 f"of {report.duration_s:.1f} s, {c.max_connections} connections")
+    lines += [f"    ⚠ {w}" for w in report.warnings]
+    return "\n".join(lines)

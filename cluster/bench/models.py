@@ -145,7 +145,9 @@ class Comparison(_Model):
     previous_at: datetime
 
     def describe(self) -> str:
-        return f"{self.current:.4g} {self.unit}, previous {self.previous:.4g}, {self.change_pct:+.1f}%"
+        if self.unit == "s":
+            return f"{self.current * 1000:.0f} ms, previous {self.previous * 1000:.0f}, {self.change_pct:+.1f}%"
+        return f"{self.current:.1f} {self.unit}, previous {self.previous:.1f}, {self.change_pct:+.1f}%"
 
 
 class BenchReport(_Model):
