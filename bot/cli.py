@@ -147,6 +147,20 @@ def diagnose_log(args: argparse.Namespace) -> int:
     return 1
 
 
+def run_bot(args: argparse.Namespace) -> int:
+    from bot.app import configure_logging, run_slack
+
+    configure_logging()
+    http = True if args.http else None
+    return asyncio.run(run_slack(load_config(args.config), os.environ, http=http, port=args.port))
+
+
+def run_console(args: argparse.Namespace) -> int:
+    from bot.app import run_console as console
+
+    return asyncio.run(console(load_config(args.config), os.environ, assume_yes=args.yes))
+
+
 Command = Callable[[argparse.Namespace], int]
 
 
@@ -203,6 +217,16 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--allow-busy", action="store_true",
                      help="measure even when the server already runs requests (a warning instead of a refusal)")
     sub.add_argument("--json", action="store_true", help="print events as JSON lines")
+
+    sub = command("run", run_bot, "run the Slack bot (Socket Mode; --http for signed HTTP requests)")
+    sub.add_argument("--config", required=True, help="path to the YAML config")
+    sub.add_argument("--http", action="store_true", help="HTTP mode (SLACK_SIGNING_SECRET) instead of Socket Mode")
+    sub.add_argument("--port", type=_bounded_int(0, 65535), default=None,
+                     help="port for /slack/events and /health (default: slack.port, 3000)")
+
+    sub = command("console", run_console, "the bot's commands in this terminal (type /spark up)")
+    sub.add_argument("--config", required=True, help="path to the YAML config")
+    sub.add_argument("--yes", action="store_true", help="answer yes to confirmations (down, replace)")
 
     sub = command("diagnose", diagnose_log, "find the cause of a failure in a vLLM log")
     sub.add_argument("file", nargs="?", default="-", help="log file, or - for standard input")

@@ -6,16 +6,41 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cluster.config import ClusterConfig
 from cluster.errors import ConfigError
+from handlers.settings import AccessConfig, BotSettings, CommandsConfig, JobsConfig, StoreConfig
+
+
+class SlackConfig(BaseModel):
+    """How the bot meets Slack. Tokens never go here: SLACK_BOT_TOKEN, SLACK_APP_TOKEN and
+    SLACK_SIGNING_SECRET are read from the environment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["socket", "http"] = "socket"
+    host: str = "0.0.0.0"
+    port: int = Field(3000, ge=0, le=65535, description="HTTP mode: /slack/events; both modes: /health")
+    api_url: str | None = Field(None, pattern=r"^https?://[^\s]+/$",
+                                description="Web API base URL (default Slack's); for proxies and tests")
 
 
 class SparkBotConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cluster: ClusterConfig
+    access: AccessConfig = AccessConfig()
+    commands: CommandsConfig = CommandsConfig()
+    jobs: JobsConfig = JobsConfig()
+    store: StoreConfig = StoreConfig()
+    slack: SlackConfig = SlackConfig()
+
+    @property
+    def bot(self) -> BotSettings:
+        return BotSettings(access=self.access, commands=self.commands, jobs=self.jobs, store=self.store)
 
 
 def load_config(path: str | Path) -> SparkBotConfig:
@@ -35,8 +60,10 @@ def load_config(path: str | Path) -> SparkBotConfig:
         config = SparkBotConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(path, root, exc)) from None
-    cluster = config.cluster.with_paths_relative_to(path.resolve().parent)
-    return config.model_copy(update={"cluster": cluster})
+    base = path.resolve().parent
+    cluster = config.cluster.with_paths_relative_to(base)
+    store = config.store.model_copy(update={"path": base / config.store.path.expanduser()})
+    return config.model_copy(update={"cluster": cluster, "store": store})
 
 
 def _describe(path: Path, root: yaml.Node | None, exc: ValidationError) -> str:

@@ -1,0 +1,149 @@
+"""The console adapter: the same handlers in a terminal. Type `/spark up`; parent messages,
+their edits and thread replies are printed; a confirmation is a y/N prompt (or `--yes`)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TextIO
+
+from bot.slack_blocks import ICONS
+from handlers.chat import Posted
+from handlers.dispatch import Action, Dispatcher, Invocation
+from handlers.messages import CONFIRM_ACTION, Attachment, Message
+
+CONSOLE_USER = "console"
+CONSOLE_CHANNEL = "console"
+
+_MARKUP = [
+    (re.compile(r"<@([A-Za-z0-9]+)>"), r"@\1"),
+    (re.compile(r"<#([A-Za-z0-9]+)>"), r"#\1"),
+    (re.compile(r"<([^|>]+)\|([^>]+)>"), r"\2 (\1)"),
+]
+
+
+def plain(text: str) -> str:
+    for pattern, replacement in _MARKUP:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def render_message(message: Message, *, prefix: str = "") -> str:
+    lines = [f"{prefix}┌ {plain(message.title)}"]
+    lines += [f"{prefix}│ {plain(x)}" for x in message.text.splitlines()]
+    for item in message.checklist:
+        took = f" ({item.elapsed_s:.1f}s)" if item.elapsed_s is not None else ""
+        lines.append(f"{prefix}│ {ICONS[item.state]} {item.title}{took}")
+    if message.evidence:
+        lines += [f"{prefix}│ evidence: {x}" for x in message.evidence.splitlines()]
+    if message.code:
+        if message.code_title:
+            lines.append(f"{prefix}│ {message.code_title}:")
+        lines += [f"{prefix}│   | {x}" for x in message.code]
+    for button in message.buttons:
+        lines.append(f"{prefix}│ [{button.label}]")
+    lines.append(f"{prefix}└ {plain(message.footer or '')}".rstrip())
+    return "\n".join(lines)
+
+
+class ConsoleChat:
+    """The Chat port on a terminal. Files are written to `files_dir`."""
+
+    def __init__(self, out: TextIO, files_dir: Path):
+        self.out = out
+        self.files_dir = files_dir
+        self._ids = itertools.count(1)
+        self.pending_confirmations: asyncio.Queue[Message] = asyncio.Queue()
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    async def post(self, channel: str, message: Message, *, thread: str | None = None,
+                   broadcast: bool = False) -> Posted:
+        ts = str(next(self._ids))
+        if thread is None:
+            self._print(render_message(message) + f"  [#{ts}]")
+        else:
+            loud = " (also in the channel)" if broadcast else ""
+            self._print(render_message(message, prefix=f"  #{thread} ↳ ") + loud)
+        return Posted(channel, ts)
+
+    async def update(self, posted: Posted, message: Message) -> None:
+        done = sum(1 for i in message.checklist if i.state == "done")
+        status = f"{done}/{len(message.checklist)} done" if message.checklist else message.tone
+        self._print(f"  #{posted.ts} ↻ {status}  {plain(message.footer or '')}".rstrip())
+
+    async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:
+        self.files_dir.mkdir(parents=True, exist_ok=True)
+        path = self.files_dir / f"{thread}-{attachment.filename}"
+        path.write_text(attachment.content)
+        self._print(f"  #{thread} ↳ 📎 {attachment.title}: {path}")
+
+    async def reply_private(self, channel: str, user: str, message: Message) -> None:
+        self._print(render_message(message))
+        if any(b.action == CONFIRM_ACTION for b in message.buttons):
+            await self.pending_confirmations.put(message)
+
+    async def permalink(self, posted: Posted) -> str | None:
+        return None
+
+
+async def stdin_lines() -> AsyncIterator[str]:
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
+        yield line
+
+
+class Console:
+    """Reads commands line by line; waits for each command's work before reading the next."""
+
+    def __init__(self, dispatcher: Dispatcher, chat: ConsoleChat, *, assume_yes: bool = False):
+        self.dispatcher = dispatcher
+        self.chat = chat
+        self.assume_yes = assume_yes
+
+    async def run(self, lines: AsyncIterator[str]) -> None:
+        self.chat._print("spark-bot console: type `/spark help`, `/spark up`, … (Ctrl-D quits)")
+        lines = aiter(lines)
+        try:
+            async for line in lines:
+                text = line.strip()
+                if not text:
+                    continue
+                if text in {"quit", "exit"}:
+                    break
+                text = text.removeprefix("/spark").strip()
+                reply = await self.dispatcher.command(Invocation(CONSOLE_USER, CONSOLE_CHANNEL, text))
+                if reply is not None:
+                    await self.chat.reply_private(CONSOLE_CHANNEL, CONSOLE_USER, reply)
+                await self._settle(lines)
+        finally:
+            await self.dispatcher.stop()
+
+    async def _settle(self, lines: AsyncIterator[str]) -> None:
+        """Wait for the command's work; answer confirmations it asks for."""
+        while True:
+            await self.dispatcher.idle()
+            if self.chat.pending_confirmations.empty():
+                return
+            question = self.chat.pending_confirmations.get_nowait()
+            button = next(b for b in question.buttons if b.action == CONFIRM_ACTION)
+            if self.assume_yes:
+                answer = "y"
+            else:
+                self.chat._print(f"{button.label}? [y/N] ")
+                answer = (await anext(lines, "")).strip().lower()
+            if answer in {"y", "yes"}:
+                reply = await self.dispatcher.action(Action(CONSOLE_USER, CONSOLE_CHANNEL, CONFIRM_ACTION,
+                                                            button.value))
+                if reply is not None:
+                    self.chat._print(render_message(reply))
+            else:
+                self.chat._print("Not confirmed: nothing was done.")

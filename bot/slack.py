@@ -1,0 +1,176 @@
+"""The Slack adapter: the Chat port over the Web API, the Bolt app (`/spark` and the buttons),
+Socket Mode (default) or signed HTTP, and `/health`.
+
+Tokens and the signing secret are read here, at the edge, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack_blocks import to_slack
+from handlers.chat import ChatError, Posted
+from handlers.dispatch import Action, Dispatcher, Invocation
+from handlers.messages import CANCEL_ACTION, CONFIRM_ACTION, Attachment, Message
+
+log = logging.getLogger(__name__)
+
+
+def make_client(token: str, base_url: str | None = None) -> AsyncWebClient:
+    """A Web API client that honours 429 + Retry-After and retries connection and server errors."""
+    client = AsyncWebClient(token=token, **({"base_url": base_url} if base_url else {}))
+    client.retry_handlers = [
+        AsyncConnectionErrorRetryHandler(max_retry_count=3),
+        AsyncRateLimitErrorRetryHandler(max_retry_count=5),
+        AsyncServerErrorRetryHandler(max_retry_count=2),
+    ]
+    return client
+
+
+class SlackChat:
+    """The Chat port on Slack's Web API."""
+
+    def __init__(self, client: AsyncWebClient):
+        self.client = client
+
+    async def _call(self, what: str, call) -> Any:
+        try:
+            return await call
+        except SlackApiError as error:
+            raise ChatError(f"{what}: Slack answered {error.response.get('error')}") from error
+        except (SlackClientError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
+            raise ChatError(f"{what}: {type(error).__name__}: {error}") from error
+
+    async def post(self, channel: str, message: Message, *, thread: str | None = None,
+                   broadcast: bool = False) -> Posted:
+        extra: dict[str, Any] = {"thread_ts": thread} if thread else {}
+        if thread and broadcast:
+            extra["reply_broadcast"] = True
+        response = await self._call("chat.postMessage", self.client.chat_postMessage(
+            channel=channel, unfurl_links=False, **extra, **to_slack(message)))
+        return Posted(response["channel"], response["ts"])
+
+    async def update(self, posted: Posted, message: Message) -> None:
+        await self._call("chat.update", self.client.chat_update(channel=posted.channel, ts=posted.ts,
+                                                                **to_slack(message)))
+
+    async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:
+        await self._call("files_upload_v2", self.client.files_upload_v2(
+            channel=channel, thread_ts=thread, content=attachment.content, filename=attachment.filename,
+            title=attachment.title, initial_comment=comment))
+
+    async def reply_private(self, channel: str, user: str, message: Message) -> None:
+        await self._call("chat.postEphemeral", self.client.chat_postEphemeral(
+            channel=channel, user=user, **to_slack(message)))
+
+    async def permalink(self, posted: Posted) -> str | None:
+        response = await self._call("chat.getPermalink", self.client.chat_getPermalink(
+            channel=posted.channel, message_ts=posted.ts))
+        return response.get("permalink")
+
+
+def build_app(dispatcher: Dispatcher, client: AsyncWebClient, signing_secret: str | None) -> AsyncApp:
+    app = AsyncApp(client=client, signing_secret=signing_secret,
+                   request_verification_enabled=signing_secret is not None)
+
+    @app.command("/spark")
+    async def spark(ack, command) -> None:
+        reply = await dispatcher.command(Invocation(command["user_id"], command["channel_id"],
+                                                    command.get("text") or ""))
+        if reply is None:
+            await ack()
+        else:
+            payload = to_slack(reply)
+            await ack(text=payload["text"], blocks=payload["blocks"], response_type="ephemeral")
+
+    async def on_action(ack, body, action, respond) -> None:
+        await ack()
+        channel = (body.get("channel") or {}).get("id") or body["container"]["channel_id"]
+        reply = await dispatcher.action(Action(body["user"]["id"], channel, action["action_id"],
+                                               action.get("value") or ""))
+        if reply is not None:
+            payload = to_slack(reply)
+            in_place = bool(body.get("container", {}).get("is_ephemeral"))
+            await respond(text=payload["text"], blocks=payload["blocks"], response_type="ephemeral",
+                          replace_original=in_place)
+
+    app.action(CANCEL_ACTION)(on_action)
+    app.action(CONFIRM_ACTION)(on_action)
+    return app
+
+
+class SlackBot:
+    """Runs the dispatcher on Slack: Socket Mode (app token) or HTTP (signing secret), plus /health."""
+
+    def __init__(self, dispatcher: Dispatcher, client: AsyncWebClient, *, app_token: str | None = None,
+                 signing_secret: str | None = None, http: bool = False, host: str = "0.0.0.0",
+                 port: int = 3000):
+        if http and not signing_secret:
+            raise ValueError("HTTP mode needs SLACK_SIGNING_SECRET")
+        if not http and not app_token:
+            raise ValueError("Socket Mode needs SLACK_APP_TOKEN")
+        self.dispatcher = dispatcher
+        self.client = client
+        self.http = http
+        self.app = build_app(dispatcher, client, signing_secret if http else None)
+        self.app_token = app_token
+        self.host, self.port = host, port
+        self.socket: AsyncSocketModeHandler | None = None
+        self._runner: web.AppRunner | None = None
+        self._http_ready = False
+
+    async def connected(self) -> bool:
+        if self.http:
+            return self._http_ready
+        return self.socket is not None and await self.socket.client.is_connected()
+
+    async def _health(self, request: web.Request) -> web.Response:
+        connected = await self.connected()
+        body = {"ok": connected, "mode": "http" if self.http else "socket", "connected": connected}
+        return web.json_response(body, status=200 if connected else 503)
+
+    async def _events(self, request: web.Request) -> web.Response:
+        return await to_aiohttp_response(await self.app.async_dispatch(await to_bolt_request(request)))
+
+    async def start(self) -> None:
+        await self.dispatcher.start()
+        web_app = web.Application()
+        web_app.router.add_get("/health", self._health)
+        if self.http:
+            web_app.router.add_post("/slack/events", self._events)
+        self._runner = web.AppRunner(web_app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        if self.port == 0:
+            self.port = self._runner.addresses[0][1]
+        if self.http:
+            await self.client.auth_test()  # a bad token fails here, not on the first command
+            self._http_ready = True
+        else:
+            self.socket = AsyncSocketModeHandler(self.app, self.app_token)
+            await self.socket.connect_async()
+        log.info("spark-bot on Slack (%s), health on :%s/health", "HTTP" if self.http else "Socket Mode", self.port)
+
+    async def stop(self) -> None:
+        if self.socket is not None:
+            await self.socket.close_async()
+        await self.dispatcher.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._http_ready = False

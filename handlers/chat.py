@@ -1,0 +1,41 @@
+"""The Chat port: everything handlers need from a chat, and nothing chat-specific.
+
+Adapters (bot/slack.py, bot/console.py) implement it. A call that cannot be delivered raises
+ChatError after the adapter's own retries; handlers log it and carry on: a chat outage never
+stops a job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from handlers.messages import Attachment, Message
+
+
+class ChatError(Exception):
+    """A message could not be delivered (after the adapter's retries)."""
+
+
+@dataclass(frozen=True)
+class Posted:
+    channel: str
+    ts: str
+
+
+class Chat(Protocol):
+    async def post(self, channel: str, message: Message, *, thread: str | None = None,
+                   broadcast: bool = False) -> Posted:
+        """A message in the channel, or a reply in `thread` (also shown in the channel with `broadcast`)."""
+
+    async def update(self, posted: Posted, message: Message) -> None:
+        """Replace a message posted earlier."""
+
+    async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:
+        """A file in a thread."""
+
+    async def reply_private(self, channel: str, user: str, message: Message) -> None:
+        """Only `user` sees it (Slack: ephemeral)."""
+
+    async def permalink(self, posted: Posted) -> str | None:
+        """A link to the message, or None when the chat has none."""

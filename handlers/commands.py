@@ -1,0 +1,254 @@
+"""`/spark …` text -> a validated command model, or a CommandError that carries the usage.
+
+Nothing runs for text that does not parse: unknown subcommand, a bad number, an override the
+config does not allow or outside its bounds, any character outside a small safe set.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cluster.config import ClusterConfig
+from handlers.settings import CommandsConfig, Level
+
+_SAFE_TOKEN = re.compile(r"^[A-Za-z0-9._=,:-]+$")
+
+USAGE = """\
+`/spark up [PRESET] [max_model_len=N] [gpu_memory_utilization=F] [max_num_seqs=N]` launch the cluster (only the overrides the config allows)
+`/spark verify` re-check a running cluster, checkpoint by checkpoint
+`/spark bench [concurrency=1,2,4] [max_tokens=N] [runs=N]` measure TTFT and tok/s
+`/spark status` containers and API health
+`/spark logs [head|worker|NODE] [LINES]` the tail of a node's container log
+`/spark down` stop and remove the containers (asks for confirmation)
+`/spark cancel` stop the running job and clean up
+`/spark help` this text"""
+
+
+class CommandError(ValueError):
+    """The text is not a valid command: `str(error)` says why; USAGE says what is."""
+
+
+class _Command(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: ClassVar[str]
+    level: ClassVar[Level]
+
+    def text(self) -> str:
+        """The canonical command text (what a confirmation button carries back)."""
+        return self.name
+
+
+class Up(_Command):
+    name: ClassVar[str] = "up"
+    level: ClassVar[Level] = "operate"
+    preset: str | None = None
+    overrides: dict[str, float] = Field(default_factory=dict)
+
+    def text(self) -> str:
+        parts = ["up"] + ([self.preset] if self.preset else [])
+        return " ".join(parts + [f"{k}={_number(v)}" for k, v in sorted(self.overrides.items())])
+
+    def settings(self, commands: CommandsConfig) -> dict[str, float]:
+        """Preset values, then the explicit overrides on top."""
+        return {**(commands.presets.get(self.preset, {}) if self.preset else {}), **self.overrides}
+
+    def apply(self, cluster: ClusterConfig, commands: CommandsConfig) -> ClusterConfig:
+        values = self.settings(commands)
+        if not values:
+            return cluster
+        serve = {k: (v if k == "gpu_memory_utilization" else int(v)) for k, v in values.items()}
+        return cluster.model_copy(update={"serve": cluster.serve.model_copy(update=serve)})
+
+
+class Verify(_Command):
+    name: ClassVar[str] = "verify"
+    level: ClassVar[Level] = "read"
+
+
+class Bench(_Command):
+    name: ClassVar[str] = "bench"
+    level: ClassVar[Level] = "operate"
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
+    max_tokens: int = Field(128, ge=2)
+    runs: int = Field(3, ge=1, le=20)
+
+    def text(self) -> str:
+        parts = ["bench", f"max_tokens={self.max_tokens}", f"runs={self.runs}"]
+        if self.concurrency:
+            parts.append("concurrency=" + ",".join(map(str, self.concurrency)))
+        return " ".join(parts)
+
+
+class Status(_Command):
+    name: ClassVar[str] = "status"
+    level: ClassVar[Level] = "read"
+
+
+class Logs(_Command):
+    name: ClassVar[str] = "logs"
+    level: ClassVar[Level] = "read"
+    node: str = Field(description="a node name, resolved from head/worker by the parser")
+    lines: int = Field(50, ge=1)
+
+    def text(self) -> str:
+        return f"logs {self.node} {self.lines}"
+
+
+class Down(_Command):
+    name: ClassVar[str] = "down"
+    level: ClassVar[Level] = "operate"
+
+
+class Cancel(_Command):
+    name: ClassVar[str] = "cancel"
+    level: ClassVar[Level] = "operate"
+
+
+class Help(_Command):
+    name: ClassVar[str] = "help"
+    level: ClassVar[Level] = "read"
+
+
+Command = Up | Verify | Bench | Status | Logs | Down | Cancel | Help
+LEVELS: dict[str, Level] = {c.name: c.level for c in (Up, Verify, Bench, Status, Logs, Down, Cancel, Help)}
+
+
+def parse_command(text: str, cluster: ClusterConfig, commands: CommandsConfig) -> Command:
+    words = text.split()
+    if not words:
+        return Help()
+    for word in words:
+        if not _SAFE_TOKEN.match(word):
+            raise CommandError(f"`{word[:40]}`: only letters, digits and . _ = , : - are accepted")
+    name, args = words[0].lower(), words[1:]
+    parse = _PARSERS.get(name)
+    if parse is None:
+        raise CommandError(f"unknown command `{name}`")
+    try:
+        return parse(args, cluster, commands)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or name
+        raise CommandError(f"`{name}`: {field}: {first['msg']}") from None
+
+
+def _no_args(model: type[_Command]):
+    def parse(args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> _Command:
+        if args:
+            raise CommandError(f"`{model.name}` takes no arguments (got `{' '.join(args)}`)")
+        return model()
+
+    return parse
+
+
+def _pairs(command: str, args: list[str]) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep or not key or not value:
+            raise CommandError(f"`{command}`: expected key=value, got `{arg}`")
+        if key in pairs:
+            raise CommandError(f"`{command}`: `{key}` given twice")
+        pairs[key] = value
+    return pairs
+
+
+def _float(command: str, key: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise CommandError(f"`{command}`: {key}=`{value}` is not a number") from None
+
+
+def _int(command: str, key: str, value: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,9}", value):
+        raise CommandError(f"`{command}`: {key}=`{value}` is not a whole number")
+    return int(value)
+
+
+def _parse_up(args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Up:
+    preset = None
+    if args and "=" not in args[0]:
+        preset = args.pop(0)
+        if preset not in commands.presets:
+            known = ", ".join(f"`{p}`" for p in commands.presets) or "none configured"
+            raise CommandError(f"`up`: unknown preset `{preset}` (presets: {known})")
+    overrides: dict[str, float] = {}
+    for key, value in _pairs("up", args).items():
+        bound = commands.overrides.get(key)  # type: ignore[call-overload]
+        if bound is None:
+            allowed = ", ".join(f"`{k}`" for k in commands.overrides) or "none: the config allows no override"
+            raise CommandError(f"`up`: `{key}` cannot be overridden (allowed: {allowed})")
+        number = _float("up", key, value) if key == "gpu_memory_utilization" else _int("up", key, value)
+        if not bound.min <= number <= bound.max:
+            raise CommandError(f"`up`: {key}={value} is outside {_number(bound.min)}..{_number(bound.max)}")
+        overrides[key] = number
+    return Up(preset=preset, overrides=overrides)
+
+
+def _parse_bench(args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Bench:
+    values: dict[str, object] = {}
+    for key, value in _pairs("bench", args).items():
+        if key == "concurrency":
+            levels = [_int("bench", key, part) for part in value.split(",") if part]
+            if not levels or any(not 1 <= c <= commands.bench_max_concurrency for c in levels):
+                raise CommandError(f"`bench`: each concurrency level must be 1..{commands.bench_max_concurrency}")
+            if len(set(levels)) != len(levels):
+                raise CommandError("`bench`: a concurrency level appears twice")
+            values[key] = levels
+        elif key == "max_tokens":
+            tokens = _int("bench", key, value)
+            if not 2 <= tokens <= commands.bench_max_tokens:
+                raise CommandError(f"`bench`: max_tokens must be 2..{commands.bench_max_tokens}")
+            values[key] = tokens
+        elif key == "runs":
+            values[key] = _int("bench", key, value)
+        else:
+            raise CommandError(f"`bench`: unknown option `{key}` (concurrency, max_tokens, runs)")
+    return Bench.model_validate(values)
+
+
+def _parse_logs(args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Logs:
+    node, lines = cluster.head.name, 50
+    rest = list(args)
+    if rest and not rest[0].isdigit():
+        node = resolve_node(rest.pop(0), cluster)
+    if rest:
+        lines = _int("logs", "LINES", rest.pop(0))
+        if not 1 <= lines <= commands.logs_max_lines:
+            raise CommandError(f"`logs`: LINES must be 1..{commands.logs_max_lines}")
+    if rest:
+        raise CommandError(f"`logs`: unexpected `{' '.join(rest)}`")
+    return Logs(node=node, lines=lines)
+
+
+def resolve_node(given: str, cluster: ClusterConfig) -> str:
+    if given == "head":
+        return cluster.head.name
+    if given == "worker":
+        if not cluster.workers:
+            raise CommandError("`logs`: this cluster has no worker")
+        return cluster.workers[0].name
+    names = [n.name for n in cluster.nodes]
+    if given not in names:
+        raise CommandError(f"`logs`: unknown node `{given}` (head, worker, {', '.join(names)})")
+    return given
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+_PARSERS = {
+    "up": _parse_up,
+    "verify": _no_args(Verify),
+    "bench": _parse_bench,
+    "status": _no_args(Status),
+    "logs": _parse_logs,
+    "down": _no_args(Down),
+    "cancel": _no_args(Cancel),
+    "help": _no_args(Help),
+}

@@ -1,0 +1,271 @@
+"""What `/spark …` means: parse, authorize, then answer at once or start a job.
+
+Adapters call `command()` and `action()`; both return quickly (the reply to show the user
+privately, or None) and leave any work to tasks the job manager owns.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from cluster.checkpoints import Checkpoint, launch_plan, verify_plan
+from cluster.config import ClusterConfig
+from cluster.events import BenchResult, Event, LogTail, Ready, StatusReport
+from handlers import commands as c
+from handlers.access import Access
+from handlers.chat import Chat
+from handlers.jobs import Busy, ControllerFactory, Job, JobManager, describe_state, since
+from handlers.messages import CANCEL_ACTION, CONFIRM_ACTION, Attachment, Button, Confirm, Message
+from handlers.render import INLINE_CHARS, Delivery
+from handlers.settings import BotSettings
+from handlers.store import Store
+
+log = logging.getLogger(__name__)
+
+BENCH = Checkpoint("bench", "Benchmark", "bench")
+
+
+@dataclass(frozen=True)
+class Invocation:
+    user: str
+    channel: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Action:
+    user: str
+    channel: str
+    action: str
+    value: str
+
+
+class Dispatcher:
+    def __init__(self, cluster: ClusterConfig, settings: BotSettings, chat: Chat, store: Store,
+                 controller_for: ControllerFactory, access: Access | None = None):
+        self.cluster = cluster
+        self.settings = settings
+        self.chat = chat
+        self.store = store
+        self.access = access or Access(settings.access)
+        self.jobs = JobManager(cluster, settings, chat, store, controller_for)
+        self.controller_for = controller_for
+        self.deliver = Delivery(chat)
+
+    async def start(self) -> None:
+        await self.store.open()
+        await self.jobs.reconcile()
+
+    async def stop(self) -> None:
+        await self.jobs.stop()
+        await self.store.close()
+
+    # -- entry points -----------------------------------------------------------------------
+
+    async def command(self, invocation: Invocation) -> Message | None:
+        """The private reply to show at once (None: nothing to say); the work goes to a task."""
+        user, channel, text = invocation.user, invocation.channel, invocation.text.strip()
+        try:
+            command = c.parse_command(text, self.cluster, self.settings.commands)
+        except c.CommandError as error:
+            await self.store.audit(user, channel, text[:200], f"invalid: {error}")
+            return Message(title="That is not a /spark command I can run", tone="warning",
+                           text=f"{error}\n\n*Usage*\n{c.USAGE}")
+        denied = self._denied(command, user, channel)
+        if denied:
+            return denied
+        if isinstance(command, c.Help):
+            await self.store.audit(user, channel, "help", "answered")
+            return Message(title="/spark: run the vLLM cluster from here",
+                           text=f"Cluster `{self.cluster.name}`: {len(self.cluster.nodes)} node(s), "
+                                f"model `{self.cluster.serve.model}`.\n\n{c.USAGE}")
+        if isinstance(command, c.Cancel):
+            return await self._cancel(user, channel)
+        self.jobs.spawn(self._run(command, invocation, confirmed=False), f"command-{command.name}")
+        return None
+
+    async def action(self, action: Action) -> Message | None:
+        """A button click; the reply replaces the clicked private message (None: leave it)."""
+        if action.action == CANCEL_ACTION:
+            denied = self._denied(c.Cancel(), action.user, action.channel)
+            if denied:
+                return denied
+            job = self.jobs.cancel(action.user, int(action.value) if action.value.isdigit() else None)
+            outcome = f"cancelled job {job.record.id}" if job else "nothing to cancel"
+            await self.store.audit(action.user, action.channel, "cancel (button)", outcome)
+            return None
+        if action.action == CONFIRM_ACTION:
+            try:
+                command = c.parse_command(action.value, self.cluster, self.settings.commands)
+            except c.CommandError as error:
+                return Message(title="This confirmation is no longer valid", text=str(error), tone="warning")
+            denied = self._denied(command, action.user, action.channel)
+            if denied:
+                return denied
+            invocation = Invocation(action.user, action.channel, command.text())
+            self.jobs.spawn(self._run(command, invocation, confirmed=True), f"confirmed-{command.name}")
+            return Message(title=f"Confirmed: `/spark {command.text()}`", text=f"by <@{action.user}>")
+        log.warning("unknown action %s", action.action)
+        return None
+
+    async def idle(self) -> None:
+        await self.jobs.idle()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _denied(self, command: c.Command, user: str, channel: str) -> Message | None:
+        decision = self.access.check(command.level, user, channel, command.name)
+        if decision.allowed:
+            return None
+        self.jobs.spawn(self.store.audit(user, channel, command.text(), "denied"), "audit")
+        return Message(title="Not allowed", text=decision.reason, tone="warning")
+
+    async def _reply(self, invocation: Invocation, message: Message) -> None:
+        await self.deliver(f"private reply to {invocation.user}",
+                           self.chat.reply_private(invocation.channel, invocation.user, message))
+
+    async def _cancel(self, user: str, channel: str) -> Message:
+        job = self.jobs.cancel(user)
+        if job is None:
+            await self.store.audit(user, channel, "cancel", "nothing to cancel")
+            return Message(title="Nothing to cancel", text="No job is running on this cluster.")
+        await self.store.audit(user, channel, "cancel", f"cancelled job {job.record.id}", job.record.id,
+                               job.view.link)
+        return Message(title=f"Cancelling job #{job.record.id}",
+                       text=f"`/spark {job.record.command}` by <@{job.record.user}>: stopping and cleaning up.")
+
+    async def _run(self, command: c.Command, invocation: Invocation, *, confirmed: bool) -> None:
+        if isinstance(command, c.Status):
+            await self._status(invocation)
+        elif isinstance(command, c.Logs):
+            await self._logs(command, invocation)
+        else:
+            await self._job(command, invocation, confirmed)
+
+    async def _status(self, invocation: Invocation) -> None:
+        events = [e async for e in self.controller_for(self.cluster).status()]
+        report = next(e for e in events if isinstance(e, StatusReport))
+        lines = [f"`{x.node}` {x.container}: *{x.status}*"
+                 + (f" since {x.started_at:%Y-%m-%d %H:%M} UTC" if x.started_at and x.running else "")
+                 for x in report.containers]
+        health = {True: "healthy", False: "NOT healthy", None: "not asked"}[report.api_healthy]
+        job = self.jobs.current
+        busy = (f"\nRunning: job #{job.record.id} `/spark {job.record.command}` by <@{job.record.user}>"
+                if job else "")
+        watching = "\nWatching: yes" if self.jobs.watching else ""
+        await self.store.audit(invocation.user, invocation.channel, "status", "answered")
+        await self._reply(invocation, Message(
+            title=f"Status of `{self.cluster.name}`", tone="success" if report.api_healthy else "neutral",
+            text="\n".join(lines) + f"\nAPI: {health} ({report.api_detail}){busy}{watching}"))
+
+    async def _logs(self, command: c.Logs, invocation: Invocation) -> None:
+        events = [e async for e in self.controller_for(self.cluster).logs(command.node, command.lines)]
+        tail = next(e for e in events if isinstance(e, LogTail))
+        await self.store.audit(invocation.user, invocation.channel, command.text(), "answered")
+        inline = tail.lines[-self.settings.jobs.inline_log_lines:]
+        title = f"Last {len(tail.lines)} lines of `{tail.container}` on `{tail.node}`"
+        if len(tail.lines) == len(inline) and sum(len(x) + 1 for x in inline) <= INLINE_CHARS:
+            await self._reply(invocation, Message(title=title, code=tail.lines or ["(empty)"]))
+            return
+        # Too long for a message: a short post in the channel, the whole log as a file in its thread.
+        posted = await self.deliver("logs message", self.chat.post(invocation.channel, Message(
+            title=title, text=f"Asked by <@{invocation.user}>; the whole tail is in the thread as a file.",
+            code=inline, code_title=f"last {len(inline)} lines")))
+        if posted:
+            await self.deliver("logs file", self.chat.upload(
+                invocation.channel, posted.ts,
+                Attachment(filename=f"{tail.node}-{tail.container}.log", title=title,
+                           content="\n".join(tail.lines) + "\n"), title))
+
+    async def _job(self, command: c.Command, invocation: Invocation, confirmed: bool) -> None:
+        try:
+            record = await self.jobs.open_job(command.text(), invocation.user, invocation.channel)
+        except Busy as busy:
+            holder = busy.holder.job
+            link = f" · <{holder.link}|the job's thread>" if holder.link else ""
+            await self.store.audit(invocation.user, invocation.channel, command.text(),
+                                   f"refused: busy with job {holder.id}")
+            await self._reply(invocation, Message(
+                title="Busy: one job at a time on this cluster", tone="warning",
+                text=f"Job #{holder.id} `/spark {holder.command}` by <@{holder.user}> since "
+                     f"{since(busy.holder.since)}{link}. `/spark cancel` stops it."))
+            return
+        if not confirmed:
+            question = await self._confirmation(command)
+            if question is not None:
+                await self.jobs.close_unstarted(record, "unconfirmed", "asked for confirmation")
+                await self.store.audit(invocation.user, invocation.channel, command.text(),
+                                       "asked for confirmation", record.id)
+                await self._reply(invocation, question)
+                return
+        controller = self.controller_for(self.cluster)
+        if isinstance(command, c.Up):
+            await self.jobs.stop_watch()
+            config = command.apply(self.cluster, self.settings.commands)
+            events = self.controller_for(config).up(replace=confirmed)
+            await self.jobs.run(record, title=f"🚀 Launch on `{self.cluster.name}`", plan=launch_plan(config),
+                                events=events, on_event=self._after_up,
+                                success_footer=_up_footer)
+        elif isinstance(command, c.Verify):
+            await self.jobs.run(record, title=f"🔍 Verify `{self.cluster.name}`", plan=verify_plan(self.cluster),
+                                events=controller.verify(), success_footer=lambda job: "Verified")
+        elif isinstance(command, c.Bench):
+            history = self.settings.store.path.with_suffix(".bench-history.jsonl")
+            events = controller.bench(concurrency=command.concurrency, max_tokens=command.max_tokens,
+                                      runs=command.runs, history=history)
+            await self.jobs.run(record, title=f"📊 Benchmark on `{self.cluster.name}`", plan=[BENCH],
+                                events=events, on_event=self._after_bench, success_footer=_bench_footer)
+        elif isinstance(command, c.Down):
+            await self.jobs.stop_watch()
+            await self.jobs.run(record, title=f"🧹 Tear down `{self.cluster.name}`", plan=[],
+                                events=controller.down(), success_footer=_down_footer)
+
+    async def _confirmation(self, command: c.Command) -> Message | None:
+        if isinstance(command, c.Down):
+            return _confirm(command, f"Stop and remove `{self.cluster.container.name}` on every node of "
+                            f"`{self.cluster.name}`?", "Tear down", "The vLLM server stops for everyone.")
+        if isinstance(command, c.Up):
+            events = [e async for e in self.controller_for(self.cluster).status()]
+            report = next(e for e in events if isinstance(e, StatusReport))
+            if any(x.present for x in report.containers):
+                return _confirm(command, f"`{self.cluster.name}` is already running ({describe_state(report)}). "
+                                "Replace it?", "Replace", "The running server is removed and launched again.")
+        return None
+
+    async def _after_up(self, job: Job, event: Event) -> None:
+        if isinstance(event, Ready):
+            await self.jobs.start_watch(job.record, job.view)
+
+    async def _after_bench(self, job: Job, event: Event) -> None:
+        if isinstance(event, BenchResult):
+            await self.store.add_bench(job.record.id, event.report.model_dump_json())
+            job.view.items["bench"] = job.view.items["bench"].model_copy(
+                update={"state": "done", "elapsed_s": event.elapsed_s})
+
+
+def _confirm(command: c.Command, question: str, label: str, consequence: str) -> Message:
+    return Message(
+        title="Confirm", text=question, tone="warning",
+        buttons=[Button(label=label, action=CONFIRM_ACTION, value=command.text(), style="danger",
+                        confirm=Confirm(title=f"{label}?", text=consequence, confirm=label, deny="Keep it"))],
+    )
+
+
+def _up_footer(job: Job) -> str:
+    ready = next((e for e in job.events if isinstance(e, Ready)), None)
+    if ready and ready.sample and ready.sample.decode_tps:
+        return f"Ready: `{ready.model}`, sample at {ready.sample.decode_tps:.1f} tok/s"
+    return "Ready"
+
+
+def _bench_footer(job: Job) -> str:
+    result = next((e for e in job.events if isinstance(e, BenchResult)), None)
+    if result and result.report.single and result.report.single.decode_tok_s:
+        return f"Benchmark: {result.report.single.decode_tok_s:.1f} tok/s single stream"
+    return "Benchmark done"
+
+
+def _down_footer(job: Job) -> str:
+    removed = sum(1 for e in job.events if getattr(e, "removed", False))
+    return f"Removed {removed} container(s)"

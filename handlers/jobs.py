@@ -1,0 +1,280 @@
+"""The job manager: one job at a time per cluster (the lock, in SQLite), every job an owned task,
+cancel through the controller's own cancellation, the watch after `up`, and reconciliation with
+the real cluster after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cluster.checkpoints import Checkpoint
+from cluster.config import ClusterConfig
+from cluster.controller import Controller
+from cluster.events import Event, Failed, StatusReport
+from handlers.chat import Chat, Posted
+from handlers.messages import Message, Tone
+from handlers.render import JobView
+from handlers.settings import BotSettings
+from handlers.store import JobRecord, LockRecord, Store, now
+
+log = logging.getLogger(__name__)
+
+ControllerFactory = Callable[[ClusterConfig], Controller]
+
+
+class Busy(Exception):
+    def __init__(self, holder: LockRecord):
+        super().__init__(f"job {holder.job.id} holds the lock")
+        self.holder = holder
+
+
+@dataclass
+class Job:
+    record: JobRecord
+    view: JobView
+    task: asyncio.Task
+    cancelled_by: str | None = None
+    outcome: str = "running"
+    tone: Tone = "running"
+    footer: str = ""
+    events: list[Event] = field(default_factory=list)
+
+
+class JobManager:
+    def __init__(self, cluster: ClusterConfig, settings: BotSettings, chat: Chat, store: Store,
+                 controller_for: ControllerFactory):
+        self.cluster = cluster
+        self.settings = settings
+        self.chat = chat
+        self.store = store
+        self.controller_for = controller_for
+        self.instance = uuid.uuid4().hex
+        self.current: Job | None = None
+        self.watching: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- owned tasks ------------------------------------------------------------------------
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
+        task = asyncio.create_task(self._logged(coro, name), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    @staticmethod
+    async def _logged(coro: Coroutine[Any, Any, Any], name: str) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("task %s failed", name)
+
+    async def idle(self) -> None:
+        """Wait until no command task runs (the watch may go on)."""
+        while self._tasks - {self.watching}:
+            await asyncio.gather(*(self._tasks - {self.watching}), return_exceptions=True)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    async def open_job(self, command: str, user: str, channel: str) -> JobRecord:
+        """A job row holding the cluster lock, or Busy naming the holder."""
+        record = await self.store.create_job(self.cluster.name, command, user, channel)
+        holder = await self.store.acquire(self.cluster.name, record.id, self.instance)
+        if holder is not None:
+            await self.store.finish_job(record.id, "refused", f"busy: job {holder.job.id} holds the lock")
+            raise Busy(holder)
+        return record
+
+    async def close_unstarted(self, record: JobRecord, state: str, outcome: str) -> None:
+        await self.store.finish_job(record.id, state, outcome)
+        await self.store.release(self.cluster.name, record.id)
+
+    async def run(self, record: JobRecord, *, title: str, plan: list[Checkpoint],
+                  events: AsyncIterator[Event], on_event: Callable[[Job, Event], Coroutine] | None = None,
+                  success_footer: Callable[[Job], str] = lambda job: "Done") -> Job:
+        """Post the parent, feed it the events, finish it; the lock is released in every case."""
+        view = JobView(self.chat, record.channel, title=title,
+                       text=f"<@{record.user}> ran `/spark {record.command}` · job #{record.id}",
+                       plan=plan, job_id=record.id, requester=record.user, settings=self.settings.jobs,
+                       on_parent=lambda m: self.store.save_parent(record.id, m.model_dump_json()))
+        job = Job(record, view, asyncio.current_task())  # type: ignore[arg-type]
+        self.current = job
+        started = asyncio.get_running_loop().time()
+        try:
+            posted = await view.open()
+            if posted:
+                await self.store.set_parent(record.id, posted.ts, view.link, view.parent.model_dump_json())
+            async for event in events:
+                job.events.append(event)
+                await view.event(event)
+                if on_event:
+                    await on_event(job, event)
+                if isinstance(event, Failed):
+                    job.outcome, job.tone = f"failed: {event.title}: {event.summary}", "failure"
+            if job.tone != "failure":
+                job.outcome, job.tone, job.footer = "succeeded", "success", success_footer(job)
+                await view.finish("success", f"✔ {job.footer} in {_took(started)}")
+        except asyncio.CancelledError:
+            who = job.cancelled_by
+            job.outcome = f"cancelled by {who}" if who else "cancelled: the bot is shutting down"
+            job.tone = "warning"
+            footer = (f"✋ Cancelled by <@{who}> after {_took(started)}; the controller removed what it started"
+                      if who else "✋ Cancelled: the bot shut down; the controller removed what it started")
+            await asyncio.shield(self._finish_view(view, footer))
+            if who is None:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        except Exception as error:  # noqa: BLE001 - anything the controller did not turn into Failed
+            log.exception("job %s crashed", record.id)
+            job.outcome, job.tone = f"error: {error}", "failure"
+            await view.refresh(force=True, tone="failure", buttons=[], footer=f"✘ Error: {error}")
+            await view.reply(Message(title="✘ The job stopped on an error", tone="failure", mention=record.user,
+                                     text=f"<@{record.user}> {type(error).__name__}: {error}"), broadcast=True)
+        finally:
+            await view.close()
+            state = {"success": "succeeded", "failure": "failed"}.get(job.tone, "cancelled")
+            await asyncio.shield(self._record_end(record, state, job.outcome, view.link))
+            if self.current is job:
+                self.current = None
+        return job
+
+    async def _finish_view(self, view: JobView, footer: str) -> None:
+        await view.finish("warning", footer)
+        await view.reply(Message(title="✋ Cancelled", text=footer, tone="warning"))
+
+    async def _record_end(self, record: JobRecord, state: str, outcome: str, link: str | None) -> None:
+        await self.store.finish_job(record.id, state, outcome)
+        await self.store.release(self.cluster.name, record.id)
+        await self.store.audit(record.user, record.channel, record.command, outcome, record.id, link)
+
+    def cancel(self, user: str, job_id: int | None = None) -> Job | None:
+        job = self.current
+        if job is None or (job_id is not None and job.record.id != job_id) or job.cancelled_by:
+            return None
+        job.cancelled_by = user
+        job.task.cancel()
+        return job
+
+    # -- the watch --------------------------------------------------------------------------
+
+    async def start_watch(self, record: JobRecord, view: JobView) -> None:
+        await self.store.set_watch(self.cluster.name, record.id)
+        await self.stop_watch(clear=False)
+        self.watching = self.spawn(self._watch(record, view), f"watch-{record.id}")
+
+    async def stop_watch(self, *, clear: bool = True) -> None:
+        task, self.watching = self.watching, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if clear:
+            await self.store.clear_watch(self.cluster.name)
+
+    async def _watch(self, record: JobRecord, view: JobView) -> None:
+        controller = self.controller_for(self.cluster)
+        try:
+            async for event in controller.watch(health_interval=self.settings.jobs.watch_health_interval):
+                if isinstance(event, Failed):
+                    await self.store.clear_watch(self.cluster.name)
+                    await view.failed(event, during=" while serving")
+                    await self.store.audit(record.user, record.channel, "watch",
+                                           f"failed: {event.title}: {event.summary}", record.id, record.link)
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - report, do not crash the bot
+            log.exception("watch of job %s stopped", record.id)
+            await view.reply(Message(title="⚠ Stopped watching the cluster", tone="warning",
+                                     text=f"{type(error).__name__}: {error}. `/spark status` shows the state; "
+                                          "`/spark verify` re-checks it."))
+
+    # -- after a restart --------------------------------------------------------------------
+
+    def view_for(self, record: JobRecord) -> JobView:
+        """The messages of a job posted by an earlier run of the bot (from what the store kept)."""
+        view = JobView(self.chat, record.channel, title="", text="", plan=[], job_id=record.id,
+                       requester=record.user, settings=self.settings.jobs,
+                       on_parent=lambda m: self.store.save_parent(record.id, m.model_dump_json()))
+        if record.parent_json:
+            view.parent = Message.model_validate_json(record.parent_json)
+            view.items = {str(i): item for i, item in enumerate(view.parent.checklist)}
+        view.parent = view.parent.model_copy(update={"buttons": []})
+        if record.ts:
+            view.posted = Posted(record.channel, record.ts)
+            view.link = record.link
+        return view
+
+    async def reconcile(self) -> None:
+        """Release the locks of jobs a previous run left behind, compare with the real cluster,
+        and watch a running cluster again in the thread of the job that launched it."""
+        interrupted: list[JobRecord] = []
+        for lock in await self.store.locks():
+            await self.store.release(lock.cluster, lock.job.id)
+            await self.store.finish_job(lock.job.id, "interrupted", "the bot stopped during the job")
+            await self.store.audit(lock.job.user, lock.job.channel, lock.job.command,
+                                   "interrupted: the bot stopped during the job", lock.job.id, lock.job.link)
+            interrupted.append(lock.job)
+        try:
+            [report] = [e async for e in self.controller_for(self.cluster).status()
+                        if isinstance(e, StatusReport)]
+        except Exception as error:  # noqa: BLE001
+            log.error("reconcile: cannot read the cluster state: %s", error)
+            report = None
+        running = bool(report) and bool(report.containers) and all(c.running for c in report.containers)
+        watch = await self.store.watch(self.cluster.name)
+        launched = next((j for j in reversed(interrupted) if j.command.split()[0] == "up"), None)
+        if launched and running:
+            watch = launched
+        for record in interrupted:
+            view = self.view_for(record)
+            state = describe_state(report)
+            footer = "⚠ Interrupted: the bot restarted during this job (lock released)"
+            await view.finish("warning", footer)
+            resumed = running and watch is not None and watch.id == record.id
+            then = " Watching it again from here." if resumed else ""
+            await view.reply(Message(title="⚠ The bot restarted during this job", tone="warning",
+                                     text=f"The lock is released. Cluster now: {state}.{then}"))
+        if watch is None:
+            return
+        view = self.view_for(watch)
+        if running:
+            if watch not in interrupted:
+                await view.reply(Message(title="👀 Watching again after a bot restart", tone="neutral",
+                                         text=f"Cluster now: {describe_state(report)}."))
+            await self.start_watch(watch, view)
+        else:
+            await self.store.clear_watch(self.cluster.name)
+            if report is not None:
+                await view.reply(Message(
+                    title="⚠ The cluster stopped while the bot was away", tone="warning", mention=watch.user,
+                    text=f"<@{watch.user}> cluster now: {describe_state(report)}. `/spark up` relaunches it."),
+                    broadcast=True)
+
+
+def describe_state(report: StatusReport | None) -> str:
+    if report is None:
+        return "unknown (the nodes did not answer)"
+    parts = [f"`{c.node}` {c.status}" for c in report.containers]
+    health = {True: "API healthy", False: "API not healthy", None: "API not asked"}[report.api_healthy]
+    return ", ".join(parts) + f"; {health}"
+
+
+def _took(started: float) -> str:
+    return f"{asyncio.get_running_loop().time() - started:.1f}s"
+
+
+def since(moment: datetime) -> str:
+    minutes = int((now() - moment).total_seconds() // 60)
+    return f"{moment:%H:%M:%S} UTC ({minutes} min ago)" if minutes else f"{moment:%H:%M:%S} UTC (just now)"
+

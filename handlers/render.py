@@ -1,0 +1,268 @@
+"""Controller events -> chat messages for one job: the parent message as a live checklist edited
+in place (throttled), a thread reply per checkpoint, and a loud notification on failure.
+
+Text uses a small markup every adapter understands: *bold*, `code`, <@USER>, <#CHANNEL>,
+<URL|label>. Secrets never reach here: the controller redacts log lines before they leave it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from cluster.bench.models import BenchReport
+from cluster.checkpoints import Checkpoint
+from cluster.events import BenchResult, CheckpointPassed, Event, Failed, Progress, Ready, Removed
+from handlers.chat import Chat, Posted
+from handlers.messages import (
+    CANCEL_ACTION,
+    Attachment,
+    Button,
+    ChecklistItem,
+    Confirm,
+    Message,
+    Tone,
+)
+from handlers.settings import JobsConfig
+
+log = logging.getLogger(__name__)
+
+INLINE_CHARS = 2500  # a log tail longer than this also goes up as a file
+
+
+class Delivery:
+    """Chat calls that must not stop a job: failures are logged with what was lost."""
+
+    def __init__(self, chat: Chat):
+        self.chat = chat
+        self.failures: list[str] = []
+
+    async def __call__(self, what: str, call: Awaitable):
+        try:
+            return await call
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a chat outage must never end a job
+            log.error("could not deliver %s: %s", what, error)
+            self.failures.append(f"{what}: {error}")
+            return None
+
+
+class JobView:
+    """The messages of one job. `parent` is the current parent message (persisted by the caller)."""
+
+    def __init__(
+        self,
+        chat: Chat,
+        channel: str,
+        *,
+        title: str,
+        text: str,
+        plan: list[Checkpoint],
+        job_id: int,
+        requester: str,
+        settings: JobsConfig,
+        on_parent: Callable[[Message], Awaitable[None]] | None = None,
+    ):
+        self.deliver = Delivery(chat)
+        self.chat = chat
+        self.channel = channel
+        self.job_id = job_id
+        self.requester = requester
+        self.settings = settings
+        self.on_parent = on_parent
+        self.items: dict[str, ChecklistItem] = {c.id: ChecklistItem(title=c.title) for c in plan}
+        self.parent = Message(title=title, text=text, tone="running", buttons=[self._cancel_button()])
+        self.posted: Posted | None = None
+        self.link: str | None = None
+        self._progress: str | None = None
+        self._last_update = 0.0
+        self._deferred: asyncio.Task | None = None
+        self._update_lock = asyncio.Lock()
+        self._mark_running()
+
+    def _cancel_button(self) -> Button:
+        return Button(label="Cancel", action=CANCEL_ACTION, value=str(self.job_id), style="danger",
+                      confirm=Confirm(title="Cancel this job?", text="The job stops and the controller "
+                                      "removes what it started.", confirm="Cancel the job", deny="Keep going"))
+
+    @property
+    def thread(self) -> str | None:
+        return self.posted.ts if self.posted else None
+
+    # -- the parent message -----------------------------------------------------------------
+
+    async def open(self) -> Posted | None:
+        self.parent = self._render_parent()
+        self.posted = await self.deliver(f"job {self.job_id} parent message",
+                                         self.chat.post(self.channel, self.parent))
+        if self.posted:
+            self.link = await self.deliver("permalink", self.chat.permalink(self.posted))
+            self._last_update = time.monotonic()
+        return self.posted
+
+    def _mark_running(self) -> None:
+        for key, item in self.items.items():
+            if item.state == "running":
+                return
+            if item.state == "pending":
+                self.items[key] = item.model_copy(update={"state": "running"})
+                return
+
+    def _render_parent(self, **update) -> Message:
+        footer = f"… {self._progress}" if self._progress and self.parent.tone == "running" else self.parent.footer
+        fields = {"checklist": list(self.items.values()), "footer": footer, **update}
+        return self.parent.model_copy(update=fields)
+
+    async def refresh(self, *, force: bool = False, **update) -> None:
+        """Re-render the parent; edit it now, or once the throttle interval has passed."""
+        self.parent = self._render_parent(**update)
+        if self.on_parent:
+            await self.on_parent(self.parent)
+        if self.posted is None:
+            return
+        wait = self._last_update + self.settings.update_interval - time.monotonic()
+        if force or wait <= 0:
+            if self._deferred:
+                self._deferred.cancel()
+                self._deferred = None
+            await self._flush()
+        elif self._deferred is None:
+            self._deferred = asyncio.create_task(self._flush_later(wait))
+
+    async def _flush_later(self, wait: float) -> None:
+        await asyncio.sleep(wait)
+        self._deferred = None
+        await self._flush()
+
+    async def _flush(self) -> None:
+        async with self._update_lock:
+            assert self.posted is not None
+            self._last_update = time.monotonic()
+            await self.deliver(f"job {self.job_id} parent update", self.chat.update(self.posted, self.parent))
+
+    async def close(self) -> None:
+        if self._deferred:
+            self._deferred.cancel()
+            self._deferred = None
+
+    # -- thread replies ---------------------------------------------------------------------
+
+    async def reply(self, message: Message, *, broadcast: bool = False) -> None:
+        what = f"job {self.job_id} reply {message.title!r}"
+        posted = await self.deliver(what, self.chat.post(self.channel, message, thread=self.thread,
+                                                         broadcast=broadcast))
+        if posted and message.attachment and self.thread:
+            await self.deliver(f"{what} file", self.chat.upload(self.channel, self.thread, message.attachment,
+                                                                message.attachment.title))
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def event(self, event: Event) -> None:
+        if isinstance(event, CheckpointPassed):
+            await self._passed(event)
+        elif isinstance(event, Progress):
+            self._progress = event.message[:200]
+            await self.refresh()
+        elif isinstance(event, Failed):
+            await self.failed(event)
+        elif isinstance(event, Ready):
+            await self.reply(ready_message(event))
+        elif isinstance(event, Removed):
+            state = "done" if event.removed else "skipped"
+            self.items[f"removed:{event.node}"] = ChecklistItem(title=event.node, state=state,
+                                                                elapsed_s=event.elapsed_s, note=event.detail)
+            await self.refresh()
+        elif isinstance(event, BenchResult):
+            await self.reply(bench_message(event.report))
+
+    async def _passed(self, event: CheckpointPassed) -> None:
+        item = self.items.get(event.checkpoint)
+        if item is not None and item.state != "done":
+            self.items[event.checkpoint] = item.model_copy(
+                update={"state": "done", "elapsed_s": event.elapsed_s, "note": event.warning})
+            self._mark_running()
+        await self.refresh()
+        where = f" ({event.node})" if event.node else ""
+        tone: Tone = "warning" if event.warning else "success"
+        text = f"Passed at {event.elapsed_s:.1f}s" + (f"\n⚠ {event.warning}" if event.warning else "")
+        await self.reply(self._with_log(
+            Message(title=f"✔ {event.title}{where}", text=text, tone=tone, evidence=event.evidence),
+            event.log_tail, f"{event.checkpoint}.log"))
+
+    def _with_log(self, message: Message, lines: list[str], filename: str) -> Message:
+        if not lines:
+            return message
+        inline = lines[-self.settings.inline_log_lines:]
+        update: dict = {"code": inline, "code_title": f"last {len(inline)} log lines"}
+        if len(lines) > len(inline) or sum(len(x) + 1 for x in inline) > INLINE_CHARS:
+            update["attachment"] = Attachment(filename=filename, title=f"{filename} ({len(lines)} lines)",
+                                              content="\n".join(lines) + "\n")
+        return message.model_copy(update=update)
+
+    async def failed(self, event: Failed, *, during: str = "") -> None:
+        item = self.items.get(event.checkpoint)
+        if item is not None:
+            self.items[event.checkpoint] = item.model_copy(update={"state": "failed", "elapsed_s": event.elapsed_s})
+        for key, other in self.items.items():
+            if other.state == "running":
+                self.items[key] = other.model_copy(update={"state": "pending"})
+        where = f" on {event.node}" if event.node else ""
+        await self.refresh(force=True, tone="failure", buttons=[],
+                           footer=f"✘ {event.title}{where} failed{during}: {event.summary}")
+        await self.reply(self._with_log(failure_message(event, self.requester, during), event.log_tail,
+                                        f"{event.checkpoint}-failure.log"), broadcast=True)
+
+    async def finish(self, tone: Tone, footer: str) -> None:
+        for key, item in self.items.items():
+            if item.state == "running":
+                self.items[key] = item.model_copy(update={"state": "pending"})
+        await self.close()
+        await self.refresh(force=True, tone=tone, buttons=[], footer=footer)
+
+
+def failure_message(event: Failed, requester: str, during: str = "") -> Message:
+    where = f" on `{event.node}`" if event.node else ""
+    text = (f"<@{requester}> *{event.title}*{where} failed{during}.\n{event.summary}\n"
+            f"*Cause:* {event.cause}\n*Fix:* {event.fix}")
+    return Message(title=f"✘ {event.title} failed", text=text, tone="failure",
+                   evidence=event.evidence or None, mention=requester)
+
+
+def ready_message(event: Ready) -> Message:
+    lines = [f"`{event.model}` answers at {event.api_url}"]
+    sample = event.sample
+    if sample:
+        rate = f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else "n/a tok/s"
+        lines.append(f"Sample completion: {sample.completion_tokens} tokens, {rate}, "
+                     f"TTFT {sample.ttft_s * 1000:.0f} ms, finish {sample.finish_reason}")
+        answer = (sample.text or f"(token budget spent in reasoning) …{sample.reasoning[-200:]}").strip()
+        return Message(title="✅ Ready", text="\n".join(lines), tone="success", code=answer[:1500].splitlines(),
+                       code_title="sample answer")
+    return Message(title="✅ Ready", text="\n".join(lines), tone="success")
+
+
+def _num(value: float | None, scale: float = 1.0, fmt: str = ".1f") -> str:
+    return "-" if value is None else format(value * scale, fmt)
+
+
+def bench_message(report: BenchReport) -> Message:
+    lines = [f"`{report.model}`, {report.settings.max_tokens} max tokens"]
+    single = report.single
+    if single:
+        lines.append(f"Single stream: decode *{_num(single.decode_tok_s)} tok/s*, "
+                     f"TTFT {_num(single.ttft_s, 1000, '.0f')} ms, e2e {_num(single.e2e_tok_s)} tok/s "
+                     f"(median of {len(single.runs)})")
+    table = []
+    if report.sweep:
+        table.append("conc  output tok/s  per-stream  TTFT p50 ms  ok")
+        for level in report.sweep:
+            table.append(f"{level.concurrency:4d}  {level.output_tok_s:12.1f}  "
+                         f"{_num(level.per_stream_decode_tok_s):>10}  {_num(level.ttft_p50_s, 1000, '.0f'):>11}"
+                         f"  {level.ok}/{level.requests}")
+    lines += [f"vs previous: {c.metric}: {c.describe()}" for c in report.comparisons]
+    lines += [f"⚠ {w}" for w in report.warnings]
+    return Message(title="📊 Benchmark", text="\n".join(lines), tone="success", code=table,
+                   code_title="concurrency sweep" if table else None)

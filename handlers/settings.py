@@ -1,0 +1,93 @@
+"""The bot's own settings (access, commands, jobs, store): validated once, at the edge.
+
+They sit beside `cluster:` in the YAML root (bot/config.py). Slack and terminal settings live
+in bot/; nothing here knows a chat.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Slack IDs, never names (names change and can be spoofed): users U…/W…, channels C…/G…/D….
+UserId = Annotated[str, Field(pattern=r"^(\*|[UW][A-Z0-9]{2,30})$")]
+ChannelId = Annotated[str, Field(pattern=r"^(\*|[CGD][A-Z0-9]{2,30})$")]
+
+OverrideName = Literal["max_model_len", "gpu_memory_utilization", "max_num_seqs"]
+PresetName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AccessLevel(_Model):
+    """Who may run a level's commands, and where: both lists must match ("*" matches any)."""
+
+    users: list[UserId] = Field(default_factory=list)
+    channels: list[ChannelId] = Field(default_factory=list)
+
+
+class AccessConfig(_Model):
+    """read: status, verify, logs, help. operate: up, down, bench, cancel (and read).
+
+    operate is denied by default: list user and channel IDs to allow it."""
+
+    read: AccessLevel = AccessLevel(users=["*"], channels=["*"])
+    operate: AccessLevel = AccessLevel()
+
+
+class Bound(_Model):
+    min: float
+    max: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Bound:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+        return self
+
+
+class CommandsConfig(_Model):
+    """What `/spark up` may change: only the listed serve settings, within their bounds."""
+
+    overrides: dict[OverrideName, Bound] = Field(default_factory=dict)
+    presets: dict[PresetName, dict[OverrideName, float]] = Field(default_factory=dict)
+    logs_max_lines: int = Field(500, ge=1, le=5000)
+    bench_max_concurrency: int = Field(64, ge=1, le=1024)
+    bench_max_tokens: int = Field(2048, ge=2, le=32768)
+
+    @model_validator(mode="after")
+    def _presets_within_bounds(self) -> CommandsConfig:
+        for name, values in self.presets.items():
+            for key, value in values.items():
+                bound = self.overrides.get(key)
+                if bound is None:
+                    raise ValueError(f"preset {name}: {key} is not listed under commands.overrides")
+                if not bound.min <= value <= bound.max:
+                    raise ValueError(f"preset {name}: {key}={value} is outside {bound.min}..{bound.max}")
+        return self
+
+
+class JobsConfig(_Model):
+    update_interval: float = Field(
+        1.5, ge=0, le=60, description="least seconds between two edits of a job's parent message"
+    )
+    watch_health_interval: float = Field(30, gt=0, le=3600)
+    inline_log_lines: int = Field(15, ge=1, le=100, description="log lines shown in a thread reply")
+
+
+class StoreConfig(_Model):
+    path: Path = Field(Path("spark-bot.db"), description="SQLite file: jobs, lock, audit, bench results")
+
+
+class BotSettings(_Model):
+    access: AccessConfig = AccessConfig()
+    commands: CommandsConfig = CommandsConfig()
+    jobs: JobsConfig = JobsConfig()
+    store: StoreConfig = StoreConfig()
+
+
+Level = Literal["read", "operate"]
