@@ -20,6 +20,7 @@ from cluster.controller import Controller
 from cluster.errors import SparkBotError
 from cluster.events import Event, Failed
 from cluster.signatures import diagnose
+from lab.emulator.faults import FAULTS
 
 _SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE", re.IGNORECASE)
 
@@ -161,6 +162,12 @@ def run_console(args: argparse.Namespace) -> int:
     return asyncio.run(console(load_config(args.config), os.environ, assume_yes=args.yes))
 
 
+def demo(args: argparse.Namespace) -> int:
+    from demo.session import main as run_demo
+
+    return run_demo(args.run or [], args.fault)
+
+
 Command = Callable[[argparse.Namespace], int]
 
 
@@ -227,6 +234,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("console", run_console, "the bot's commands in this terminal (type /spark up)")
     sub.add_argument("--config", required=True, help="path to the YAML config")
     sub.add_argument("--yes", action="store_true", help="answer yes to confirmations (down, replace)")
+
+    sub = command("demo", demo, "the bot on an embedded two-node cluster: no Slack, Sparks, Docker or root")
+    sub.add_argument("--run", action="append", metavar="COMMAND",
+                     help='a command to run, e.g. "/spark up" (repeatable); without it, read standard input')
+    sub.add_argument("--fault", choices=sorted(FAULTS), help="inject one of the emulator's faults")
 
     sub = command("diagnose", diagnose_log, "find the cause of a failure in a vLLM log")
     sub.add_argument("file", nargs="?", default="-", help="log file, or - for standard input")

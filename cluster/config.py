@@ -68,11 +68,18 @@ class NodeConfig(_Model):
     ssh: SSHConfig | None = None
     fabric_ip: IPAddress
     docker_socket: str = Field("/var/run/docker.sock", pattern=r"^/[A-Za-z0-9._/-]+$")
+    local_env: dict[EnvName, str] = Field(
+        default_factory=dict,
+        description="driver 'local': environment variables set for the node's host commands "
+        "(e.g. PATH), on top of the bot's own environment",
+    )
 
     @model_validator(mode="after")
     def _ssh_for_ssh_driver(self) -> NodeConfig:
         if self.driver == "ssh" and self.ssh is None:
             raise ValueError("driver 'ssh' needs an 'ssh' section (host, user, key)")
+        if self.driver != "local" and self.local_env:
+            raise ValueError("local_env applies to driver 'local' only")
         return self
 
 

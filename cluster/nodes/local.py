@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Sequence
 
@@ -19,8 +20,9 @@ class LocalNode(NodeConnection):
         return cls(config, docker, time.monotonic() - started)
 
     async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        env = {**os.environ, **self.config.local_env} if self.config.local_env else None
         process = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
         )
         try:
             async with asyncio.timeout(timeout):

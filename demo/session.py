@@ -1,0 +1,133 @@
+"""`spark-bot demo`: the console adapter (the same handlers as Slack) on an embedded cluster.
+
+Commands come from `--run` (each in turn) or standard input (typed at a prompt, or piped). The
+exit status is the last command's: 1 when it posted a failure, else 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import sys
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from bot.config import SparkBotConfig
+from bot.console import Console, ConsoleChat
+from cluster.config import Secrets
+from cluster.controller import Controller
+from demo.cluster import EmbeddedCluster, embedded_cluster
+from handlers.access import Access
+from handlers.chat import Posted
+from handlers.dispatch import Dispatcher
+from handlers.messages import Message
+from handlers.settings import StoreConfig
+from handlers.store import Store
+
+
+class DemoChat(ConsoleChat):
+    """The console's chat, remembering whether the current command posted a failure."""
+
+    failed = False
+
+    async def post(self, channel: str, message: Message, *, thread: str | None = None,
+                   broadcast: bool = False) -> Posted:
+        self.failed |= message.tone == "failure"
+        return await super().post(channel, message, thread=thread, broadcast=broadcast)
+
+    async def update(self, posted: Posted, message: Message) -> None:
+        self.failed |= message.tone == "failure"
+        await super().update(posted, message)
+
+    async def reply_private(self, channel: str, user: str, message: Message) -> None:
+        self.failed |= message.tone == "failure"
+        await super().reply_private(channel, user, message)
+
+
+def banner(cluster: EmbeddedCluster, fault: str | None) -> str:
+    config = cluster.config
+    nodes = ", ".join(f"{n.name} ({n.fabric_ip}, engine {n.docker_socket})" for n in config.nodes)
+    lines = [
+        f"spark-bot demo: {len(config.nodes)} emulated Sparks on this machine: {nodes}",
+        f"  emulated vLLM {config.serve.model} as {config.serve.api_model_name}, "
+        f"TP={config.serve.tensor_parallel_size} over Ray, API on port {config.serve.port}",
+    ]
+    if fault:
+        lines.append(f"  injected fault: {fault} (the emulator's SPARK_EMU_FAULT)")
+    return "\n".join(lines)
+
+
+async def _listed(commands: Sequence[str], out: TextIO) -> AsyncIterator[str]:
+    for text in commands:
+        print(f"\n> {text}", file=out, flush=True)
+        yield text
+
+
+async def _stdin(out: TextIO, interactive: bool) -> AsyncIterator[str]:
+    """Lines of standard input without a blocking read on the loop (a regular file is read whole)."""
+    if stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode):
+        for line in sys.stdin.read().splitlines():
+            print(f"\n> {line}", file=out, flush=True)
+            yield line
+        return
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    try:
+        while True:
+            if interactive:
+                print("spark> ", end="", file=out, flush=True)
+            line = await reader.readline()
+            if not line:
+                return
+            text = line.decode(errors="replace").rstrip("\n")
+            if not interactive:
+                print(f"\n> {text}", file=out, flush=True)
+            yield text
+    finally:
+        transport.close()
+
+
+async def _tracking(lines: AsyncIterator[str], chat: DemoChat) -> AsyncIterator[str]:
+    """Each new command line starts a new exit status (the console reads one only when the
+    previous command's work is done)."""
+    async for line in lines:
+        if line.strip() and line.strip().lower() not in {"y", "yes", "n", "no"}:
+            chat.failed = False
+        yield line
+
+
+async def run_demo(commands: Sequence[str], *, fault: str | None = None, out: TextIO = sys.stdout,
+                   workdir: Path | None = None) -> int:
+    interactive = not commands and sys.stdin.isatty()
+    async with embedded_cluster(nodes=2, fault=fault, workdir=workdir) as cluster:
+        print(banner(cluster, fault), file=out, flush=True)
+        config = SparkBotConfig(cluster=cluster.config,
+                                store=StoreConfig(path=cluster.workdir / "spark-bot.db"))
+        chat = DemoChat(out, cluster.workdir / "files")
+        dispatcher = Dispatcher(config.cluster, config.bot, chat, Store(config.store.path),
+                                lambda cluster: Controller(cluster, Secrets({})),
+                                access=Access.for_console())
+        await dispatcher.start()
+        lines = _listed(commands, out) if commands else _stdin(out, interactive)
+        await Console(dispatcher, chat, assume_yes=not interactive).run(_tracking(lines, chat))
+        return 1 if chat.failed else 0
+
+
+def main(commands: Sequence[str], fault: str | None) -> int:
+    """Run the demo; SIGTERM and Ctrl-C both cancel it, so the embedded cluster is cleaned up."""
+
+    async def guarded() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        return await run_demo(commands, fault=fault)
+
+    try:
+        return asyncio.run(guarded())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("\nspark-bot demo: stopped; the embedded cluster is cleaned up.", file=sys.stderr)
+        return 130
