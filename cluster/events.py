@@ -30,6 +30,7 @@ class CheckpointPassed(_Event):
     evidence: str = Field(description="the log line or API answer that proves it")
     log_tail: list[str] = Field(default_factory=list)
     warning: str | None = Field(None, description="passed, but with a finding worth reading")
+    logged_at: datetime | None = Field(None, description="when the evidence line was logged")
 
 
 class Progress(_Event):

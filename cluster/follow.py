@@ -25,7 +25,7 @@ class Expectation:
     count: int = 1
     nodes: frozenset[str] | None = None
     node: str | None = None
-    seen: list[tuple[str, str]] = field(default_factory=list)
+    seen: list[LogLine] = field(default_factory=list)
 
     def matches(self, line: LogLine) -> bool:
         if self.nodes is not None and line.node not in self.nodes:
@@ -121,7 +121,7 @@ class LogFollower:
             if isinstance(item, LogLine):
                 for expectation in pending:
                     if not expectation.done and expectation.matches(item):
-                        expectation.seen.append((item.node, item.text))
+                        expectation.seen.append(item)
             while pending and pending[0].done:
                 done = pending.pop(0)
                 yield self._passed(done)
@@ -163,8 +163,9 @@ class LogFollower:
         )
 
     def _passed(self, expectation: Expectation) -> CheckpointPassed:
-        node, line = expectation.seen[-1]
-        evidence = "\n".join(text for _, text in expectation.seen)
+        last = expectation.seen[-1]
+        node = last.node
+        evidence = "\n".join(line.text for line in expectation.seen)
         warning = None
         if expectation.checkpoint.id == "nccl" and "via NET/Socket" in evidence:
             warning = "NCCL fell back to sockets (via NET/Socket): RDMA is not used, expect low throughput"
@@ -176,6 +177,7 @@ class LogFollower:
             evidence=evidence,
             log_tail=self.monitor.tail(node),
             warning=warning,
+            logged_at=last.logged_at,
         )
 
     def _timeout_failure(self, checkpoint: Checkpoint, phase_deadline: float) -> Failed:

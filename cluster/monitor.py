@@ -11,6 +11,7 @@ import asyncio
 import json
 from collections import deque
 from dataclasses import dataclass
+from datetime import datetime
 
 import aiodocker
 import aiohttp
@@ -24,6 +25,7 @@ from cluster.nodes import NodeConnection
 class LogLine:
     node: str
     text: str
+    logged_at: datetime | None = None  # when the engine received the line (Docker's timestamp)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,17 @@ class FollowLost:
 
     node: str
     reason: str
+
+
+def _docker_timestamp(stamp: str) -> datetime | None:
+    """Docker's RFC 3339 nanosecond stamp (`2026-11-30T07:01:38.123456789Z`), to microseconds."""
+    if not stamp.endswith("Z") or "T" not in stamp:
+        return None
+    whole, _, fraction = stamp[:-1].partition(".")
+    try:
+        return datetime.fromisoformat(f"{whole}.{(fraction or '0')[:6]:0<6}+00:00")
+    except ValueError:
+        return None
 
 
 MonitorItem = LogLine | ContainerExited | FollowLost
@@ -79,7 +92,7 @@ class ClusterMonitor:
         pending = ""
         try:
             async for chunk in container.log(
-                stdout=True, stderr=True, follow=True, tail=str(backlog)
+                stdout=True, stderr=True, follow=True, tail=str(backlog), timestamps=True
             ):
                 pending += chunk
                 *lines, pending = pending.split("\n")
@@ -98,9 +111,11 @@ class ClusterMonitor:
             self._queue.put_nowait(FollowLost(node.name, f"log stream broke: {exc}"))
 
     def _publish_line(self, node: str, raw: str) -> None:
-        text = self._secrets.redact(clean_line(raw))
+        stamp, _, line = raw.partition(" ")
+        logged_at = _docker_timestamp(stamp)
+        text = self._secrets.redact(clean_line(line if logged_at else raw))
         self._tails[node].append(text)
-        self._queue.put_nowait(LogLine(node, text))
+        self._queue.put_nowait(LogLine(node, text, logged_at))
 
     async def _watch_events(self, node: NodeConnection) -> None:
         filters = json.dumps({"container": [self.container_name], "event": ["die", "oom"]})

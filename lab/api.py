@@ -266,3 +266,34 @@ def status() -> dict:
     report["forwarding_ok"] = netns.forwarding_ok()
     report["ok"] = ok and report["forwarding_ok"]
     return report
+
+
+# --- exclusive use ------------------------------------------------------------
+USE_LOCK_FILE = Path("/run/lock/spark-lab-use.lock")
+_use_depth = 0
+
+
+@contextlib.contextmanager
+def exclusive_use():
+    """Hold the lab for one user (a test, a benchmark) so others wait instead of
+    launching or removing containers under it. Re-entrant within a process."""
+    global _use_depth
+    if _use_depth:
+        _use_depth += 1
+        try:
+            yield
+        finally:
+            _use_depth -= 1
+        return
+    USE_LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(USE_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _use_depth = 1
+        try:
+            yield
+        finally:
+            _use_depth = 0
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

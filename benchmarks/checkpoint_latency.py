@@ -1,0 +1,74 @@
+"""How fast `up` reports a checkpoint after its log line appears (the goal: within a second).
+
+Runs `up` on the lab several times and, for every log-proven checkpoint, compares the moment
+the event reached us with Docker's timestamp of the evidence line. Needs the lab (root):
+    .venv/bin/python benchmarks/checkpoint_latency.py [--runs N]
+Prints a table and exits non-zero when any latency exceeds one second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bot.config import load_config  # noqa: E402
+from cluster.config import Secrets  # noqa: E402
+from cluster.controller import Controller  # noqa: E402
+from cluster.events import CheckpointPassed, Failed, Ready  # noqa: E402
+from lab.api import exclusive_use, lab_up  # noqa: E402
+
+GOAL_S = 1.0
+
+
+async def one_launch(controller: Controller, latencies: dict[str, list[float]]) -> float:
+    async for _ in controller.down():
+        pass
+    total = None
+    async for event in controller.up():
+        now = datetime.now(timezone.utc)
+        if isinstance(event, CheckpointPassed) and event.logged_at is not None:
+            latencies[event.checkpoint].append((now - event.logged_at).total_seconds())
+        elif isinstance(event, Failed):
+            print(f"launch failed: {event.summary}", file=sys.stderr)
+        elif isinstance(event, Ready):
+            total = event.elapsed_s
+    async for _ in controller.down():
+        pass
+    if total is None:
+        raise SystemExit(1)
+    return total
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    with exclusive_use():
+        lab_up(nodes=2)
+        return await measure(args.runs)
+
+
+async def measure(runs: int) -> int:
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "lab.yaml").cluster
+    controller = Controller(config, Secrets({}))
+    latencies: dict[str, list[float]] = defaultdict(list)
+    totals = [await one_launch(controller, latencies) for _ in range(runs)]
+    print(f"{'checkpoint':<12} {'n':>3} {'p50 ms':>8} {'max ms':>8}")
+    worst = 0.0
+    for checkpoint, values in latencies.items():
+        worst = max(worst, max(values))
+        print(f"{checkpoint:<12} {len(values):>3} {statistics.median(values) * 1000:>8.1f} {max(values) * 1000:>8.1f}")
+    print(f"launch to Ready on the lab: median {statistics.median(totals):.2f} s over {len(totals)} runs")
+    print(f"worst detection latency {worst * 1000:.1f} ms (goal < {GOAL_S * 1000:.0f} ms)")
+    return 0 if worst < GOAL_S else 1
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
