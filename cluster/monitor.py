@@ -8,6 +8,7 @@ operations read. No timer polls the containers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import deque
 from dataclasses import dataclass
@@ -90,14 +91,16 @@ class ClusterMonitor:
     async def _follow_log(self, node: NodeConnection, backlog: int | str) -> None:
         container = node.docker.containers.container(self.container_name)
         pending = ""
+        stream = container.log(
+            stdout=True, stderr=True, follow=True, tail=str(backlog), timestamps=True
+        )
         try:
-            async for chunk in container.log(
-                stdout=True, stderr=True, follow=True, tail=str(backlog), timestamps=True
-            ):
-                pending += chunk
-                *lines, pending = pending.split("\n")
-                for raw in lines:
-                    self._publish_line(node.name, raw)
+            async with contextlib.aclosing(stream):
+                async for chunk in stream:
+                    pending += chunk
+                    *lines, pending = pending.split("\n")
+                    for raw in lines:
+                        self._publish_line(node.name, raw)
             if pending:
                 self._publish_line(node.name, pending)
             # The stream ends when the container stops: say how it ended, in case the
