@@ -82,14 +82,25 @@ def checklist_lines(message: Message) -> list[str]:
     return lines
 
 
+def _fit_lines(lines: list[str], budget: int) -> list[str]:
+    kept: list[str] = []
+    used = 0
+    for line in lines:
+        if used + len(line) + 1 > budget:
+            return kept + [f"… and {len(lines) - len(kept)} more"]
+        kept.append(line)
+        used += len(line) + 1
+    return kept
+
+
 def render_blocks(message: Message, *, code_budget: int = 2900, evidence_budget: int = 1500,
-                  text_budget: int = SECTION_MAX * 2) -> list[dict[str, Any]]:
+                  text_budget: int = SECTION_MAX * 2, checklist_budget: int = 6000) -> list[dict[str, Any]]:
     blocks: list[Any] = [HeaderBlock(text=PlainTextObject(text=_cut(message.title, HEADER_MAX), emoji=True))]
     if message.text:
         blocks += [SectionBlock(text=MarkdownTextObject(text=t))
                    for t in _chunks(_cut(message.text, text_budget).splitlines())]
     if message.checklist:
-        blocks += [SectionBlock(text=MarkdownTextObject(text=t)) for t in _chunks(checklist_lines(message))]
+        blocks += [SectionBlock(text=MarkdownTextObject(text=t)) for t in _chunks(_fit_lines(checklist_lines(message), checklist_budget))]
     if message.evidence:
         evidence = _cut(message.evidence.replace("```", "ˋˋˋ"), evidence_budget)
         blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*Evidence*\n```{evidence}```")))
@@ -110,9 +121,10 @@ def render_blocks(message: Message, *, code_budget: int = 2900, evidence_budget:
 
 def to_slack(message: Message) -> dict[str, Any]:
     """kwargs for chat.postMessage / chat.update / chat.postEphemeral."""
-    budgets = {"code_budget": 2900, "evidence_budget": 1500, "text_budget": SECTION_MAX * 2}
+    budgets = {"code_budget": 2900, "evidence_budget": 1500, "text_budget": SECTION_MAX * 2,
+               "checklist_budget": 6000}
     blocks = render_blocks(message, **budgets)
-    while len(json.dumps(blocks)) > BLOCKS_BUDGET and budgets["code_budget"] > 200:
+    while len(json.dumps(blocks)) > BLOCKS_BUDGET and budgets["code_budget"] > 50:
         budgets = {k: v // 2 for k, v in budgets.items()}
         blocks = render_blocks(message, **budgets)
     text = message.summary()

@@ -127,11 +127,13 @@ class JobManager:
                 await view.finish("success", f"✔ {job.footer} in {_took(started)}")
         except asyncio.CancelledError:
             who = job.cancelled_by
-            job.outcome = f"cancelled by {who}" if who else "cancelled: the bot is shutting down"
-            job.tone = "warning"
-            footer = (f"✋ Cancelled by <@{who}> after {_took(started)}; the controller removed what it started"
-                      if who else "✋ Cancelled: the bot shut down; the controller removed what it started")
-            await asyncio.shield(self._finish_view(view, footer))
+            if job.tone != "failure":  # a failure already told everyone; cancelling only ends the cleanup
+                job.outcome = f"cancelled by {who}" if who else "cancelled: the bot is shutting down"
+                job.tone = "warning"
+                footer = (f"✋ Cancelled by <@{who}> after {_took(started)}; the controller removed what it "
+                          "started" if who else "✋ Cancelled: the bot shut down; the controller removed what it "
+                          "started")
+                await self._finish_view(view, footer)
             if who is None:
                 raise
             asyncio.current_task().uncancel()  # type: ignore[union-attr]
@@ -144,7 +146,7 @@ class JobManager:
         finally:
             await view.close()
             state = {"success": "succeeded", "failure": "failed"}.get(job.tone, "cancelled")
-            await asyncio.shield(self._record_end(record, state, job.outcome, view.link))
+            await self._record_end(record, state, job.outcome, view.link)
             if self.current is job:
                 self.current = None
         return job

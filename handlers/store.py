@@ -79,14 +79,20 @@ class Store:
         self._db = await asyncio.to_thread(connect)
 
     async def close(self) -> None:
-        if self._db is not None:
-            db, self._db = self._db, None
-            await asyncio.to_thread(db.close)
+        def close() -> None:
+            # Under the mutex: a query whose awaiting task was cancelled may still be running.
+            with self._mutex:
+                if self._db is not None:
+                    self._db.close()
+                    self._db = None
+
+        await asyncio.to_thread(close)
 
     async def _run(self, fn, *args) -> Any:
         def locked():
-            assert self._db is not None, "Store.open() first"
             with self._mutex:
+                if self._db is None:
+                    raise RuntimeError("the store is closed (Store.open() first)")
                 return fn(self._db, *args)
 
         return await asyncio.to_thread(locked)

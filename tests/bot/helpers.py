@@ -1,0 +1,75 @@
+"""A spark-bot on the Slack stand-in, driving the lab cluster (no mock of our own modules)."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from bot.slack import SlackBot, SlackChat, make_client
+from cluster.config import ClusterConfig, Secrets
+from cluster.controller import Controller
+from handlers.dispatch import Dispatcher
+from handlers.settings import BotSettings
+from handlers.store import Store
+from tests.controller.helpers import collect
+from tests.slack_standin import SlackStandIn
+
+CH = "C0SPARKOPS"
+ALICE, BOB = "U0ALICE", "U0BOB"
+RED, GREEN = "#e01e5a", "#2eb67d"
+
+
+def settings(tmp_path: Path, **jobs) -> BotSettings:
+    return BotSettings.model_validate({
+        "access": {"read": {"users": ["*"], "channels": [CH, "C0GENERAL"]},
+                   "operate": {"users": [ALICE], "channels": [CH]}},
+        "commands": {"overrides": {"max_model_len": {"min": 1024, "max": 32768}}},
+        "jobs": {"update_interval": 0, "watch_health_interval": 1, **jobs},
+        "store": {"path": str(tmp_path / "spark-bot.db")},
+    })
+
+
+@asynccontextmanager
+async def slack_bot(slack: SlackStandIn, cluster: ClusterConfig, bot_settings: BotSettings, *, http: bool = False):
+    client = make_client(slack.bot_token, slack.api_url)
+    dispatcher = Dispatcher(cluster, bot_settings, SlackChat(client), Store(bot_settings.store.path),
+                            lambda config: Controller(config, Secrets({})))
+    bot = SlackBot(dispatcher, client, app_token=slack.app_token, signing_secret=slack.signing_secret,
+                   http=http, host="127.0.0.1", port=0)
+    await bot.start()
+    try:
+        yield bot
+        await asyncio.wait_for(dispatcher.idle(), 60)  # every job ends on its own before the bot stops
+    finally:
+        await bot.stop()
+
+
+async def down(cluster: ClusterConfig) -> None:
+    await collect(Controller(cluster, Secrets({})).down())
+
+
+async def containers_present(cluster: ClusterConfig) -> list[str]:
+    [report] = await collect(Controller(cluster, Secrets({})).status())
+    return [c.node for c in report.containers if c.present]
+
+
+def header(call_or_message) -> str:
+    blocks = call_or_message.params["blocks"] if hasattr(call_or_message, "params") else call_or_message["blocks"]
+    return blocks[0]["text"]["text"]
+
+
+def block_text(call_or_message) -> str:
+    blocks = call_or_message.params["blocks"] if hasattr(call_or_message, "params") else call_or_message["blocks"]
+    return "\n".join(b["text"]["text"] for b in blocks if b.get("type") in {"section", "header"}) + "\n" + "\n".join(
+        e.get("text", "") for b in blocks if b.get("type") == "context" for e in b["elements"])
+
+
+def attachment_color(message) -> str | None:
+    attachments = message.get("attachments") or []
+    return attachments[0]["color"] if attachments else None
+
+
+def attachment_text(message) -> str:
+    attachments = message.get("attachments") or []
+    return attachments[0].get("text", "") if attachments else ""

@@ -1,0 +1,49 @@
+"""Block Kit rendering stays inside Slack's limits (checked by the stand-in's validator)."""
+
+from __future__ import annotations
+
+import json
+
+from bot.slack_blocks import to_slack
+from handlers.messages import Attachment, Button, ChecklistItem, Confirm, Message
+from tests.slack_standin import validate_blocks
+
+
+def assert_valid(payload):
+    error, details = validate_blocks(payload["blocks"])
+    assert error is None, details
+    assert len(json.dumps(payload["blocks"])) < 11_000
+    assert len(payload["blocks"]) <= 50
+
+
+def test_huge_message_is_trimmed_within_limits_and_keeps_the_log_end():
+    lines = [f"line {i} " + "x" * 200 for i in range(500)]
+    message = Message(
+        title="T" * 400, text="word " * 3000, evidence="e" * 9000, code=lines, code_title="log",
+        checklist=[ChecklistItem(title=f"step {i} " + "y" * 100, state="done", elapsed_s=i) for i in range(80)],
+        buttons=[Button(label="L" * 100, action="spark_cancel", value="v" * 3000, style="danger",
+                        confirm=Confirm(title="c" * 200, text="t" * 500, confirm="y" * 50, deny="n" * 50))],
+        mention="U0ALICE", footer="f" * 5000, attachment=Attachment(filename="a.log", title="a", content="x"),
+    )
+    payload = to_slack(message)
+    assert_valid(payload)
+    assert "line 499" in json.dumps(payload["blocks"])
+    assert payload["text"].startswith("<@U0ALICE>") and len(payload["text"]) <= 3000
+    assert payload["attachments"][0]["color"] == "#2eb67d" or payload["attachments"][0]["color"]
+
+
+def test_checklist_states_and_tone_colour():
+    message = Message(title="Launch", tone="failure", footer="failed", checklist=[
+        ChecklistItem(title="a", state="done", elapsed_s=1.25), ChecklistItem(title="b", state="failed"),
+        ChecklistItem(title="c", state="pending")])
+    payload = to_slack(message)
+    assert_valid(payload)
+    section = payload["blocks"][1]["text"]["text"]
+    assert section == "✅ a _1.2s_\n❌ b\n⬜ c"
+    assert payload["attachments"][0]["color"] == "#e01e5a"
+
+
+def test_a_plain_reply_has_no_colour_bar():
+    payload = to_slack(Message(title="Status", text="ok"))
+    assert "attachments" not in payload
+    assert_valid(payload)

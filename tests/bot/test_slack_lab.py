@@ -1,0 +1,212 @@
+"""/spark end to end: Bolt's real Socket Mode client on the Slack stand-in, the lab cluster behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.checkpoints import launch_plan
+from tests.bot.helpers import (
+    ALICE, BOB, CH, GREEN, RED, attachment_color, attachment_text, block_text, containers_present, down, header,
+    settings, slack_bot,
+)
+from tests.controller.helpers import cluster_for
+from tests.slack_standin import SlackStandIn
+
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
+
+FAST = {"stall": 4, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
+
+
+@pytest.fixture
+async def slack():
+    async with SlackStandIn() as stand_in:
+        yield stand_in
+
+
+@pytest.fixture
+async def cluster(lab):
+    config = cluster_for(lab, timeouts=FAST)
+    await down(config)
+    yield config
+    await down(config)
+
+
+def is_reply(call, parent_ts):
+    return call.method == "chat.postMessage" and call.params.get("thread_ts") == parent_ts
+
+
+async def test_up_posts_a_live_checklist_a_reply_per_checkpoint_and_the_sample(slack, cluster, tmp_path):
+    plan = launch_plan(cluster)
+    async with slack_bot(slack, cluster, settings(tmp_path)):
+        ack = await slack.send_slash_command(ALICE, CH, "up")
+        assert ack.payload is None and ack.latency < 3
+        ready = await slack.wait_for(lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 60)
+        parent_ts = ready.params["thread_ts"]
+        await slack.wait_until(lambda: "Ready" in attachment_text(slack.message(CH, parent_ts)), 10)
+        chat = [c for c in slack.calls() if c.method.startswith("chat.")]
+
+    # the exact sequence: the parent, its permalink, then (update, reply) per checkpoint, progress updates
+    # in between, the Ready reply, and the last update of the parent
+    assert chat[0].method == "chat.postMessage" and "thread_ts" not in chat[0].params
+    assert chat[0].result["ts"] == parent_ts and chat[1].method == "chat.getPermalink"
+    assert all(c.params["ts"] == parent_ts for c in chat if c.method == "chat.update")
+    replies = [c for c in chat if is_reply(c, parent_ts)]
+    assert [header(r).split(" (")[0] for r in replies] == [f"✔ {c.title}" for c in plan] + ["✅ Ready"]
+    assert all(c.ok for c in chat)
+    for checkpoint, reply in zip(plan, replies):
+        before = chat[chat.index(reply) - 1]
+        assert before.method == "chat.update", (checkpoint.id, before.method)
+        assert f"✅ {checkpoint.title}" in block_text(before)
+    weights = replies[[c.id for c in plan].index("weights")]
+    assert "Loading weights took" in block_text(weights) and "```" in block_text(weights)
+    assert "last 15 log lines" in block_text(weights)
+    assert "tok/s" in block_text(replies[-1]) and "Sample completion" in block_text(replies[-1])
+    assert chat[-1].method == "chat.update"
+
+    [parent] = slack.messages(CH)
+    with_file = [r for r in replies if "📎" in block_text(r)]
+    assert with_file, "a tail longer than the inline lines goes up as a file"
+    assert parent["reply_count"] == len(plan) + 1 + len(with_file)
+    uploads = [m for m in parent["replies"] if m.get("files")]
+    assert len(uploads) == len(with_file)
+    assert attachment_color(parent) == GREEN and "tok/s" in attachment_text(parent)
+    assert block_text(parent).count("✅") == len(plan) and "⏳" not in block_text(parent)
+    assert not any(b["type"] == "actions" for b in parent["blocks"]), "no Cancel button once finished"
+
+
+@pytest.mark.parametrize(("fault", "checkpoint", "evidence"), [
+    ("nccl_error", "weights", "NCCL error: unhandled system error"),
+    ("oom", "kv_cache", "CUDA out of memory"),
+    ("ray_version_mismatch", "containers", "Version mismatch"),
+])
+async def test_a_launch_failure_notifies_the_thread_and_the_channel(slack, lab, tmp_path, fault, checkpoint, evidence):
+    cluster = cluster_for(lab, env={"SPARK_EMU_FAULT": fault}, timeouts=FAST)
+    title = next(c.title for c in launch_plan(cluster) if c.id == checkpoint)
+    await down(cluster)
+    try:
+        async with slack_bot(slack, cluster, settings(tmp_path)):
+            await slack.send_slash_command(ALICE, CH, "up")
+            failure = await slack.wait_for(lambda c: c.method == "chat.postMessage" and header(c).startswith("✘"), 90)
+            parent_ts = failure.params["thread_ts"]
+            await slack.wait_until(lambda: attachment_color(slack.message(CH, parent_ts)) == RED, 10)
+    finally:
+        await down(cluster)
+    assert header(failure) == f"✘ {title} failed"
+    assert failure.params["reply_broadcast"] is True
+    assert f"<@{ALICE}>" in failure.params["text"]
+    text = block_text(failure)
+    assert f"<@{ALICE}>" in text and "*Cause:*" in text and "*Fix:*" in text and evidence in text
+    assert "```" in text  # the log tail
+    parent = slack.message(CH, parent_ts)
+    assert f"❌ {title}" in block_text(parent)
+    assert "failed" in attachment_text(parent)
+    broadcast = [m for m in slack.thread(CH, parent_ts) if m.get("reply_broadcast")]
+    assert broadcast and header(broadcast[0]) == header(failure)
+
+
+async def test_two_concurrent_ups_one_runs_the_other_is_told_who_holds_the_lock(slack, cluster, tmp_path):
+    async with slack_bot(slack, cluster, settings(tmp_path)):
+        await slack.send_slash_command(ALICE, CH, "up")
+        permalink = await slack.wait_for_call("chat.getPermalink", 10)
+        await slack.send_slash_command(ALICE, CH, "up max_model_len=4096")
+        busy = await slack.wait_for_call("chat.postEphemeral", 10)
+        await slack.wait_for(lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 60)
+    text = block_text(busy)
+    assert header(busy) == "Busy: one job at a time on this cluster"
+    assert f"Job #1 `/spark up` by <@{ALICE}> since" in text
+    assert permalink.result["permalink"] in text
+    assert len(slack.messages(CH)) == 1, "only one launch"
+
+
+async def test_cancel_with_the_button_leaves_no_container(slack, lab, tmp_path):
+    cluster = cluster_for(lab, env={"SPARK_EMU_FAULT": "slow_start"})
+    await down(cluster)
+    try:
+        async with slack_bot(slack, cluster, settings(tmp_path)):
+            await slack.send_slash_command(ALICE, CH, "up")
+            started = await slack.wait_for(
+                lambda c: c.method == "chat.postMessage" and header(c).startswith("✔ Containers started"), 60)
+            parent_ts = started.params["thread_ts"]
+            denied = await slack.click_button(BOB, CH, parent_ts, "spark_cancel")
+            assert denied.type == "interactive"
+            refusal = await slack.wait_for_response()
+            assert "needs operate access" in refusal.text and refusal.body["replace_original"] is False
+            await slack.click_button(ALICE, CH, parent_ts, "spark_cancel")
+            await slack.wait_until(lambda: "Cancelled by" in attachment_text(slack.message(CH, parent_ts)), 60)
+            assert await containers_present(cluster) == []
+    finally:
+        await down(cluster)
+    parent = slack.message(CH, parent_ts)
+    assert f"Cancelled by <@{ALICE}>" in attachment_text(parent)
+    assert header(slack.thread(CH, parent_ts)[-1]) == "✋ Cancelled"
+
+
+async def test_cancel_with_the_command(slack, lab, tmp_path):
+    cluster = cluster_for(lab, env={"SPARK_EMU_FAULT": "slow_start"})
+    await down(cluster)
+    try:
+        async with slack_bot(slack, cluster, settings(tmp_path)):
+            await slack.send_slash_command(ALICE, CH, "up")
+            started = await slack.wait_for(
+                lambda c: c.method == "chat.postMessage" and header(c).startswith("✔ Ray sees"), 60)
+            ack = await slack.send_slash_command(ALICE, CH, "cancel")
+            assert ack.payload["blocks"][0]["text"]["text"] == "Cancelling job #1"
+            parent_ts = started.params["thread_ts"]
+            await slack.wait_until(lambda: "Cancelled by" in attachment_text(slack.message(CH, parent_ts)), 60)
+            assert await containers_present(cluster) == []
+            again = await slack.send_slash_command(ALICE, CH, "cancel")
+            assert again.payload["blocks"][0]["text"]["text"] == "Nothing to cancel"
+    finally:
+        await down(cluster)
+
+
+async def test_denials_say_who_may_and_nothing_runs(slack, cluster, tmp_path):
+    async with slack_bot(slack, cluster, settings(tmp_path)):
+        ack = await slack.send_slash_command(BOB, CH, "up")
+        assert f"needs operate access: <@{ALICE}>, in <#{CH}>" in ack.payload["blocks"][1]["text"]["text"]
+        ack = await slack.send_slash_command(ALICE, "C0GENERAL", "down")
+        assert "needs operate access" in ack.payload["text"] + ack.payload["blocks"][1]["text"]["text"]
+        ack = await slack.send_slash_command(BOB, CH, "launch now")
+        assert "unknown command `launch`" in ack.payload["blocks"][1]["text"]["text"]
+        assert "*Usage*" in ack.payload["blocks"][1]["text"]["text"]
+        ack = await slack.send_slash_command(BOB, CH, "help")
+        assert "/spark up" in block_text({"blocks": ack.payload["blocks"]})
+    assert not slack.calls("chat.postMessage") and await containers_present(cluster) == []
+
+
+async def test_down_asks_for_confirmation_then_tears_down(slack, cluster, tmp_path):
+    async with slack_bot(slack, cluster, settings(tmp_path)):
+        await slack.send_slash_command(ALICE, CH, "up")
+        await slack.wait_for(lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 60)
+        await slack.send_slash_command(ALICE, CH, "down")
+        question = await slack.wait_for_call("chat.postEphemeral", 10)
+        [actions] = [b for b in question.params["blocks"] if b["type"] == "actions"]
+        [button] = actions["elements"]
+        assert button["confirm"]["confirm"]["text"] == "Tear down" and button["style"] == "danger"
+        assert await containers_present(cluster) != []
+        ephemeral = slack.ephemerals(ALICE)[-1]
+        await slack.click_button(ALICE, CH, ephemeral["ts"], "spark_confirm")
+        done = await slack.wait_for(lambda c: c.method == "chat.update" and "Removed 2" in str(c.params), 30)
+        assert done.ok
+        assert await containers_present(cluster) == []
+
+
+async def test_status_and_a_long_log_as_a_file_with_429_honoured(slack, cluster, tmp_path):
+    async with slack_bot(slack, cluster, settings(tmp_path)):
+        await slack.send_slash_command(ALICE, CH, "up")
+        await slack.wait_for(lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 60)
+        await slack.send_slash_command(BOB, CH, "status")
+        status = await slack.wait_for_call("chat.postEphemeral", 10)
+        assert "`spark-lab-0` vllm_lab: *running*" in block_text(status) and "API: healthy" in block_text(status)
+
+        slack.rate_limit("chat.postMessage", times=1, retry_after=1)
+        mark = slack.last_seq()
+        await slack.send_slash_command(BOB, CH, "logs head 300")
+        upload = await slack.wait_for_call("files.completeUploadExternal", 20)
+    posts = [c for c in slack.calls("chat.postMessage") if c.seq > mark]
+    assert [p.status for p in posts[:2]] == [429, 200]
+    assert posts[1].time - posts[0].time >= 1.0, "Retry-After honoured"
+    log_post = posts[1]
+    assert upload.params["thread_ts"] == log_post.result["ts"]
+    content = slack.file_content(upload.params["files"][0]["id"]).decode()
+    assert len(content.splitlines()) > 15 and "```" in block_text(log_post)
