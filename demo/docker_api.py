@@ -198,6 +198,8 @@ async def exec_start(request: web.Request) -> web.StreamResponse:
         async for stream, data in output:
             await response.write(_exec_chunk(instance.tty, stream, data))
         await response.write_eof()
+    async for _ in output:
+        pass  # the client hung up: drain the pipes so the command runs to its end, as under Docker
     return response
 
 

@@ -95,10 +95,10 @@ class LogBook:
             self._changed.notify_all()
 
     def tail(self, tail: int | None, streams: set[int]) -> tuple[list[LogRecord], int]:
-        chosen = [r for r in self.records if r[0] in streams]
-        if tail is not None:
-            chosen = chosen[-tail:] if tail else []
-        return chosen, len(self.records)
+        """The last `tail` lines (None: all), then only those of `streams`, as Docker's log
+        driver counts the tail over both streams before filtering."""
+        chosen = self.records if tail is None else self.records[-tail:] if tail else []
+        return [r for r in chosen if r[0] in streams], len(self.records)
 
     async def follow(self, start: int, streams: set[int]) -> AsyncIterator[LogRecord]:
         """Records from index `start` as they come, until the container's output ends."""
@@ -460,15 +460,11 @@ class Engine:
             ).encode()
             return _single((1, message))
         instance.running, instance.pid = True, process.pid
-        if not attached:
-            task = asyncio.get_running_loop().create_task(self._finish_exec(instance, process))
-            container.tasks.append(task)
-            return _single()
-        return self._exec_output(instance, process)
+        # Its end is recorded whether or not a client still reads its output.
+        container.tasks.append(asyncio.get_running_loop().create_task(self._finish_exec(instance, process)))
+        return self._exec_output(process) if attached else _single()
 
-    async def _exec_output(
-        self, instance: ExecInstance, process: asyncio.subprocess.Process
-    ) -> AsyncIterator[tuple[int, bytes]]:
+    async def _exec_output(self, process: asyncio.subprocess.Process) -> AsyncIterator[tuple[int, bytes]]:
         queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
 
         async def read(reader: asyncio.StreamReader | None, stream: int) -> None:
@@ -486,7 +482,6 @@ class Engine:
                     ended += 1
                 else:
                     yield item
-            await self._finish_exec(instance, process)
         finally:
             for reader in readers:
                 reader.cancel()
