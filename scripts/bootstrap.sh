@@ -37,16 +37,4 @@ fi
 mkdir -p /run/sshd
 
 # --- Python environment --------------------------------------------------------
-# .venv holds exactly the locked versions (hashes checked), then spark-bot itself, editable.
-cd "$(dirname "$0")/.."
-PYTHON="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
-fi
-if ! cmp -s requirements.lock .venv/.installed-lock 2>/dev/null; then
-    .venv/bin/pip install -q --require-hashes -r requirements.lock
-    .venv/bin/pip install -q --no-deps -e .
-    cp requirements.lock .venv/.installed-lock
-else
-    echo "bootstrap.sh: Python environment up to date"
-fi
+sh "$(dirname "$0")/python-env.sh"
