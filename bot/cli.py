@@ -143,9 +143,10 @@ def diagnose_log(args: argparse.Namespace) -> int:
     if found is None:
         print("No known failure signature found in this log.")
         return 0
-    print(f"{found.title}\n  evidence (line {found.line_number}): {found.evidence}")
+    heading = found.title if found.fatal else f"No failure found, but worth reading: {found.title}"
+    print(f"{heading}\n  evidence (line {found.line_number}): {found.evidence}")
     print(f"  cause: {found.cause}\n  fix:   {found.fix}")
-    return 1
+    return 1 if found.fatal else 0
 
 
 def run_bot(args: argparse.Namespace) -> int:

@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from cluster.errors import ConfigError
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -21,6 +20,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from cluster.errors import ConfigError
 
 # Values that end up in remote commands or Docker API calls: each pattern admits no shell
 # metacharacter, so even a quoting mistake downstream cannot turn config into code.
@@ -192,11 +193,9 @@ class ClusterConfig(_Model):
         if len(set(names)) != len(names):
             raise ValueError(f"node names must be unique, got {names}")
         for node in self.nodes:
-            if node.ssh and node.ssh.jump is not None:
-                if node.ssh.jump not in names or node.ssh.jump == node.name:
-                    raise ValueError(
-                        f"node {node.name}: jump {node.ssh.jump!r} must name another node"
-                    )
+            jump = node.ssh.jump if node.ssh else None
+            if jump is not None and (jump not in names or jump == node.name):
+                raise ValueError(f"node {node.name}: jump {jump!r} must name another node")
         if self.serve.world_size > len(self.nodes) and self.serve.backend == "mp":
             raise ValueError(
                 f"serve: backend mp runs one rank per node; TP x PP = {self.serve.world_size} "

@@ -132,7 +132,7 @@ class Controller:
             results = await asyncio.gather(
                 *(_remove(n, name, self.config.timeouts.down) for n in connection.ordered())
             )
-            for node, (removed, detail) in zip(connection.ordered(), results):
+            for node, (removed, detail) in zip(connection.ordered(), results, strict=True):
                 yield Removed(elapsed_s=clock.elapsed(), node=node.name, container=name,
                               removed=removed, detail=detail)
 

@@ -125,12 +125,12 @@ class Launch:
         results = await asyncio.gather(
             *(self._start_container(n, r, c) for n, r, c in roles), return_exceptions=True
         )
-        for (node, _, _), result in zip(roles, results):
+        for (node, _, _), result in zip(roles, results, strict=True):
             if isinstance(result, aiodocker.DockerError):
                 raise ContainerStartFailed(node.name, result)
             if isinstance(result, BaseException):
                 raise result
-        return {node.name: cid for (node, _, _), cid in zip(roles, results)}
+        return {node.name: cid for (node, _, _), cid in zip(roles, results, strict=True)}
 
     def _containers_failed(self, failure: ContainerStartFailed) -> Failed:
         node, error = failure.node, failure.error

@@ -81,7 +81,7 @@ class Preflight:
             "; ".join(f"{n.name}: connected in {n.connect_s * 1000:.0f} ms" for n in nodes),
         )
         gathered = await asyncio.gather(*(self._inspect(node) for node in nodes))
-        self.facts = {node.name: facts for node, facts in zip(nodes, gathered)}
+        self.facts = {node.name: facts for node, facts in zip(nodes, gathered, strict=True)}
         yield self._passed(
             "docker", "; ".join(f"{n.name}: Docker {self.facts[n.name].docker_version}" for n in nodes)
         )
@@ -130,7 +130,7 @@ class Preflight:
                 return str(problem)
 
         found = await asyncio.gather(*(interfaces(n) for n in nodes))
-        for node, result in zip(nodes, found):
+        for node, result in zip(nodes, found, strict=True):
             if isinstance(result, str):
                 yield self._failed(
                     "interfaces", node.name, f"interfaces on {node.name}: {result}",

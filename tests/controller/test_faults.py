@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -140,7 +141,8 @@ async def test_image_different_on_the_worker(relab):
 
 async def test_host_key_that_does_not_match_is_refused(clean, tmp_path):
     # The worker's entry carries the head's key: what a reinstalled or impostor node looks like.
-    entries = [line.split(None, 1) for line in open(clean.known_hosts_path) if line.strip()]
+    text = Path(clean.known_hosts_path).read_text()
+    entries = [line.split(None, 1) for line in text.splitlines(keepends=True) if line.strip()]
     head_key = next(key for hosts, key in entries if clean.nodes[0].mgmt_ip in hosts.split(","))
     forged = [f"{hosts} {head_key if clean.nodes[1].mgmt_ip in hosts.split(',') else key}"
               for hosts, key in entries]
