@@ -13,7 +13,7 @@ import asyncio
 import statistics
 import sys
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,7 +32,7 @@ async def one_launch(controller: Controller, latencies: dict[str, list[float]]) 
         pass
     total = None
     async for event in controller.up():
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         if isinstance(event, CheckpointPassed) and event.logged_at is not None:
             latencies[event.checkpoint].append((now - event.logged_at).total_seconds())
         elif isinstance(event, Failed):

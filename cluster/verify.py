@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import aiodocker
 import httpx
 
 from cluster import api
 from cluster.bench.stream import sample_completion
-from cluster.checkpoints import BY_ID, verify_plan
+from cluster.checkpoints import verify_plan
 from cluster.config import ClusterConfig, Secrets
 from cluster.container_exec import exec_output
 from cluster.events import CheckpointPassed, Event, Failed
@@ -48,7 +48,7 @@ async def verify(
     nodes = connection.ordered()
     tails = {n.name: await _tail(n, name, config.log_tail_lines, secrets) for n in nodes}
     states = await container_states(nodes, name)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     down = [s for s in states if not s.running]
     if down:
         state = down[0]

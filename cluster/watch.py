@@ -60,6 +60,8 @@ async def watch(
         finally:
             for task in (health_miss, next_failure):
                 task.cancel()
+            # the generator cannot be closed while the cancelled anext() still runs it
+            await asyncio.gather(health_miss, next_failure, return_exceptions=True)
             await failures.aclose()
         if next_failure in done and not next_failure.cancelled():
             yield next_failure.result()

@@ -1,13 +1,14 @@
 """Pure parsers of node output: interfaces, `ray status`, container specs."""
 
+from pathlib import Path
+
 import pytest
 
+from bot.config import load_config
 from cluster.config import Secrets
 from cluster.containers import create_body, into_container_log, node_environment, serve_command
 from cluster.interfaces import InterfaceProblem, resolve_interfaces
 from cluster.ray_status import parse_ray_status
-from bot.config import load_config
-from pathlib import Path
 
 IBDEV = """rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)
 roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Up)
