@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from contextlib import aclosing
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -115,13 +116,16 @@ class JobManager:
             posted = await view.open()
             if posted:
                 await self.store.set_parent(record.id, posted.ts, view.link, view.parent.model_dump_json())
-            async for event in events:
-                job.events.append(event)
-                await view.event(event)
-                if on_event:
-                    await on_event(job, event)
-                if isinstance(event, Failed):
-                    job.outcome, job.tone = f"failed: {event.title}: {event.summary}", "failure"
+            # aclosing: a cancel that lands while we post to chat (the generator suspended at a
+            # yield) must still run the controller's cleanup, now rather than at garbage collection
+            async with aclosing(events):
+                async for event in events:
+                    job.events.append(event)
+                    await view.event(event)
+                    if on_event:
+                        await on_event(job, event)
+                    if isinstance(event, Failed):
+                        job.outcome, job.tone = f"failed: {event.title}: {event.summary}", "failure"
             if job.tone != "failure":
                 job.outcome, job.tone, job.footer = "succeeded", "success", success_footer(job)
                 await view.finish("success", f"✔ {job.footer} in {_took(started)}")
@@ -184,15 +188,16 @@ class JobManager:
             await self.store.clear_watch(self.cluster.name)
 
     async def _watch(self, record: JobRecord, view: JobView) -> None:
-        controller = self.controller_for(self.cluster)
+        events = self.controller_for(self.cluster).watch(health_interval=self.settings.jobs.watch_health_interval)
         try:
-            async for event in controller.watch(health_interval=self.settings.jobs.watch_health_interval):
-                if isinstance(event, Failed):
-                    await self.store.clear_watch(self.cluster.name)
-                    await view.failed(event, during=" while serving")
-                    await self.store.audit(record.user, record.channel, "watch",
-                                           f"failed: {event.title}: {event.summary}", record.id, record.link)
-                    return
+            async with aclosing(events):
+                async for event in events:
+                    if isinstance(event, Failed):
+                        await self.store.clear_watch(self.cluster.name)
+                        await view.failed(event, during=" while serving")
+                        await self.store.audit(record.user, record.channel, "watch",
+                                               f"failed: {event.title}: {event.summary}", record.id, record.link)
+                        return
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 - report, do not crash the bot

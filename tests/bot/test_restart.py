@@ -81,7 +81,12 @@ async def test_restart_in_the_middle_of_a_launch(lab, tmp_path):
 
             # the lock is free: a read command answers, and a new job is not refused as busy
             await slack.send_slash_command(ALICE, CH, "verify")
-            await slack.wait_for(lambda c: c.method == "chat.update" and "Verified" in str(c.params), 60, after=mark)
+            verify = await slack.wait_for(lambda c: c.method == "chat.postMessage" and "thread_ts" not in c.params,
+                                          30, after=mark)
+            assert header(verify) == "🔍 Verify `lab`", "a new job runs: not refused as busy"
+            await slack.wait_for(lambda c: c.method == "chat.update" and c.params["ts"] == verify.result["ts"]
+                                 and "✋" not in str(c.params) and c.params.get("attachments")
+                                 and c.params["attachments"][0]["color"] != "#1d9bd1", 60, after=mark)
 
             # the watch resumed in the launching job's thread: kill the worker's container
             await lab_docker_kill(lab, 1, cluster.container.name)
