@@ -6,6 +6,7 @@ It knows nothing of chat; every surface (CLI, Slack, console, tests) drives thes
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -33,26 +34,32 @@ class Controller:
 
     async def preflight(self, *, replace: bool = False) -> AsyncIterator[Event]:
         async with connect_cluster(self.config) as connection:
-            async for event in Preflight(self.config, connection, Clock(), replace=replace).run():
-                yield event
+            preflight = Preflight(self.config, connection, Clock(), replace=replace)
+            async with aclosing(preflight.run()) as events:
+                async for event in events:
+                    yield event
 
     async def up(self, *, replace: bool = False, sample_max_tokens: int = 128) -> AsyncIterator[Event]:
         async with connect_cluster(self.config) as connection:
             launch = Launch(self.config, self.secrets, connection, replace=replace,
                             sample_max_tokens=sample_max_tokens)
-            async for event in launch.run():
-                yield event
+            # Closed before the connections are: a cancelled launch cleans up over them.
+            async with aclosing(launch.run()) as events:
+                async for event in events:
+                    yield event
 
     async def verify(self) -> AsyncIterator[Event]:
         async with connect_cluster(self.config) as connection:
-            async for event in verify_cluster(self.config, self.secrets, connection):
-                yield event
+            async with aclosing(verify_cluster(self.config, self.secrets, connection)) as events:
+                async for event in events:
+                    yield event
 
     async def watch(self, *, health_interval: float = 30.0) -> AsyncIterator[Event]:
         async with connect_cluster(self.config) as connection:
-            async for event in watch_cluster(self.config, self.secrets, connection,
-                                             health_interval=health_interval):
-                yield event
+            watching = watch_cluster(self.config, self.secrets, connection, health_interval=health_interval)
+            async with aclosing(watching) as events:
+                async for event in events:
+                    yield event
 
     async def status(self) -> AsyncIterator[Event]:
         clock = Clock()
@@ -97,12 +104,14 @@ class Controller:
                              fix="`spark-bot up` first")
                 return
             base_url = await api_base_url(self.config, head)
-            async for event in run_bench(
+            benchmark = run_bench(
                 base_url, self.config.serve.api_model_name, options,
                 cluster_fingerprint(self.config, state.image_id),
                 history=BenchHistory(history) if history else None, clock=clock,
-            ):
-                yield event
+            )
+            async with aclosing(benchmark) as events:
+                async for event in events:
+                    yield event
 
     async def logs(self, node: str | None = None, lines: int = 50) -> AsyncIterator[Event]:
         """The tail of our container's log on `node` (head when None)."""

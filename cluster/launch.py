@@ -6,6 +6,7 @@ Cancelling the iteration removes every container this launch started.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -33,6 +34,7 @@ from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.preflight import Preflight
 from cluster.ray_status import parse_ray_status
 
+log = logging.getLogger(__name__)
 RAY_STARTED = BY_ID["containers"]
 _AIODOCKER_CONNECTION_ERROR = 900  # aiodocker's status for "cannot connect to the engine"
 
@@ -63,6 +65,7 @@ class Launch:
         self.preflight = Preflight(config, connection, self.clock, replace=replace)
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []
+        self._in_flight: list[asyncio.Future[str]] = []
 
     async def run(self) -> AsyncIterator[Event]:
         try:
@@ -105,14 +108,22 @@ class Launch:
     # -- containers -------------------------------------------------------------------------
 
     async def _start_container(self, node: NodeConnection, role: Role, command: list[str]) -> str:
+        # Docker completes a create even when we stop waiting for it, so create+start runs
+        # shielded from cancellation and the cleanup waits for it before removing by name.
+        self.started.append(node)
+        creation = asyncio.ensure_future(self._create_and_start(node, role, command))
+        self._in_flight.append(creation)
+        container_id = await asyncio.shield(creation)
+        self.monitor.follow(node)
+        return container_id
+
+    async def _create_and_start(self, node: NodeConnection, role: Role, command: list[str]) -> str:
         facts = self.preflight.facts[node.name]
         assert facts.interfaces is not None
         env = node_environment(self.config, facts.interfaces, self.secrets)
         body = create_body(self.config, node.config, role, command, env, facts.home)
         container = await node.docker.containers.create(body, name=self.config.container.name)
-        self.started.append(node)
         await container.start()
-        self.monitor.follow(node)
         return container.id
 
     def _head_ip(self) -> str:
@@ -325,11 +336,16 @@ class Launch:
         )
 
     async def _remove_started(self) -> None:
+        await asyncio.gather(*self._in_flight, return_exceptions=True)
         name = self.config.container.name
-        await asyncio.gather(
+        results = await asyncio.gather(
             *(n.docker.containers.container(name).delete(force=True) for n in self.started),
             return_exceptions=True,
         )
+        for node, result in zip(self.started, results, strict=True):
+            gone = isinstance(result, aiodocker.DockerError) and result.status == 404
+            if isinstance(result, BaseException) and not gone:
+                log.warning("could not remove %s from %s after the launch stopped: %s", name, node.name, result)
 
 
 async def api_base_url(config: ClusterConfig, head: NodeConnection) -> str:

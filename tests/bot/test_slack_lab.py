@@ -149,8 +149,6 @@ async def test_cancel_with_the_button_leaves_no_container(slack, lab, tmp_path):
     assert header(slack.thread(CH, parent_ts)[-1]) == "✋ Cancelled"
 
 
-@pytest.mark.xfail(strict=True, reason="controller: cancelled at the Ray stage, the worker's container survives "
-                   "(cluster/launch.py _remove_started swallows the deletion error); the button test cancels earlier")
 async def test_cancel_with_the_command(slack, lab, tmp_path):
     cluster = cluster_for(lab, env={"SPARK_EMU_FAULT": "slow_start"})
     await down(cluster)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 from pathlib import Path
 
@@ -186,3 +187,25 @@ async def test_stale_container_is_refused_then_replaced(clean):
     events = await collect(controller.preflight(replace=True))
     replaced = next(e for e in events if isinstance(e, CheckpointPassed) and e.checkpoint == "no_stale_container")
     assert "replaced: spark-lab-1" in replaced.evidence
+
+
+async def test_cancel_while_the_consumer_is_busy_between_events_leaves_no_container(clean):
+    """A cancel that lands while the caller handles an event (e.g. posts it to chat) closes the
+    launch through `aclosing`, and the cleanup still reaches every node."""
+    controller = controller_for(clean, env={"SPARK_EMU_FAULT": "slow_start"})
+    busy = asyncio.Event()
+
+    async def launch():
+        async with contextlib.aclosing(controller.up()) as events:
+            async for event in events:
+                if isinstance(event, CheckpointPassed) and event.checkpoint == "ray_cluster":
+                    busy.set()
+                    await asyncio.Event().wait()  # handling the event takes forever
+
+    task = asyncio.create_task(launch())
+    await asyncio.wait_for(busy.wait(), timeout=60)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [status] = await collect(controller.status())
+    assert not any(c.present for c in status.containers), status
