@@ -80,7 +80,10 @@ class ConsoleChat:
     async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:
         self.files_dir.mkdir(parents=True, exist_ok=True)
         path = self.files_dir / f"{thread}-{attachment.filename}"
-        path.write_text(attachment.content)
+        if isinstance(attachment.content, bytes):
+            path.write_bytes(attachment.content)
+        else:
+            path.write_text(attachment.content)
         self._print(f"  #{thread} ↳ 📎 {attachment.title}: {path}")
 
     async def reply_private(self, channel: str, user: str, message: Message) -> None:

@@ -42,11 +42,11 @@ class Button(_Model):
 
 
 class Attachment(_Model):
-    """Text too long for a message: an adapter uploads it as a file (Slack) or prints it."""
+    """A file for the thread: text too long for a message, or a picture (PNG bytes)."""
 
     filename: str
     title: str
-    content: str
+    content: str | bytes
 
 
 class Message(_Model):

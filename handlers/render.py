@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from cluster.bench.models import BenchReport
 from cluster.checkpoints import Checkpoint
 from cluster.events import BenchResult, CheckpointPassed, Event, Failed, Progress, Ready, Removed
+from handlers.bench_chart import sweep_chart_png
 from handlers.chat import Chat, Posted
 from handlers.messages import (
     CANCEL_ACTION,
@@ -262,7 +263,17 @@ def bench_message(report: BenchReport) -> Message:
             table.append(f"{level.concurrency:4d}  {level.output_tok_s:12.1f}  "
                          f"{_num(level.per_stream_decode_tok_s):>10}  {_num(level.ttft_p50_s, 1000, '.0f'):>11}"
                          f"  {level.ok}/{level.requests}")
+    sample = report.sample
+    if sample and sample.budget_spent_in_reasoning:
+        lines.append(f"Answer: none, the token budget ran out inside reasoning. Reasoning excerpt: "
+                     f"_…{sample.reasoning[-300:].strip()}_")
+    elif sample:
+        lines.append(f"Answer: {sample.text.strip()[:500]}")
     lines += [f"vs previous: {c.metric}: {c.describe()}" for c in report.comparisons]
     lines += [f"⚠ {w}" for w in report.warnings]
+    chart = None
+    if sum(1 for level in report.sweep if level.ok) >= 2:
+        chart = Attachment(filename="bench-sweep.png", title="Throughput and TTFT by concurrency",
+                           content=sweep_chart_png(report))
     return Message(title="📊 Benchmark", text="\n".join(lines), tone="success", code=table,
-                   code_title="concurrency sweep" if table else None)
+                   code_title="concurrency sweep" if table else None, attachment=chart)

@@ -216,3 +216,19 @@ async def test_status_and_a_long_log_as_a_file_with_429_honoured(slack, cluster,
     assert upload.params["thread_ts"] == log_post.result["ts"]
     content = slack.file_content(upload.params["files"][0]["id"]).decode()
     assert len(content.splitlines()) > 15 and "```" in block_text(log_post)
+
+
+async def test_bench_posts_the_table_the_sample_and_the_chart_into_the_thread(slack, cluster, tmp_path):
+    async with slack_bot(slack, cluster, settings(tmp_path)):
+        await up_and_wait(slack)
+        await slack.send_slash_command(ALICE, CH, "bench concurrency=1,2,4 max_tokens=32 runs=2")
+        result = await slack.wait_for(lambda c: c.method == "chat.postMessage" and header(c) == "📊 Benchmark", 90)
+        parent_ts = result.params["thread_ts"]
+        upload = await slack.wait_for(
+            lambda c: c.method == "files.completeUploadExternal" and c.params.get("thread_ts") == parent_ts, 30)
+    text = block_text(result)
+    assert "Single stream: decode" in text and "tok/s" in text and "Answer:" in text
+    assert "conc  output tok/s" in text and all(f"\n   {c}  " in text for c in (1, 2, 4))
+    [chart_id] = [fid for fid, f in slack.files().items() if f.get("name", f.get("filename")) == "bench-sweep.png"]
+    assert slack.file_content(chart_id).startswith(b"\x89PNG"), "a real PNG went up"
+    assert upload.ok
