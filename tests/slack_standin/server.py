@@ -147,7 +147,9 @@ class SlackStandIn:
         users: Optional[Dict[str, str]] = None,
         blocks_max_chars: int = MAX_BLOCKS_JSON_CHARS,
         ack_timeout: float = ACK_TIMEOUT,
+        host: str = "127.0.0.1",
     ) -> None:
+        self.host = host  # where it listens; another address lets e.g. a lab node reach it
         self.bot_tokens = {bot_token}
         self.app_tokens = {app_token}
         self.bot_token = bot_token
@@ -200,7 +202,7 @@ class SlackStandIn:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def api_url(self) -> str:
@@ -217,7 +219,7 @@ class SlackStandIn:
         app.router.add_post("/response_url/{key}", self._handle_response_url)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, self.host, 0)
         await site.start()
         self.port = self._runner.addresses[0][1]
         return self
@@ -519,7 +521,7 @@ class SlackStandIn:
     def _apps_connections_open(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
         ticket = uuid.uuid4().hex
         self._tickets[ticket] = 0
-        return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link/?ticket={ticket}&app_id={self.app_id}"}
+        return {"ok": True, "url": f"ws://{self.host}:{self.port}/link/?ticket={ticket}&app_id={self.app_id}"}
 
     # -- messages
 
