@@ -6,11 +6,9 @@ It knows nothing of chat; every surface (CLI, Slack, console, tests) drives thes
 from __future__ import annotations
 
 import asyncio
-from contextlib import aclosing
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from pathlib import Path
-
-import aiodocker
 
 from cluster import api
 from cluster.bench.history import BenchHistory, cluster_fingerprint
@@ -18,9 +16,13 @@ from cluster.bench.runner import DEFAULT_PROMPT, BenchOptions, run_bench
 from cluster.config import ClusterConfig, Secrets
 from cluster.events import Event, Failed, LogTail, Removed, StatusReport
 from cluster.follow import Clock
-from cluster.inventory import container_state, container_states
+from cluster.inventory import (
+    container_state,
+    container_states,
+    read_log_tail,
+    remove_container,
+)
 from cluster.launch import Launch, api_base_url
-from cluster.logtext import clean_line
 from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster
 from cluster.preflight import Preflight
 from cluster.verify import verify as verify_cluster
@@ -120,15 +122,10 @@ class Controller:
         self.config.node(name)  # KeyError for an unknown node: callers validate first
         async with connect_cluster(self.config) as connection:
             target = _reachable(connection, name)
-            try:
-                raw = await target.docker.containers.container(self.config.container.name).log(
-                    stdout=True, stderr=True, tail=str(lines)
-                )
-                text = [self.secrets.redact(clean_line(x)) for x in "".join(raw).splitlines()]
-            except aiodocker.DockerError as error:
-                text = [f"(no log: {error.message})"]
-            yield LogTail(elapsed_s=clock.elapsed(), node=name,
-                          container=self.config.container.name, lines=text[-lines:])
+            container = self.config.container.name
+            text = await read_log_tail(target, container, lines, self.secrets)
+            yield LogTail(elapsed_s=clock.elapsed(), node=name, container=container,
+                          lines=text or [f"(no container {container} on {name})"])
 
     async def down(self) -> AsyncIterator[Event]:
         """Stop and remove our container on every node; idempotent."""
@@ -139,9 +136,17 @@ class Controller:
                 yield Removed(elapsed_s=clock.elapsed(), node=node, container=name,
                               removed=False, detail=f"not reachable, nothing removed: {error}")
             results = await asyncio.gather(
-                *(_remove(n, name, self.config.timeouts.down) for n in connection.ordered())
+                *(remove_container(n, name, owner=self.config.name, timeout=self.config.timeouts.down)
+                  for n in connection.ordered()),
+                return_exceptions=True,
             )
-            for node, (removed, detail) in zip(connection.ordered(), results, strict=True):
+            for node, result in zip(connection.ordered(), results, strict=True):
+                if isinstance(result, BaseException):
+                    if not isinstance(result, Exception):
+                        raise result
+                    removed, detail = False, f"could not remove {name} from {node.name}: {result!r}"
+                else:
+                    removed, detail = result
                 yield Removed(elapsed_s=clock.elapsed(), node=node.name, container=name,
                               removed=removed, detail=detail)
 
@@ -150,18 +155,3 @@ def _reachable(connection: ClusterConnection, name: str) -> NodeConnection:
     if name in connection.errors:
         raise connection.errors[name]
     return connection.nodes[name]
-
-
-async def _remove(node: NodeConnection, name: str, timeout: float) -> tuple[bool, str]:
-    container = node.docker.containers.container(name)
-    try:
-        info = await container.show()
-    except aiodocker.DockerError as error:
-        if error.status == 404:
-            return False, f"no container {name} on {node.name}"
-        raise
-    status = info["State"]["Status"]
-    if info["State"].get("Running"):
-        await container.stop(t=int(min(timeout, 30)))
-    await container.delete(force=True)
-    return True, f"removed {name} ({info['Id'][:12]}, was {status}) from {node.name}"

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 
 import aiodocker
 
+from cluster.config import Secrets
+from cluster.containers import LABEL_CLUSTER
 from cluster.events import ContainerState
+from cluster.logtext import clean_line
 from cluster.nodes import NodeConnection
+from cluster.timestamps import parse_docker_timestamp
 
 
 async def container_state(node: NodeConnection, name: str) -> ContainerState:
@@ -19,16 +22,13 @@ async def container_state(node: NodeConnection, name: str) -> ContainerState:
             return ContainerState(node=node.name, container=name, present=False)
         raise
     state = info["State"]
-    started = state.get("StartedAt")
     return ContainerState(
         node=node.name,
         container=name,
         present=True,
         running=bool(state.get("Running")),
         status=state.get("Status", "unknown"),
-        started_at=datetime.fromisoformat(started.replace("Z", "+00:00")[:26] + "+00:00")
-        if started and not started.startswith("0001")
-        else None,
+        started_at=parse_docker_timestamp(state.get("StartedAt")),
         image_id=info.get("Image"),
         exit_code=None if state.get("Running") else state.get("ExitCode"),
     )
@@ -36,3 +36,40 @@ async def container_state(node: NodeConnection, name: str) -> ContainerState:
 
 async def container_states(nodes: list[NodeConnection], name: str) -> list[ContainerState]:
     return list(await asyncio.gather(*(container_state(n, name) for n in nodes)))
+
+
+async def read_log_tail(node: NodeConnection, name: str, lines: int, secrets: Secrets) -> list[str]:
+    """The last `lines` lines of our container's log, cleaned and redacted; [] if it is gone."""
+    try:
+        raw = await node.docker.containers.container(name).log(stdout=True, stderr=True, tail=str(lines))
+    except aiodocker.DockerError as error:
+        if error.status == 404:
+            return []
+        raise
+    return [secrets.redact(clean_line(line)) for line in "".join(raw).splitlines()][-lines:]
+
+
+async def remove_container(
+    node: NodeConnection, name: str, *, owner: str | None, timeout: float
+) -> tuple[bool, str]:
+    """Stop and remove `name` on `node`; with `owner`, only if spark-bot started it for that
+    cluster (a container someone started by hand under the same name is left alone)."""
+    container = node.docker.containers.container(name)
+    async with asyncio.timeout(timeout):
+        try:
+            info = await container.show()
+        except aiodocker.DockerError as error:
+            if error.status == 404:
+                return False, f"no container {name} on {node.name}"
+            raise
+        labels = info["Config"].get("Labels") or {}
+        if owner is not None and labels.get(LABEL_CLUSTER) != owner:
+            return False, (
+                f"{name} on {node.name} was not started by spark-bot for cluster {owner}: left "
+                f"alone (remove it by hand with `docker rm -f {name}` if it may go)"
+            )
+        status = info["State"]["Status"]
+        if info["State"].get("Running"):
+            await container.stop(t=int(min(timeout, 30)))
+        await container.delete(force=True)
+    return True, f"removed {name} ({info['Id'][:12]}, was {status}) from {node.name}"

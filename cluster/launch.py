@@ -9,6 +9,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 import aiodocker
 import httpx
@@ -29,6 +30,7 @@ from cluster.containers import (
 )
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
 from cluster.follow import Clock, Expectation, LogFollower
+from cluster.inventory import remove_container
 from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.preflight import Preflight
@@ -191,15 +193,21 @@ class Launch:
             Expectation(BY_ID["containers"], RAY_RUNTIME_STARTED, nodes=frozenset({w.name}), node=w.name)
             for w in workers
         ]
-        async for event in self.follower.expect(joined):
-            if isinstance(event, Failed):
-                if event.signature in {"stalled", "phase_timeout"}:
-                    # A silent worker: `ray status` shows who is missing better than the silence.
-                    async for ray_event in self._wait_for_ray_cluster(head, timeout=0):
-                        yield ray_event
+        silent = None
+        async with aclosing(self.follower.expect(joined)) as events:
+            async for event in events:
+                if isinstance(event, Failed):
+                    if event.signature not in {"stalled", "phase_timeout"}:
+                        yield event
+                        return
+                    silent = event
+        if silent is not None:
+            # A silent worker: `ray status` says who is missing better than the silence does;
+            # if Ray has every node, the worker's start line was merely missed.
+            async for ray_event in self._wait_for_ray_cluster(head, timeout=0):
+                if isinstance(ray_event, Failed):
+                    yield ray_event
                     return
-                yield event
-                return
         yield CheckpointPassed(
             elapsed_s=self.clock.elapsed(),
             checkpoint="containers",
@@ -235,7 +243,7 @@ class Launch:
         deadline = time.monotonic() + timeout
         delay = 0.2
         while True:
-            output = await exec_output(container, ["ray", "status"])
+            output = await exec_output(container, ["ray", "status"], timeout=self.config.timeouts.ray)
             state = parse_ray_status(output)
             if state.active_nodes >= want_nodes and state.gpus_total >= want_gpus:
                 yield CheckpointPassed(
@@ -336,16 +344,17 @@ class Launch:
         )
 
     async def _remove_started(self) -> None:
-        await asyncio.gather(*self._in_flight, return_exceptions=True)
+        timeout = self.config.timeouts.down
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
         name = self.config.container.name
         results = await asyncio.gather(
-            *(n.docker.containers.container(name).delete(force=True) for n in self.started),
+            *(remove_container(n, name, owner=self.config.name, timeout=timeout) for n in self.started),
             return_exceptions=True,
         )
         for node, result in zip(self.started, results, strict=True):
-            gone = isinstance(result, aiodocker.DockerError) and result.status == 404
-            if isinstance(result, BaseException) and not gone:
-                log.warning("could not remove %s from %s after the launch stopped: %s", name, node.name, result)
+            if isinstance(result, BaseException):
+                log.warning("could not remove %s from %s after the launch stopped: %r", name, node.name, result)
 
 
 async def api_base_url(config: ClusterConfig, head: NodeConnection) -> str:

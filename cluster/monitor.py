@@ -20,6 +20,7 @@ import aiohttp
 from cluster.config import Secrets
 from cluster.logtext import clean_line
 from cluster.nodes import NodeConnection
+from cluster.timestamps import parse_docker_timestamp
 
 
 @dataclass(frozen=True)
@@ -42,17 +43,6 @@ class FollowLost:
 
     node: str
     reason: str
-
-
-def _docker_timestamp(stamp: str) -> datetime | None:
-    """Docker's RFC 3339 nanosecond stamp (`2026-11-30T07:01:38.123456789Z`), to microseconds."""
-    if not stamp.endswith("Z") or "T" not in stamp:
-        return None
-    whole, _, fraction = stamp[:-1].partition(".")
-    try:
-        return datetime.fromisoformat(f"{whole}.{(fraction or '0')[:6]:0<6}+00:00")
-    except ValueError:
-        return None
 
 
 MonitorItem = LogLine | ContainerExited | FollowLost
@@ -115,7 +105,7 @@ class ClusterMonitor:
 
     def _publish_line(self, node: str, raw: str) -> None:
         stamp, _, line = raw.partition(" ")
-        logged_at = _docker_timestamp(stamp)
+        logged_at = parse_docker_timestamp(stamp)
         text = self._secrets.redact(clean_line(line if logged_at else raw))
         self._tails[node].append(text)
         self._queue.put_nowait(LogLine(node, text, logged_at))

@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 import aiodocker
 
-from cluster.checkpoints import BY_ID
+from cluster.checkpoints import BY_ID, PREFLIGHT
 from cluster.config import ClusterConfig
-from cluster.errors import DockerUnavailable, HostKeyMismatch
+from cluster.containers import LABEL_CLUSTER
+from cluster.errors import NodeError
 from cluster.events import CheckpointPassed, Event, Failed
 from cluster.follow import Clock
 from cluster.interfaces import InterfaceProblem, NodeInterfaces, resolve_interfaces
@@ -63,17 +65,37 @@ class Preflight:
         )
 
     async def run(self) -> AsyncIterator[Event]:
-        """Yield one checkpoint per check; stop after the first Failed."""
+        """Yield one checkpoint per check; stop after the first Failed.
+
+        A node that stops answering in the middle (a command times out, the engine errs) fails
+        the check in progress, naming the node and what to try.
+        """
+        passed: set[str] = set()
+        try:
+            async with aclosing(self._checks()) as checks:
+                async for event in checks:
+                    if isinstance(event, CheckpointPassed):
+                        passed.add(event.checkpoint)
+                    yield event
+        except (NodeError, aiodocker.DockerError) as error:
+            step = next(c for c in PREFLIGHT if c.id not in passed)
+            if isinstance(error, NodeError):
+                yield Failed.unreachable(error, checkpoint=step.id, title=step.title,
+                                         elapsed_s=self.clock.elapsed())
+            else:
+                yield self._failed(
+                    step.id, None, f"a Docker engine answered an error during {step.title}: {error.message}",
+                    "the node's Docker engine failed the request",
+                    "check `docker info` and `journalctl -u docker` on the nodes, then try again",
+                )
+
+    async def _checks(self) -> AsyncIterator[Event]:
         config = self.config
         errors = self.connection.errors
-        for name, error in errors.items():
-            if isinstance(error, DockerUnavailable):
-                checkpoint, cause = "docker", "the node's Docker engine does not answer"
-            elif isinstance(error, HostKeyMismatch):
-                checkpoint, cause = "ssh", "the node's SSH host key changed, or this is not the node"
-            else:
-                checkpoint, cause = "ssh", "the node cannot be reached over SSH"
-            yield self._failed(checkpoint, name, str(error), cause, error.fix, evidence=error.problem)
+        for error in errors.values():
+            checkpoint = BY_ID[error.checkpoint]
+            yield Failed.unreachable(error, checkpoint=checkpoint.id, title=checkpoint.title,
+                                     elapsed_s=self.clock.elapsed())
             return
         nodes = self.connection.ordered()
         yield self._passed(
@@ -183,6 +205,14 @@ class Preflight:
         ports.append(config.serve.ray_port if config.serve.backend == "ray" else config.serve.master_port)
         query = ["ss", "-Htln", " or ".join(f"sport = :{p}" for p in ports)]
         sockets = await head.run(query, timeout=config.timeouts.preflight)
+        if not sockets.ok:
+            yield self._failed(
+                "api_port", head.name, f"cannot list listening ports on {head.name}: `ss` exited "
+                f"{sockets.exit_status} ({sockets.stderr.strip()[:200]})",
+                "the `ss` tool (iproute2) is missing or failed on the node",
+                "install iproute2 on the node (`sudo apt install iproute2`)",
+            )
+            return
         if sockets.stdout.strip():
             yield self._failed(
                 "api_port", head.name,
@@ -211,11 +241,15 @@ class Preflight:
         facts.home = home.stdout.strip() or "/root"
         try:
             facts.image_id = (await node.docker.images.inspect(config.container.image))["Id"]
-        except aiodocker.DockerError:
-            facts.image_id = None
+        except aiodocker.DockerError as error:
+            if error.status != 404:
+                raise
         try:
             info = await node.docker.containers.container(config.container.name).show()
-            facts.stale_container = info["State"]["Status"]
-        except aiodocker.DockerError:
-            facts.stale_container = None
+        except aiodocker.DockerError as error:
+            if error.status != 404:
+                raise
+        else:
+            ours = (info["Config"].get("Labels") or {}).get(LABEL_CLUSTER) == config.name
+            facts.stale_container = info["State"]["Status"] + ("" if ours else ", not started by spark-bot")
         return facts

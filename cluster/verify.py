@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
-import aiodocker
 import httpx
 
 from cluster import api
@@ -15,9 +14,8 @@ from cluster.config import ClusterConfig, Secrets
 from cluster.container_exec import exec_output
 from cluster.events import CheckpointPassed, Event, Failed
 from cluster.follow import Clock
-from cluster.inventory import container_states
+from cluster.inventory import container_states, read_log_tail
 from cluster.launch import api_base_url
-from cluster.logtext import clean_line
 from cluster.nodes import ClusterConnection
 from cluster.ray_status import parse_ray_status
 from cluster.signatures import diagnose
@@ -41,12 +39,12 @@ async def verify(
                       node=node, summary=summary, evidence=evidence or summary, cause=cause, fix=fix,
                       log_tail=tail or [], signature=signature)
 
-    if connection.errors:
-        node, error = next(iter(connection.errors.items()))
-        yield failed("containers", str(error), error.problem, error.fix, node=node)
+    for error in connection.errors.values():
+        yield Failed.unreachable(error, checkpoint="containers", title=plan["containers"].title,
+                                 elapsed_s=clock.elapsed())
         return
     nodes = connection.ordered()
-    tails = {n.name: await _tail(n, name, config.log_tail_lines, secrets) for n in nodes}
+    tails = {n.name: await read_log_tail(n, name, config.log_tail_lines, secrets) for n in nodes}
     states = await container_states(nodes, name)
     now = datetime.now(UTC)
     down = [s for s in states if not s.running]
@@ -76,7 +74,8 @@ async def verify(
 
     head = connection.head
     if "ray_cluster" in plan:
-        output = await exec_output(head.docker.containers.container(name), ["ray", "status"])
+        output = await exec_output(head.docker.containers.container(name), ["ray", "status"],
+                                   timeout=config.timeouts.ray)
         state = parse_ray_status(output)
         want = config.serve.world_size
         if state.active_nodes < len(nodes) or state.gpus_total < want:
@@ -120,14 +119,6 @@ async def verify(
         yield passed("sample", f"{sample.completion_tokens} tokens in {sample.e2e_s:.2f} s "
                      f"(TTFT {sample.ttft_s * 1000:.0f} ms, decode {rate}): {(sample.text or sample.reasoning)[:200]!r}",
                      head.name)
-
-
-async def _tail(node, name: str, lines: int, secrets: Secrets) -> list[str]:
-    try:
-        raw = await node.docker.containers.container(name).log(stdout=True, stderr=True, tail=str(lines))
-    except aiodocker.DockerError:  # a missing container has no tail; the caller reports it
-        return []
-    return [secrets.redact(clean_line(line)) for line in "".join(raw).splitlines()]
 
 
 def _duration(delta) -> str:

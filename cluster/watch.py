@@ -30,6 +30,9 @@ async def watch(
     health_failures: int = 3,
 ) -> AsyncIterator[Event]:
     clock = Clock()
+    for error in connection.errors.values():
+        yield Failed.unreachable(error, checkpoint=SERVING.id, title=SERVING.title, elapsed_s=clock.elapsed())
+        return
     monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines)
     follower = LogFollower(config, monitor, clock)
     for node in connection.ordered():

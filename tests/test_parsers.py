@@ -9,6 +9,7 @@ from cluster.config import Secrets
 from cluster.containers import create_body, into_container_log, node_environment, serve_command
 from cluster.interfaces import InterfaceProblem, resolve_interfaces
 from cluster.ray_status import parse_ray_status
+from cluster.timestamps import parse_docker_timestamp
 
 IBDEV = """rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)
 roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Up)
@@ -88,3 +89,15 @@ def test_mp_ranks():
     assert worker[-9:] == ["--nnodes", "2", "--node-rank", "1", "--master-addr", "192.168.200.12",
                            "--master-port", "29501", "--headless"]
     assert "--headless" not in serve_command(mp, rank=0, head_ip="192.168.200.12")
+
+
+@pytest.mark.parametrize(("stamp", "expected"), [
+    ("2026-11-30T07:01:38.123456789Z", "2026-11-30T07:01:38.123456+00:00"),
+    ("2026-11-30T07:01:38.1234Z", "2026-11-30T07:01:38.123400+00:00"),
+    ("2026-11-30T07:01:38Z", "2026-11-30T07:01:38+00:00"),
+    ("0001-01-01T00:00:00Z", None),
+    ("not a time", None),
+])
+def test_docker_timestamps_with_trailing_zeros_dropped(stamp, expected):
+    parsed = parse_docker_timestamp(stamp)
+    assert (parsed.isoformat() if parsed else None) == expected

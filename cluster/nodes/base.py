@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import aiodocker
 
 from cluster.config import NodeConfig
+from cluster.errors import NodeError
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,15 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.exit_status == 0
+
+
+def command_failed(node: str, argv: Sequence[str], timeout: float, error: BaseException) -> NodeError:
+    """A command that could not run on the node (a timeout, a broken connection) as a NodeError."""
+    if isinstance(error, TimeoutError):
+        problem = f"`{argv[0]}` did not finish within {timeout:g} s"
+    else:
+        problem = f"`{argv[0]}` could not run ({type(error).__name__}: {error})"
+    return NodeError(node, problem, f"check that {node} is responsive (load, disk, sshd) and try again")
 
 
 class NodeConnection(ABC):

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 
 from cluster.config import NodeConfig
-from cluster.nodes.base import CommandResult, NodeConnection
+from cluster.nodes.base import CommandResult, NodeConnection, command_failed
 from cluster.nodes.docker_client import open_docker
 
 
@@ -21,15 +21,22 @@ class LocalNode(NodeConnection):
 
     async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
         env = {**os.environ, **self.config.local_env} if self.config.local_env else None
-        process = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
-        )
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+            )
+        except FileNotFoundError:
+            return CommandResult(127, "", f"{argv[0]}: command not found")  # as a shell says it
+        except OSError as error:
+            raise command_failed(self.name, argv, timeout, error) from error
         try:
             async with asyncio.timeout(timeout):
                 stdout, stderr = await process.communicate()
-        except TimeoutError:
+        except BaseException as error:  # a timeout or a cancel: the command must not outlive us
             process.kill()
             await process.wait()
+            if isinstance(error, TimeoutError):
+                raise command_failed(self.name, argv, timeout, error) from error
             raise
         return CommandResult(process.returncode or 0, stdout.decode(errors="replace"),
                              stderr.decode(errors="replace"))

@@ -12,7 +12,7 @@ import asyncssh
 
 from cluster.config import NodeConfig
 from cluster.errors import HostKeyMismatch, NodeError
-from cluster.nodes.base import CommandResult, NodeConnection
+from cluster.nodes.base import CommandResult, NodeConnection, command_failed
 from cluster.nodes.docker_client import open_docker
 
 
@@ -41,7 +41,10 @@ class SSHNode(NodeConnection):
         return cls(config, docker, time.monotonic() - started, connection, socket_dir)
 
     async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
-        result = await self.connection.run(shlex.join(argv), check=False, timeout=timeout)
+        try:
+            result = await self.connection.run(shlex.join(argv), check=False, timeout=timeout)
+        except (asyncssh.Error, OSError, TimeoutError) as error:
+            raise command_failed(self.name, argv, timeout, error) from error
         return CommandResult(
             result.exit_status if result.exit_status is not None else -1,
             _text(result.stdout),
