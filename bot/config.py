@@ -72,7 +72,9 @@ def _describe(path: Path, root: yaml.Node | None, exc: ValidationError) -> str:
         line = _line_of(root, location)
         where = f"line {line}: " if line else ""
         got = error.get("input")
-        seen = "" if isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
+        # Never echo what was written under secret_env or env: it may be a pasted secret.
+        private = any(part in ("secret_env", "env") for part in location)
+        seen = "" if private or isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
         lines.append(f"  {where}{field}: {error['msg']}{seen}")
     return "\n".join(lines)
 

@@ -46,6 +46,10 @@ IPAddress = Annotated[str, AfterValidator(_ip)]
 Name = Annotated[str, Field(pattern=_NAME)]
 InterfaceName = Annotated[str, Field(pattern=_IFNAME)]
 EnvName = Annotated[str, Field(pattern=_ENV_NAME)]
+# The NAME of the bot's environment variable holding a secret: upper case, so that a pasted
+# token (hf_..., xoxb-...) is refused instead of being kept, and echoed, as a name.
+SecretSource = Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]{0,127}$")]
+SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|PRIVATE|CREDENTIAL", re.IGNORECASE)
 Seconds = Annotated[float, Field(gt=0, le=86_400)]
 
 
@@ -114,7 +118,7 @@ class ContainerConfig(_Model):
     gpus: bool = True
     mounts: list[Mount] = Field(default_factory=list)
     env: dict[EnvName, str] = Field(default_factory=dict)
-    secret_env: dict[EnvName, EnvName] = Field(
+    secret_env: dict[EnvName, SecretSource] = Field(
         default_factory=dict,
         description="container variable -> name of the bot's environment variable holding it",
     )
@@ -123,6 +127,11 @@ class ContainerConfig(_Model):
     @classmethod
     def _plain_values(cls, env: dict[str, str]) -> dict[str, str]:
         for key, value in env.items():
+            if SECRET_LOOKING.search(key):
+                raise ValueError(
+                    f"env {key} looks like a secret: move it to secret_env ({key}: NAME of the "
+                    "bot's environment variable holding it) so its value never sits in the config"
+                )
             if not _SAFE_VALUE.match(value):
                 raise ValueError(
                     f"env {key}={value!r}: values may hold letters, digits and ._:/,=+@%- only"

@@ -59,6 +59,7 @@ class LogFollower:
         self.clock = clock
         self._diagnosers: dict[str, LogDiagnoser] = {}
         self._symptom: tuple[str, float] | None = None  # node, deadline for its cause
+        self._reported_findings: set[str] = set()
 
     async def _next(self, timeout: float | None) -> MonitorItem | None:
         """The next item; None when a pending symptom's grace ran out first."""
@@ -155,20 +156,30 @@ class LogFollower:
             checkpoint=checkpoint.id,
             title=checkpoint.title,
             node=item.node,
-            summary=f"lost contact with {item.node} while waiting for: {checkpoint.title}",
+            summary=f"{item.reason} while waiting for: {checkpoint.title}",
             evidence=item.reason,
-            cause="the node, its sshd or its Docker engine went away",
-            fix=f"check that {item.node} is up, then run verify; `down` cleans up",
+            cause=item.cause,
+            fix=item.fix,
             log_tail=self.monitor.tail(item.node),
         )
+
+    def _new_findings(self) -> list[Diagnosis]:
+        """Non-fatal findings (e.g. NCCL over sockets) not yet attached to a checkpoint."""
+        found = [
+            finding
+            for diagnoser in self._diagnosers.values()
+            for finding in diagnoser.findings
+            if finding.signature_id not in self._reported_findings
+        ]
+        self._reported_findings.update(finding.signature_id for finding in found)
+        return found
 
     def _passed(self, expectation: Expectation) -> CheckpointPassed:
         last = expectation.seen[-1]
         node = last.node
         evidence = "\n".join(line.text for line in expectation.seen)
-        warning = None
-        if expectation.checkpoint.id == "nccl" and "via NET/Socket" in evidence:
-            warning = "NCCL fell back to sockets (via NET/Socket): RDMA is not used, expect low throughput"
+        findings = self._new_findings()
+        warning = "; ".join(f"{f.title} ({f.evidence.strip()[-120:]}): {f.fix}" for f in findings) or None
         return CheckpointPassed(
             elapsed_s=self.clock.elapsed(),
             checkpoint=expectation.checkpoint.id,

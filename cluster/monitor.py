@@ -39,10 +39,12 @@ class ContainerExited:
 
 @dataclass(frozen=True)
 class FollowLost:
-    """The connection carrying a node's log stream broke (node, sshd or engine gone)."""
+    """The node's log or event stream broke: the container was removed, or the node went away."""
 
     node: str
     reason: str
+    cause: str = "the node, its sshd or its Docker engine went away"
+    fix: str = "check that the node is up, then run verify; `down` cleans up"
 
 
 MonitorItem = LogLine | ContainerExited | FollowLost
@@ -101,7 +103,14 @@ class ClusterMonitor:
                     ContainerExited(node.name, state.get("ExitCode"), bool(state.get("OOMKilled")))
                 )
         except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
-            self._queue.put_nowait(FollowLost(node.name, f"log stream broke: {exc}"))
+            if isinstance(exc, aiodocker.DockerError) and exc.status == 404:
+                self._queue.put_nowait(FollowLost(
+                    node.name, f"container {self.container_name} no longer exists on {node.name}",
+                    cause="the container was removed (by hand, or by another spark-bot or launcher)",
+                    fix="find out who removed it (`docker events` on the node); `up` launches again",
+                ))
+            else:
+                self._queue.put_nowait(FollowLost(node.name, f"log stream broke: {exc}"))
 
     def _publish_line(self, node: str, raw: str) -> None:
         stamp, _, line = raw.partition(" ")

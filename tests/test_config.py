@@ -96,3 +96,17 @@ def test_check_config_reports_errors_on_stderr(tmp_path, capsys):
     assert main(["check-config", str(path)]) == 2
     err = capsys.readouterr().err
     assert "cluster.nodes: Field required" in err
+
+
+def test_a_pasted_secret_is_refused_without_being_echoed(tmp_path):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    pasted = seed.replace("HF_TOKEN: HF_TOKEN", "HF_TOKEN: hf_pastedsecretvalue123")
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, pasted))
+    assert "cluster.container.secret_env.HF_TOKEN" in str(err.value)
+    assert "hf_pastedsecretvalue123" not in str(err.value)
+    in_env = seed.replace("RAY_memory_monitor_refresh_ms: \"0\"", "WANDB_API_KEY: abc123secret")
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, in_env))
+    assert "looks like a secret: move it to secret_env" in str(err.value)
+    assert "abc123secret" not in str(err.value)

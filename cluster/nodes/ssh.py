@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import asyncssh
 
@@ -82,9 +84,20 @@ async def _open_ssh(
     )
     if ssh.key is not None:
         options["client_keys"] = [str(ssh.key)]
+    missing = await asyncio.to_thread(_missing_local_file, config)
+    if missing is not None:
+        raise missing
     try:
         return await asyncssh.connect(ssh.host, **options)
     except asyncssh.HostKeyNotVerifiable as exc:
+        if not await asyncio.to_thread(_is_known, ssh.known_hosts, ssh.host, ssh.port):
+            raise HostKeyMismatch(
+                config.name,
+                f"{ssh.host} is not in {ssh.known_hosts}, so its host key cannot be checked",
+                f"Record it once from a trusted network: `ssh -p {ssh.port} {ssh.user}@{ssh.host}` "
+                f"(compare the fingerprint with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` "
+                f"on the node) or `ssh-keyscan -p {ssh.port} {ssh.host} >> {ssh.known_hosts}`",
+            ) from exc
         raise HostKeyMismatch(
             config.name,
             f"SSH host key of {ssh.host} is not the one recorded in {ssh.known_hosts}, so the "
@@ -109,6 +122,23 @@ async def _open_ssh(
             "Is the node up and sshd running? "
             f"Try `ssh -p {ssh.port} {ssh.user}@{ssh.host}` from the bot's machine.",
         ) from exc
+
+
+def _missing_local_file(config: NodeConfig) -> NodeError | None:
+    ssh = config.ssh
+    assert ssh is not None
+    if ssh.key is not None and not ssh.key.is_file():
+        return NodeError(config.name, f"the SSH key {ssh.key} does not exist on the bot's machine",
+                         "Point ssh.key at the private key whose public half is on the node.")
+    if not ssh.known_hosts.is_file():
+        return NodeError(config.name, f"the known_hosts file {ssh.known_hosts} does not exist",
+                         f"Record the node's host key once from a trusted network (`ssh {ssh.user}@"
+                         f"{ssh.host}`, checking the fingerprint) or point ssh.known_hosts at yours")
+    return None
+
+
+def _is_known(known_hosts: Path, host: str, port: int) -> bool:
+    return bool(asyncssh.read_known_hosts(str(known_hosts)).match(host, host, port)[0])
 
 
 def _text(value: str | bytes | None) -> str:

@@ -209,3 +209,15 @@ async def test_cancel_while_the_consumer_is_busy_between_events_leaves_no_contai
         await task
     [status] = await collect(controller.status())
     assert not any(c.present for c in status.containers), status
+
+
+async def test_an_unknown_host_and_a_missing_known_hosts_file_say_how_to_record_the_key(clean, tmp_path):
+    config = cluster_for(clean)
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    for known_hosts, expected in [(empty, "is not in"), (tmp_path / "absent", "does not exist")]:
+        nodes = [n.model_copy(update={"ssh": n.ssh.model_copy(update={"known_hosts": known_hosts})})
+                 for n in config.nodes]
+        failure = only_failure(await collect(Controller(config.model_copy(update={"nodes": nodes}), Secrets({})).up()))
+        assert failure.checkpoint == "ssh" and expected in failure.summary, failure
+        assert "Record" in failure.fix

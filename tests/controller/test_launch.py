@@ -89,3 +89,12 @@ async def test_worker_reached_only_through_the_head(relab):
         assert_ready(await collect(controller.up()), controller.config)
     finally:
         await collect(controller.down())
+
+
+async def test_nccl_over_sockets_passes_with_a_warning_from_the_signature_table(clean):
+    controller = controller_for(clean, env={"SPARK_EMU_RDMA": "0"})
+    events = await collect(controller.up())
+    assert isinstance(events[-1], Ready), events[-1]
+    nccl = next(e for e in events if isinstance(e, CheckpointPassed) and e.checkpoint == "nccl")
+    assert nccl.warning and "NCCL uses TCP sockets instead of RDMA" in nccl.warning
+    assert "--privileged" in nccl.warning
