@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.checkpoints import launch_plan, verify_plan
+from cluster.config import APIConfig
 from cluster.events import CheckpointPassed, Failed, LogTail, Ready, Removed, StatusReport
 from tests.controller.helpers import cluster_for, collect, controller_for
 
@@ -59,11 +60,14 @@ async def test_ray_launch_reports_every_checkpoint_with_evidence_then_verify_sta
     assert not any(c.present for c in status.containers)
 
 
-async def test_mp_backend_launch(clean):
-    controller = controller_for(clean, serve={"backend": "mp"})
+async def test_mp_backend_launch_with_the_api_reached_directly(clean):
+    direct = APIConfig(access="direct", host=clean.nodes[0].mgmt_ip)
+    controller = controller_for(clean, serve={"backend": "mp"}, api=direct)
     events = await collect(controller.up())
     assert_ready(events, controller.config)
     assert "ray_cluster" not in checkpoint_ids(events)
+    [status] = await collect(controller.status())
+    assert status.api_healthy is True
 
 
 async def test_three_nodes_with_ray(relab):
