@@ -14,7 +14,7 @@ from typing import TextIO
 from bot.slack_blocks import ICONS
 from handlers.chat import Posted
 from handlers.dispatch import Action, Dispatcher, Invocation
-from handlers.messages import CONFIRM_ACTION, Attachment, Message
+from handlers.messages import CONFIRM_ACTION, Attachment, Message, unescape
 
 CONSOLE_USER = "console"
 CONSOLE_CHANNEL = "console"
@@ -27,9 +27,10 @@ _MARKUP = [
 
 
 def plain(text: str) -> str:
+    """Markup -> terminal text: mentions and links spelled out, escaped text shown as it was."""
     for pattern, replacement in _MARKUP:
         text = pattern.sub(replacement, text)
-    return text
+    return unescape(text)
 
 
 def render_message(message: Message, *, prefix: str = "") -> str:
@@ -37,7 +38,8 @@ def render_message(message: Message, *, prefix: str = "") -> str:
     lines += [f"{prefix}│ {plain(x)}" for x in message.text.splitlines()]
     for item in message.checklist:
         took = f" ({item.elapsed_s:.1f}s)" if item.elapsed_s is not None else ""
-        lines.append(f"{prefix}│ {ICONS[item.state]} {item.title}{took}")
+        note = f" — {plain(item.note)}" if item.note else ""
+        lines.append(f"{prefix}│ {ICONS[item.state]} {plain(item.title)}{took}{note}")
     if message.evidence:
         lines += [f"{prefix}│ evidence: {x}" for x in message.evidence.splitlines()]
     if message.code:
@@ -78,12 +80,13 @@ class ConsoleChat:
         self._print(f"  #{posted.ts} ↻ {status}  {plain(message.footer or '')}".rstrip())
 
     async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:
-        self.files_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self.files_dir.mkdir, parents=True, exist_ok=True)
         path = self.files_dir / f"{thread}-{attachment.filename}"
+        # a log file can be megabytes: written in a thread, not on the event loop
         if isinstance(attachment.content, bytes):
-            path.write_bytes(attachment.content)
+            await asyncio.to_thread(path.write_bytes, attachment.content)
         else:
-            path.write_text(attachment.content)
+            await asyncio.to_thread(path.write_text, attachment.content)
         self._print(f"  #{thread} ↳ 📎 {attachment.title}: {path}")
 
     async def reply_private(self, channel: str, user: str, message: Message) -> None:

@@ -19,7 +19,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from handlers.messages import Button, Message
+from handlers.messages import Button, Message, escape
 
 SECTION_MAX = 3000
 HEADER_MAX = 150
@@ -55,12 +55,33 @@ def _chunks(lines: list[str], limit: int = SECTION_MAX) -> list[str]:
     return chunks
 
 
+def code_block(raw: str) -> str:
+    """Raw text (a log, evidence) as a code block it cannot break out of: & < > escaped (Slack
+    parses mentions and links even inside code), no ``` inside, and no backtick touching the fences."""
+    body = escape(raw)
+    while "```" in body:
+        body = body.replace("```", "ˋˋˋ")
+    if body.startswith("`"):
+        body = "\n" + body
+    if body.endswith("`"):
+        body += "\n"
+    return f"```{body}```"
+
+
+def _fitted_code(raw: str, room: int, *, keep_end: bool) -> str:
+    """`code_block()` of as much of `raw` as fits in `room` characters (escaping lengthens it)."""
+    cut = _cut(raw, max(room - 8, 20), keep_end=keep_end)
+    block = code_block(cut)
+    while len(block) > room and len(cut) > 20:
+        cut = _cut(cut, max(len(cut) - (len(block) - room), 20), keep_end=keep_end)
+        block = code_block(cut)
+    return block
+
+
 def _code(title: str | None, lines: list[str], budget: int) -> str:
     """A code block holding as many of the last lines as fit in `budget` characters."""
-    head = f"*{title}*\n" if title else ""
-    room = max(budget - len(head) - 8, 20)
-    body = "\n".join(lines).replace("```", "ˋˋˋ")
-    return f"{head}```{_cut(body, room, keep_end=True)}```"
+    head = f"*{escape(title)}*\n" if title else ""
+    return head + _fitted_code("\n".join(lines), max(budget - len(head), 30), keep_end=True)
 
 
 def _button(button: Button) -> ButtonElement:
@@ -102,8 +123,8 @@ def render_blocks(message: Message, *, code_budget: int = 2900, evidence_budget:
     if message.checklist:
         blocks += [SectionBlock(text=MarkdownTextObject(text=t)) for t in _chunks(_fit_lines(checklist_lines(message), checklist_budget))]
     if message.evidence:
-        evidence = _cut(message.evidence.replace("```", "ˋˋˋ"), evidence_budget)
-        blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*Evidence*\n```{evidence}```")))
+        evidence = _fitted_code(message.evidence, min(evidence_budget, SECTION_MAX - 20), keep_end=False)
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*Evidence*\n{evidence}")))
     if message.code:
         blocks.append(SectionBlock(text=MarkdownTextObject(text=_code(message.code_title, message.code,
                                                                       min(code_budget, SECTION_MAX)))))
@@ -127,11 +148,12 @@ def to_slack(message: Message) -> dict[str, Any]:
     while len(json.dumps(blocks)) > BLOCKS_BUDGET and budgets["code_budget"] > 50:
         budgets = {k: v // 2 for k, v in budgets.items()}
         blocks = render_blocks(message, **budgets)
-    text = message.summary()
+    # the notification text is mrkdwn too: the (plain) title is escaped, the text is markup already
+    text = message.summary(escape)
     if message.mention and f"<@{message.mention}>" not in text:
         text = f"<@{message.mention}> {text}"
     payload: dict[str, Any] = {"text": _cut(text, TEXT_MAX), "blocks": blocks}
     if message.checklist or message.footer:
-        payload["attachments"] = [{"color": COLORS[message.tone], "fallback": _cut(message.summary(), 300),
+        payload["attachments"] = [{"color": COLORS[message.tone], "fallback": _cut(message.summary(escape), 300),
                                    "text": _cut(message.footer or "", 3000), "mrkdwn_in": ["text"]}]
     return payload

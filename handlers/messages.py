@@ -1,7 +1,16 @@
-"""A chat-neutral message: what handlers say, before any adapter turns it into Block Kit or text."""
+"""A chat-neutral message: what handlers say, before any adapter turns it into Block Kit or text.
+
+Which fields are markup: `text`, `footer` and a checklist item's `title` and `note` use the small
+markup every adapter understands (*bold*, `code`, <@USER>, <#CHANNEL>, <URL|label>); any untrusted
+piece (a log line, an error, a failure's summary, model output) goes in through `escape()`, so a
+`<!channel>` in a log cannot ping a channel nor `<http://x|y>` spoof a link. `code` and `evidence`
+are raw text: the adapter escapes them and keeps them inside their code block. `title` is plain
+text.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -11,6 +20,16 @@ ItemState = Literal["pending", "running", "done", "failed", "skipped"]
 
 CONFIRM_ACTION = "spark_confirm"
 CANCEL_ACTION = "spark_cancel"
+
+
+def escape(text: object) -> str:
+    """Untrusted text -> markup that shows it literally (Slack's rule: & < > as entities)."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def unescape(text: str) -> str:
+    """The inverse of `escape()`, for adapters that print plain text."""
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
 class _Model(BaseModel):
@@ -62,6 +81,6 @@ class Message(_Model):
     footer: str | None = None
     attachment: Attachment | None = None
 
-    def summary(self) -> str:
-        """One line for notifications and plain-text fallbacks."""
-        return f"{self.title}: {self.text.splitlines()[0]}" if self.text else self.title
+    def summary(self, title: Callable[[str], str] = str) -> str:
+        """One line for notifications and fallbacks (`title`: how to turn the plain title into markup)."""
+        return f"{title(self.title)}: {self.text.splitlines()[0]}" if self.text else title(self.title)

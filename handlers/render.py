@@ -2,7 +2,8 @@
 in place (throttled), a thread reply per checkpoint, and a loud notification on failure.
 
 Text uses a small markup every adapter understands: *bold*, `code`, <@USER>, <#CHANNEL>,
-<URL|label>. Secrets never reach here: the controller redacts log lines before they leave it.
+<URL|label>; what the cluster says (log lines, errors, summaries, model output) enters it only
+through `escape()`. Secrets never reach here: the controller redacts log lines before they leave it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from handlers.messages import (
     Confirm,
     Message,
     Tone,
+    escape,
 )
 from handlers.settings import JobsConfig
 
@@ -165,7 +167,7 @@ class JobView:
         if isinstance(event, CheckpointPassed):
             await self._passed(event)
         elif isinstance(event, Progress):
-            self._progress = event.message[:200]
+            self._progress = escape(event.message[:200])
             await self.refresh()
         elif isinstance(event, Failed):
             await self.failed(event)
@@ -173,22 +175,27 @@ class JobView:
             await self.reply(ready_message(event))
         elif isinstance(event, Removed):
             state = "done" if event.removed else "skipped"
-            self.items[f"removed:{event.node}"] = ChecklistItem(title=event.node, state=state,
-                                                                elapsed_s=event.elapsed_s, note=event.detail)
+            self.items[f"removed:{event.node}"] = ChecklistItem(title=escape(event.node), state=state,
+                                                                elapsed_s=event.elapsed_s, note=escape(event.detail))
             await self.refresh()
         elif isinstance(event, BenchResult):
-            await self.reply(bench_message(event.report))
+            chart = None
+            if sum(1 for level in event.report.sweep if level.ok) >= 2:
+                # matplotlib takes a while: drawn in a thread, not on the event loop
+                chart = await asyncio.to_thread(sweep_chart_png, event.report)
+            await self.reply(bench_message(event.report, chart))
 
     async def _passed(self, event: CheckpointPassed) -> None:
         item = self.items.get(event.checkpoint)
         if item is not None and item.state != "done":
-            self.items[event.checkpoint] = item.model_copy(
-                update={"state": "done", "elapsed_s": event.elapsed_s, "note": event.warning})
+            self.items[event.checkpoint] = item.model_copy(update={
+                "state": "done", "elapsed_s": event.elapsed_s,
+                "note": escape(event.warning) if event.warning else None})
             self._mark_running()
         await self.refresh()
         where = f" ({event.node})" if event.node else ""
         tone: Tone = "warning" if event.warning else "success"
-        text = f"Passed at {event.elapsed_s:.1f}s" + (f"\n⚠ {event.warning}" if event.warning else "")
+        text = f"Passed at {event.elapsed_s:.1f}s" + (f"\n⚠ {escape(event.warning)}" if event.warning else "")
         await self.reply(self._with_log(
             Message(title=f"✔ {event.title}{where}", text=text, tone=tone, evidence=event.evidence),
             event.log_tail, f"{event.checkpoint}.log"))
@@ -210,9 +217,9 @@ class JobView:
         for key, other in self.items.items():
             if other.state == "running":
                 self.items[key] = other.model_copy(update={"state": "pending"})
-        where = f" on {event.node}" if event.node else ""
+        where = f" on {escape(event.node)}" if event.node else ""
         await self.refresh(force=True, tone="failure", buttons=[],
-                           footer=f"✘ {event.title}{where} failed{during}: {event.summary}")
+                           footer=f"✘ {escape(event.title)}{where} failed{during}: {escape(event.summary)}")
         await self.reply(self._with_log(failure_message(event, self.requester, during), event.log_tail,
                                         f"{event.checkpoint}-failure.log"), broadcast=True)
 
@@ -225,20 +232,20 @@ class JobView:
 
 
 def failure_message(event: Failed, requester: str, during: str = "") -> Message:
-    where = f" on `{event.node}`" if event.node else ""
-    text = (f"<@{requester}> *{event.title}*{where} failed{during}.\n{event.summary}\n"
-            f"*Cause:* {event.cause}\n*Fix:* {event.fix}")
+    where = f" on `{escape(event.node)}`" if event.node else ""
+    text = (f"<@{requester}> *{escape(event.title)}*{where} failed{during}.\n{escape(event.summary)}\n"
+            f"*Cause:* {escape(event.cause)}\n*Fix:* {escape(event.fix)}")
     return Message(title=f"✘ {event.title} failed", text=text, tone="failure",
                    evidence=event.evidence or None, mention=requester)
 
 
 def ready_message(event: Ready) -> Message:
-    lines = [f"`{event.model}` answers at {event.api_url}"]
+    lines = [f"`{escape(event.model)}` answers at {escape(event.api_url)}"]
     sample = event.sample
     if sample:
         rate = f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else "n/a tok/s"
         lines.append(f"Sample completion: {sample.completion_tokens} tokens, {rate}, "
-                     f"TTFT {sample.ttft_s * 1000:.0f} ms, finish {sample.finish_reason}")
+                     f"TTFT {sample.ttft_s * 1000:.0f} ms, finish {escape(sample.finish_reason)}")
         answer = (sample.text or f"(token budget spent in reasoning) …{sample.reasoning[-200:]}").strip()
         return Message(title="✅ Ready", text="\n".join(lines), tone="success", code=answer[:1500].splitlines(),
                        code_title="sample answer")
@@ -249,8 +256,9 @@ def _num(value: float | None, scale: float = 1.0, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value * scale, fmt)
 
 
-def bench_message(report: BenchReport) -> Message:
-    lines = [f"`{report.model}`, {report.settings.max_tokens} max tokens"]
+def bench_message(report: BenchReport, chart: bytes | None = None) -> Message:
+    """The result in the thread; `chart`: the sweep as PNG bytes (`sweep_chart_png`), if drawn."""
+    lines = [f"`{escape(report.model)}`, {report.settings.max_tokens} max tokens"]
     single = report.single
     if single:
         lines.append(f"Single stream: decode *{_num(single.decode_tok_s)} tok/s*, "
@@ -266,14 +274,19 @@ def bench_message(report: BenchReport) -> Message:
     sample = report.sample
     if sample and sample.budget_spent_in_reasoning:
         lines.append(f"Answer: none, the token budget ran out inside reasoning. Reasoning excerpt: "
-                     f"_…{sample.reasoning[-300:].strip()}_")
+                     f"_…{_one_line(sample.reasoning[-300:])}_")
     elif sample:
-        lines.append(f"Answer: {sample.text.strip()[:500]}")
-    lines += [f"vs previous: {c.metric}: {c.describe()}" for c in report.comparisons]
-    lines += [f"⚠ {w}" for w in report.warnings]
-    chart = None
-    if sum(1 for level in report.sweep if level.ok) >= 2:
-        chart = Attachment(filename="bench-sweep.png", title="Throughput and TTFT by concurrency",
-                           content=sweep_chart_png(report))
+        lines.append(f"Answer: {_one_line(sample.text[:500])}")
+    lines += [f"vs previous: {escape(c.metric)}: {escape(c.describe())}" for c in report.comparisons]
+    lines += [f"⚠ {escape(w)}" for w in report.warnings]
+    attachment = None
+    if chart is not None:
+        attachment = Attachment(filename="bench-sweep.png", title="Throughput and TTFT by concurrency",
+                                content=chart)
     return Message(title="📊 Benchmark", text="\n".join(lines), tone="success", code=table,
-                   code_title="concurrency sweep" if table else None, attachment=chart)
+                   code_title="concurrency sweep" if table else None, attachment=attachment)
+
+
+def _one_line(text: str) -> str:
+    """Model output inside a line of markup: escaped, on one line."""
+    return escape(" ".join(text.split()))
