@@ -8,7 +8,7 @@ COPY site-packages/ /app/site-packages/
 COPY bot/ /app/bot/
 COPY handlers/ /app/handlers/
 COPY cluster/ /app/cluster/
-COPY lab/ /app/lab/
+# no lab/ or demo/: the bot never imports them (`spark-bot demo` needs the repository checkout)
 ENV PYTHONPATH=/app/site-packages:/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 USER spark
 EXPOSE 3000

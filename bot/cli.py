@@ -14,13 +14,13 @@ import yaml
 
 from bot.config import load_config
 from bot.render_text import render
-from cluster.bench.runner import DEFAULT_PROMPT
+from cluster.bench.runner import DEFAULT_PROMPT, MAX_CONCURRENCY, MAX_REQUESTS, MAX_RUNS, MAX_TOKENS, BenchOptions
 from cluster.config import resolve_secrets
 from cluster.controller import Controller
 from cluster.errors import SparkBotError
-from cluster.events import Event, Failed
+from cluster.events import Failed
 from cluster.signatures import diagnose
-from lab.emulator.faults import FAULTS
+from handlers.commands import CommandError, check_bench, parse_concurrency, resolve_node
 
 _SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE", re.IGNORECASE)
 
@@ -67,7 +67,10 @@ def _operation(method: str) -> Command:
             kwargs = {"replace": args.replace}
         elif method == "logs":
             if args.node is not None:
-                args.node = _node_name(controller, args.node)
+                try:
+                    args.node = resolve_node(args.node, controller.config)
+                except CommandError as error:
+                    raise SparkBotError(str(error)) from None
             kwargs = {"node": args.node, "lines": args.lines}
         events = getattr(controller, method)(**kwargs)
         return asyncio.run(_print_events(events, args.json))
@@ -76,16 +79,11 @@ def _operation(method: str) -> Command:
 
 
 def _concurrency_list(text: str) -> list[int]:
-    """`1,2,4` -> [1, 2, 4]: positive integers, ascending order kept as given, no duplicates."""
+    """`1,2,4` -> [1, 2, 4], as the chat parses it; the ranges are checked with the other options."""
     try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 1,2,4,8") from None
-    if not levels or any(not 1 <= c <= 1024 for c in levels):
-        raise argparse.ArgumentTypeError(f"{text!r}: each level must be between 1 and 1024")
-    if len(set(levels)) != len(levels):
-        raise argparse.ArgumentTypeError(f"{text!r}: a level appears twice")
-    return levels
+        return parse_concurrency(text)
+    except CommandError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _bounded_int(low: int, high: int) -> Callable[[str], int]:
@@ -107,27 +105,20 @@ def _default_history() -> Path:
 
 
 def bench(args: argparse.Namespace) -> int:
-    if not args.prompt.strip():
-        raise SparkBotError("--prompt is empty")
+    options = BenchOptions(prompt=args.prompt, max_tokens=args.max_tokens, runs=args.runs,
+                           concurrency=tuple(args.concurrency or ()), requests_per_level=args.requests,
+                           allow_busy=args.allow_busy)
+    try:
+        check_bench(options)  # the same rules and messages as `/spark bench`, the tool's own limits
+    except CommandError as error:
+        raise SparkBotError(str(error)) from None
     controller = _controller(args)
     events = controller.bench(
-        concurrency=args.concurrency or (), max_tokens=args.max_tokens, runs=args.runs, prompt=args.prompt,
-        requests_per_level=args.requests, allow_busy=args.allow_busy,
+        concurrency=options.concurrency, max_tokens=options.max_tokens, runs=options.runs, prompt=options.prompt,
+        requests_per_level=options.requests_per_level, allow_busy=options.allow_busy,
         history=None if args.no_history else (args.history or _default_history()),
     )
     return asyncio.run(_print_events(events, args.json))
-
-
-def _node_name(controller: Controller, given: str) -> str:
-    config = controller.config
-    if given == "head":
-        return config.head.name
-    if given == "worker" and config.workers:
-        return config.workers[0].name
-    names = [n.name for n in config.nodes]
-    if given not in names:
-        raise SparkBotError(f"unknown node {given!r}: use head, worker or one of {', '.join(names)}")
-    return given
 
 
 def diagnose_log(args: argparse.Namespace) -> int:
@@ -164,8 +155,15 @@ def run_console(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from demo.session import main as run_demo
-
+    # The demo and its emulator live in the repository (demo/, lab/), not in the bot's install
+    # (the Docker image has neither): imported here, never when the CLI starts.
+    try:
+        from demo.session import main as run_demo
+        from lab.emulator.faults import FAULTS
+    except ImportError as error:
+        raise SparkBotError(f"the demo needs the repository checkout (demo/ and lab/): {error}") from None
+    if args.fault is not None and args.fault not in FAULTS:
+        raise SparkBotError(f"unknown fault {args.fault!r}; the emulator's faults: {', '.join(sorted(FAULTS))}")
     return run_demo(args.run or [], args.fault)
 
 
@@ -204,19 +202,20 @@ def _parser() -> argparse.ArgumentParser:
                              help="remove a leftover container with our name first")
         if name == "logs":
             sub.add_argument("node", nargs="?", help="head, worker or a node name (default: head)")
-            sub.add_argument("--lines", type=int, default=50, choices=range(1, 5001),
+            sub.add_argument("--lines", type=_bounded_int(1, 5000), default=50,
                              metavar="N", help="how many lines (1-5000, default 50)")
 
     sub = command("bench", bench, "measure TTFT and tok/s (single stream, optionally a concurrency sweep)")
     sub.add_argument("--config", required=True, help="path to the YAML config")
     sub.add_argument("--concurrency", type=_concurrency_list, metavar="1,2,4",
-                     help="also sweep these concurrency levels (each 1-1024)")
-    sub.add_argument("--max-tokens", type=_bounded_int(2, 32768), default=128, metavar="N",
-                     help="tokens per request (2-32768, default 128; ignore_eos makes it exact)")
-    sub.add_argument("--runs", type=_bounded_int(1, 100), default=3, metavar="N",
-                     help="measured single-stream runs after one warm-up; the median is reported (default 3)")
-    sub.add_argument("--requests", type=_bounded_int(1, 100000), default=None, metavar="K",
-                     help="requests per concurrency level (default: as many as the level)")
+                     help=f"also sweep these concurrency levels (each 1-{MAX_CONCURRENCY})")
+    sub.add_argument("--max-tokens", type=int, default=128, metavar="N",
+                     help=f"tokens per request (2-{MAX_TOKENS}, default 128; ignore_eos makes it exact)")
+    sub.add_argument("--runs", type=int, default=3, metavar="N",
+                     help=f"measured single-stream runs after one warm-up (1-{MAX_RUNS}); the median is "
+                     "reported (default 3)")
+    sub.add_argument("--requests", type=int, default=None, metavar="K",
+                     help=f"requests per concurrency level (1-{MAX_REQUESTS}; default: as many as the level)")
     sub.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt (same for every request)")
     sub.add_argument("--history", type=Path, default=None, metavar="PATH",
                      help="JSON-lines history to compare with and append to "
@@ -239,7 +238,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("demo", demo, "the bot on an embedded two-node cluster: no Slack, Sparks, Docker or root")
     sub.add_argument("--run", action="append", metavar="COMMAND",
                      help='a command to run, e.g. "/spark up" (repeatable); without it, read standard input')
-    sub.add_argument("--fault", choices=sorted(FAULTS), help="inject one of the emulator's faults")
+    sub.add_argument("--fault", metavar="FAULT",
+                     help="inject one of the emulator's faults (e.g. nccl_error, oom; a wrong name lists them)")
 
     sub = command("diagnose", diagnose_log, "find the cause of a failure in a vLLM log")
     sub.add_argument("file", nargs="?", default="-", help="log file, or - for standard input")

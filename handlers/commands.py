@@ -7,10 +7,11 @@ config does not allow or outside its bounds, any character outside a small safe 
 from __future__ import annotations
 
 import re
-from typing import Annotated, ClassVar, Literal
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cluster.bench.runner import BenchLimits, BenchOptions
 from cluster.config import ClusterConfig
 from handlers.settings import CommandsConfig, Level
 
@@ -56,11 +57,15 @@ class Up(_Command):
         return {**(commands.presets.get(self.preset, {}) if self.preset else {}), **self.overrides}
 
     def apply(self, cluster: ClusterConfig, commands: CommandsConfig) -> ClusterConfig:
-        values = self.settings(commands)
-        if not values:
-            return cluster
-        serve = {k: (v if k == "gpu_memory_utilization" else int(v)) for k, v in values.items()}
-        return cluster.model_copy(update={"serve": cluster.serve.model_copy(update=serve)})
+        return apply_serve(cluster, self.settings(commands))
+
+
+def apply_serve(cluster: ClusterConfig, values: dict[str, float]) -> ClusterConfig:
+    """`cluster` with serve settings replaced (what `/spark up` launched with: see Up.settings)."""
+    if not values:
+        return cluster
+    serve = {k: (v if k == "gpu_memory_utilization" else int(v)) for k, v in values.items()}
+    return cluster.model_copy(update={"serve": cluster.serve.model_copy(update=serve)})
 
 
 class Verify(_Command):
@@ -71,9 +76,10 @@ class Verify(_Command):
 class Bench(_Command):
     name: ClassVar[str] = "bench"
     level: ClassVar[Level] = "operate"
-    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
-    max_tokens: int = Field(128, ge=2)
-    runs: int = Field(3, ge=1, le=20)
+    # the rules are BenchOptions.validate()'s (the parser applies them with the config's limits)
+    concurrency: list[int] = Field(default_factory=list)
+    max_tokens: int = 128
+    runs: int = 3
 
     def text(self) -> str:
         parts = ["bench", f"max_tokens={self.max_tokens}", f"runs={self.runs}"]
@@ -113,7 +119,7 @@ class Help(_Command):
 
 
 Command = Up | Verify | Bench | Status | Logs | Down | Cancel | Help
-LEVELS: dict[str, Level] = {c.name: c.level for c in (Up, Verify, Bench, Status, Logs, Down, Cancel, Help)}
+CHAT_MAX_RUNS = 20  # a chat bench stays short: more runs from the CLI
 
 
 def parse_command(text: str, cluster: ClusterConfig, commands: CommandsConfig) -> Command:
@@ -193,29 +199,49 @@ def _parse_bench(args: list[str], cluster: ClusterConfig, commands: CommandsConf
     values: dict[str, object] = {}
     for key, value in _pairs("bench", args).items():
         if key == "concurrency":
-            levels = [_int("bench", key, part) for part in value.split(",") if part]
-            if not levels or any(not 1 <= c <= commands.bench_max_concurrency for c in levels):
-                raise CommandError(f"`bench`: each concurrency level must be 1..{commands.bench_max_concurrency}")
-            if len(set(levels)) != len(levels):
-                raise CommandError("`bench`: a concurrency level appears twice")
-            values[key] = levels
-        elif key == "max_tokens":
-            tokens = _int("bench", key, value)
-            if not 2 <= tokens <= commands.bench_max_tokens:
-                raise CommandError(f"`bench`: max_tokens must be 2..{commands.bench_max_tokens}")
-            values[key] = tokens
-        elif key == "runs":
+            try:
+                values[key] = parse_concurrency(value)
+            except CommandError as error:
+                raise CommandError(f"`bench`: {error}") from None
+        elif key in {"max_tokens", "runs"}:
             values[key] = _int("bench", key, value)
         else:
             raise CommandError(f"`bench`: unknown option `{key}` (concurrency, max_tokens, runs)")
-    return Bench.model_validate(values)
+    command = Bench.model_validate(values)
+    check_bench(BenchOptions(max_tokens=command.max_tokens, runs=command.runs, concurrency=command.concurrency),
+                chat_bench_limits(commands), "`bench`: ")
+    return command
+
+
+def parse_concurrency(text: str) -> list[int]:
+    """`1,2,4` -> [1, 2, 4] (order kept); the ranges are checked by `check_bench`. CLI and chat."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or not all(re.fullmatch(r"[0-9]{1,9}", part) for part in parts):
+        raise CommandError(f"concurrency `{text[:40]}`: expected comma-separated whole numbers, e.g. 1,2,4,8")
+    return [int(part) for part in parts]
+
+
+def chat_bench_limits(commands: CommandsConfig) -> BenchLimits:
+    return BenchLimits(max_tokens=commands.bench_max_tokens, max_concurrency=commands.bench_max_concurrency,
+                       max_runs=CHAT_MAX_RUNS)
+
+
+def check_bench(options: BenchOptions, limits: BenchLimits = BenchLimits(), prefix: str = "") -> None:
+    """BenchOptions.validate() (the one set of rules) as a CommandError. CLI and chat."""
+    try:
+        options.validate(limits)
+    except ValueError as error:
+        raise CommandError(f"{prefix}{error}") from None
 
 
 def _parse_logs(args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Logs:
     node, lines = cluster.head.name, 50
     rest = list(args)
     if rest and not rest[0].isdigit():
-        node = resolve_node(rest.pop(0), cluster)
+        try:
+            node = resolve_node(rest.pop(0), cluster)
+        except CommandError as error:
+            raise CommandError(f"`logs`: {error}") from None
     if rest:
         lines = _int("logs", "LINES", rest.pop(0))
         if not 1 <= lines <= commands.logs_max_lines:
@@ -226,15 +252,16 @@ def _parse_logs(args: list[str], cluster: ClusterConfig, commands: CommandsConfi
 
 
 def resolve_node(given: str, cluster: ClusterConfig) -> str:
+    """head | worker (the first) | a node's name -> the node's name. CLI and chat."""
     if given == "head":
         return cluster.head.name
     if given == "worker":
         if not cluster.workers:
-            raise CommandError("`logs`: this cluster has no worker")
+            raise CommandError(f"this cluster has no worker (its only node is `{cluster.head.name}`)")
         return cluster.workers[0].name
     names = [n.name for n in cluster.nodes]
     if given not in names:
-        raise CommandError(f"`logs`: unknown node `{given}` (head, worker, {', '.join(names)})")
+        raise CommandError(f"unknown node `{given[:40]}`: use head, worker or one of {', '.join(names)}")
     return given
 
 

@@ -31,6 +31,21 @@ from cluster.follow import Clock
 
 DEFAULT_PROMPT = "Explain how tensor parallelism splits a transformer layer across two GPUs."
 MAX_CONCURRENCY = 1024
+MAX_TOKENS = 32768
+MAX_RUNS = 100
+MAX_REQUESTS = 100_000
+
+
+@dataclass(frozen=True)
+class BenchLimits:
+    """Upper bounds for a run's options. The defaults are what the tool accepts (the CLI); the
+    bot passes narrower ones from its config. Lower bounds are fixed: max_tokens >= 2 (one
+    token after the first is needed for a decode rate), runs >= 1, each level >= 1."""
+
+    max_tokens: int = MAX_TOKENS
+    max_concurrency: int = MAX_CONCURRENCY
+    max_runs: int = MAX_RUNS
+    max_requests: int = MAX_REQUESTS
 
 
 @dataclass(frozen=True)
@@ -45,18 +60,24 @@ class BenchOptions:
     read_timeout: float = 600.0
     metrics_settle_s: float = 5.0
 
-    def validate(self) -> None:
+    def validate(self, limits: BenchLimits = BenchLimits()) -> None:
+        """The one place the bench options' rules live (CLI, chat and controller call it);
+        ValueError says what is wrong and what is allowed."""
         if not self.prompt.strip():
             raise ValueError("the prompt is empty")
-        if not 1 <= self.max_tokens <= 1_000_000:
-            raise ValueError(f"max_tokens must be between 1 and 1000000, not {self.max_tokens}")
-        if not 1 <= self.runs <= 100:
-            raise ValueError(f"runs must be between 1 and 100, not {self.runs}")
+        if not 2 <= self.max_tokens <= limits.max_tokens:
+            raise ValueError(f"max_tokens must be between 2 and {limits.max_tokens}, not {self.max_tokens}")
+        if not 1 <= self.runs <= limits.max_runs:
+            raise ValueError(f"runs must be between 1 and {limits.max_runs}, not {self.runs}")
         for c in self.concurrency:
-            if not 1 <= c <= MAX_CONCURRENCY:
-                raise ValueError(f"concurrency levels must be between 1 and {MAX_CONCURRENCY}, not {c}")
-        if self.requests_per_level is not None and self.requests_per_level < 1:
-            raise ValueError("requests_per_level must be at least 1")
+            if not 1 <= c <= limits.max_concurrency:
+                raise ValueError(f"each concurrency level must be between 1 and {limits.max_concurrency}, not {c}")
+        repeated = sorted({c for c in self.concurrency if list(self.concurrency).count(c) > 1})
+        if repeated:
+            raise ValueError(f"concurrency level {repeated[0]} appears twice")
+        if self.requests_per_level is not None and not 1 <= self.requests_per_level <= limits.max_requests:
+            raise ValueError(f"requests per level must be between 1 and {limits.max_requests}, "
+                             f"not {self.requests_per_level}")
         if not self.single and not self.concurrency:
             raise ValueError("nothing to measure: no single stream and no concurrency levels")
 
@@ -298,7 +319,8 @@ async def run_bench(
                               parse_share=tally.parse_s / wall if wall > 0 else 0.0, chunks=tally.chunks),
         warnings=warnings, duration_s=wall,
     )
-    if history is not None:
-        report = report.model_copy(update={"comparisons": compare(report, history.previous(report.setup_key))})
-        history.append(report)
+    if history is not None:  # a file: read and appended in a thread, not on the event loop
+        previous = await asyncio.to_thread(history.previous, report.setup_key)
+        report = report.model_copy(update={"comparisons": compare(report, previous)})
+        await asyncio.to_thread(history.append, report)
     yield BenchResult(elapsed_s=clock.elapsed(), report=report)

@@ -34,6 +34,27 @@ def image(lab, tmp_path):
     subprocess.run(["docker", "-H", engine, "rmi", "-f", TAG], capture_output=True)
 
 
+async def _run_cli(node, *argv: str) -> tuple[int, str]:
+    docker = aiodocker.Docker(url=f"unix://{node.docker_socket}")
+    container = await docker.containers.create({"Image": TAG, "Cmd": list(argv)})
+    try:
+        await container.start()
+        status = (await container.wait(timeout=60))["StatusCode"]
+        return status, "".join(await container.log(stdout=True, stderr=True))
+    finally:
+        await container.delete(force=True)
+        await docker.close()
+
+
+async def test_the_cli_starts_in_the_image_without_the_lab(image):
+    status, out = await _run_cli(image, "--help")
+    assert status == 0 and "run the Slack bot" in out, out
+    status, out = await _run_cli(image, "run", "--help")
+    assert status == 0 and "--config" in out, out
+    status, out = await _run_cli(image, "demo", "--run", "/spark help")
+    assert status == 2 and "the demo needs the repository checkout" in out, out
+
+
 async def test_the_image_runs_as_non_root_and_reports_healthy(image, lab, tmp_path):
     async with SlackStandIn(host=lab.mgmt_host_ip) as slack:
         config = tmp_path / "spark-bot.yaml"
