@@ -6,20 +6,27 @@ privately, or None) and leave any work to tasks the job manager owns.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Any
 
+from cluster.bench.history import compare
+from cluster.bench.models import BenchReport
 from cluster.checkpoints import Checkpoint, launch_plan, verify_plan
 from cluster.config import ClusterConfig
+from cluster.errors import NodeError, SparkBotError
 from cluster.events import BenchResult, Event, LogTail, Ready, StatusReport
 from handlers import commands as c
 from handlers.access import Access
 from handlers.chat import Chat
 from handlers.jobs import Busy, ControllerFactory, Job, JobManager, describe_state, since
-from handlers.messages import CANCEL_ACTION, CONFIRM_ACTION, Attachment, Button, Confirm, Message
+from handlers.messages import CANCEL_ACTION, CONFIRM_ACTION, Attachment, Button, Confirm, Message, escape
 from handlers.render import INLINE_CHARS, Delivery
 from handlers.settings import BotSettings
-from handlers.store import Store
+from handlers.store import JobRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -136,17 +143,24 @@ class Dispatcher:
                        text=f"`/spark {job.record.command}` by <@{job.record.user}>: stopping and cleaning up.")
 
     async def _run(self, command: c.Command, invocation: Invocation, *, confirmed: bool) -> None:
-        if isinstance(command, c.Status):
-            await self._status(invocation)
-        elif isinstance(command, c.Logs):
-            await self._logs(command, invocation)
+        if isinstance(command, c.Status | c.Logs):
+            try:
+                if isinstance(command, c.Status):
+                    await self._status(invocation)
+                else:
+                    await self._logs(command, invocation)
+            except Exception as error:  # noqa: BLE001 - the asker hears what went wrong, not silence
+                log.warning("/spark %s failed: %s", command.text(), error,
+                            exc_info=not isinstance(error, SparkBotError))
+                await self.store.audit(invocation.user, invocation.channel, command.text(), f"error: {error}")
+                await self._reply(invocation, problem_message(f"`/spark {command.text()}` could not answer", error))
         else:
             await self._job(command, invocation, confirmed)
 
     async def _status(self, invocation: Invocation) -> None:
         events = [e async for e in self.controller_for(self.cluster).status()]
         report = next(e for e in events if isinstance(e, StatusReport))
-        lines = [f"`{x.node}` {x.container}: *{x.status}*"
+        lines = [f"`{escape(x.node)}` {escape(x.container)}: *{escape(x.status)}*"
                  + (f" since {x.started_at:%Y-%m-%d %H:%M} UTC" if x.started_at and x.running else "")
                  for x in report.containers]
         health = {True: "healthy", False: "NOT healthy", None: "not asked"}[report.api_healthy]
@@ -157,14 +171,14 @@ class Dispatcher:
         await self.store.audit(invocation.user, invocation.channel, "status", "answered")
         await self._reply(invocation, Message(
             title=f"Status of `{self.cluster.name}`", tone="success" if report.api_healthy else "neutral",
-            text="\n".join(lines) + f"\nAPI: {health} ({report.api_detail}){busy}{watching}"))
+            text="\n".join(lines) + f"\nAPI: {health} ({escape(report.api_detail)}){busy}{watching}"))
 
     async def _logs(self, command: c.Logs, invocation: Invocation) -> None:
         events = [e async for e in self.controller_for(self.cluster).logs(command.node, command.lines)]
         tail = next(e for e in events if isinstance(e, LogTail))
         await self.store.audit(invocation.user, invocation.channel, command.text(), "answered")
         inline = tail.lines[-self.settings.jobs.inline_log_lines:]
-        title = f"Last {len(tail.lines)} lines of `{tail.container}` on `{tail.node}`"
+        title = f"Last {len(tail.lines)} lines of `{escape(tail.container)}` on `{escape(tail.node)}`"
         if len(tail.lines) == len(inline) and sum(len(x) + 1 for x in inline) <= INLINE_CHARS:
             await self._reply(invocation, Message(title=title, code=tail.lines or ["(empty)"]))
             return
@@ -191,6 +205,29 @@ class Dispatcher:
                 text=f"Job #{holder.id} `/spark {holder.command}` by <@{holder.user}> since "
                      f"{since(busy.holder.since)}{link}. `/spark cancel` stops it."))
             return
+        # From here the job holds the lock: until `jobs.run` owns it (and releases it in every
+        # case), any failure or cancel must close the job and free the lock here.
+        try:
+            start = await self._prepare(command, invocation, record, confirmed)
+        except BaseException as error:
+            outcome = "cancelled before it started" if isinstance(error, asyncio.CancelledError) else f"error: {error}"
+            await self.jobs.close_unstarted(record, "failed" if isinstance(error, Exception) else "cancelled",
+                                            outcome)
+            if not isinstance(error, Exception):
+                raise
+            log.warning("job %s (/spark %s) could not start: %s", record.id, command.text(), error,
+                        exc_info=not isinstance(error, SparkBotError))
+            await self.store.audit(invocation.user, invocation.channel, command.text(), outcome, record.id)
+            await self._reply(invocation, problem_message(
+                f"`/spark {command.text()}` did not start", error, done="Nothing was started; the cluster is free."))
+            return
+        if start is not None:
+            await start()
+
+    async def _prepare(self, command: c.Command, invocation: Invocation, record: JobRecord,
+                       confirmed: bool) -> Callable[[], Any] | None:
+        """Everything before the job runs: the confirmation, the watch, the config; returns what
+        starts it (None: the user was asked to confirm and the job is closed)."""
         if not confirmed:
             question = await self._confirmation(command)
             if question is not None:
@@ -198,28 +235,57 @@ class Dispatcher:
                 await self.store.audit(invocation.user, invocation.channel, command.text(),
                                        "asked for confirmation", record.id)
                 await self._reply(invocation, question)
-                return
-        controller = self.controller_for(self.cluster)
+                return None
         if isinstance(command, c.Up):
             await self.jobs.stop_watch()
+            await self.store.clear_launch(self.cluster.name)  # what runs now is no longer that launch
             config = command.apply(self.cluster, self.settings.commands)
-            events = self.controller_for(config).up(replace=confirmed)
-            await self.jobs.run(record, title=f"🚀 Launch on `{self.cluster.name}`", plan=launch_plan(config),
-                                events=events, on_event=self._after_up,
-                                success_footer=_up_footer)
-        elif isinstance(command, c.Verify):
-            await self.jobs.run(record, title=f"🔍 Verify `{self.cluster.name}`", plan=verify_plan(self.cluster),
-                                events=controller.verify(), success_footer=lambda job: "Verified")
-        elif isinstance(command, c.Bench):
-            history = self.settings.store.path.with_suffix(".bench-history.jsonl")
+            applied = command.settings(self.settings.commands)
+
+            async def launched(job: Job, event: Event) -> None:
+                if isinstance(event, Ready):
+                    await self.store.set_launch(self.cluster.name, job.record.id, applied)
+                    await self.jobs.start_watch(job.record, job.view)
+
+            controller = self.controller_for(config)
+            return lambda: self.jobs.run(record, title=f"🚀 Launch on `{self.cluster.name}`",
+                                         plan=launch_plan(config), events=controller.up(replace=confirmed),
+                                         on_event=launched, success_footer=_up_footer)
+        if isinstance(command, c.Verify):
+            controller = self.controller_for(await self.jobs.launched_config())
+            return lambda: self.jobs.run(record, title=f"🔍 Verify `{self.cluster.name}`",
+                                         plan=verify_plan(self.cluster), events=controller.verify(),
+                                         success_footer=lambda job: "Verified")
+        if isinstance(command, c.Bench):
+            # the figures are filed under the setup the cluster runs: the launched config, overrides included
+            controller = self.controller_for(await self.jobs.launched_config())
             events = controller.bench(concurrency=command.concurrency, max_tokens=command.max_tokens,
-                                      runs=command.runs, history=history)
-            await self.jobs.run(record, title=f"📊 Benchmark on `{self.cluster.name}`", plan=[BENCH],
-                                events=events, on_event=self._after_bench, success_footer=_bench_footer)
-        elif isinstance(command, c.Down):
+                                      runs=command.runs, history=None)
+            return lambda: self.jobs.run(record, title=f"📊 Benchmark on `{self.cluster.name}`", plan=[BENCH],
+                                         events=self._compared(events, record.id), on_event=self._after_bench,
+                                         success_footer=_bench_footer)
+        if isinstance(command, c.Down):
             await self.jobs.stop_watch()
-            await self.jobs.run(record, title=f"🧹 Tear down `{self.cluster.name}`", plan=[],
-                                events=controller.down(), success_footer=_down_footer)
+            await self.store.clear_launch(self.cluster.name)
+            controller = self.controller_for(self.cluster)
+            return lambda: self.jobs.run(record, title=f"🧹 Tear down `{self.cluster.name}`", plan=[],
+                                         events=controller.down(), success_footer=_down_footer)
+        raise TypeError(f"no job for {command.name}")
+
+    async def _compared(self, events: AsyncIterator[Event], job_id: int) -> AsyncIterator[Event]:
+        """Bench events, the result compared with the last of the same setup in the store (the
+        bot's one bench history) and recorded there before anyone sees it."""
+        async with aclosing(events):
+            async for event in events:
+                if isinstance(event, BenchResult):
+                    report = event.report
+                    previous = await self.store.previous_bench(report.setup_key)
+                    if previous is not None:
+                        earlier = BenchReport.model_validate_json(previous)
+                        report = report.model_copy(update={"comparisons": compare(report, earlier)})
+                        event = event.model_copy(update={"report": report})
+                    await self.store.add_bench(job_id, report.model_dump_json())
+                yield event
 
     async def _confirmation(self, command: c.Command) -> Message | None:
         if isinstance(command, c.Down):
@@ -233,15 +299,25 @@ class Dispatcher:
                                 "Replace it?", "Replace", "The running server is removed and launched again.")
         return None
 
-    async def _after_up(self, job: Job, event: Event) -> None:
-        if isinstance(event, Ready):
-            await self.jobs.start_watch(job.record, job.view)
-
     async def _after_bench(self, job: Job, event: Event) -> None:
         if isinstance(event, BenchResult):
-            await self.store.add_bench(job.record.id, event.report.model_dump_json())
             job.view.items["bench"] = job.view.items["bench"].model_copy(
                 update={"state": "done", "elapsed_s": event.elapsed_s})
+
+
+def problem_message(title: str, error: BaseException, *, done: str = "") -> Message:
+    """What failed, where, and what to try, for the person who asked (privately)."""
+    then = f"\n{done}" if done else ""
+    if isinstance(error, NodeError):
+        text = (f"Node `{escape(error.node)}`: {escape(error.problem)}.{then}\n"
+                f"*Try:* {escape(error.fix)}")
+    elif isinstance(error, SparkBotError):
+        text = (f"{escape(error)}{then}\n*Try:* fix that, then run the command again; "
+                "`/spark status` shows each node.")
+    else:
+        text = (f"{type(error).__name__}: {escape(error)}{then}\n*Try:* `/spark status` to see the nodes, "
+                "then run the command again; the bot's log has the details.")
+    return Message(title=f"✘ {title}"[:150], text=text, tone="failure")
 
 
 def _confirm(command: c.Command, question: str, label: str, consequence: str) -> Message:

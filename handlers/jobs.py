@@ -18,7 +18,8 @@ from cluster.config import ClusterConfig
 from cluster.controller import Controller
 from cluster.events import Event, Failed, StatusReport
 from handlers.chat import Chat, Posted
-from handlers.messages import Message, Tone
+from handlers.commands import apply_serve
+from handlers.messages import Message, Tone, escape
 from handlers.render import JobView
 from handlers.settings import BotSettings
 from handlers.store import JobRecord, LockRecord, Store, now
@@ -98,8 +99,18 @@ class JobManager:
         return record
 
     async def close_unstarted(self, record: JobRecord, state: str, outcome: str) -> None:
-        await self.store.finish_job(record.id, state, outcome)
-        await self.store.release(self.cluster.name, record.id)
+        """End a job that never reached `run` and free the lock, even if a cancel lands meanwhile."""
+
+        async def close() -> None:
+            await self.store.release(self.cluster.name, record.id)
+            await self.store.finish_job(record.id, state, outcome)
+
+        await finish_uncancelled(close())
+
+    async def launched_config(self) -> ClusterConfig:
+        """The config the running cluster was launched with: the base one plus the serve settings
+        the last successful `/spark up` applied (kept in the store, so also after a restart)."""
+        return apply_serve(self.cluster, await self.store.launch(self.cluster.name))
 
     async def run(self, record: JobRecord, *, title: str, plan: list[Checkpoint],
                   events: AsyncIterator[Event], on_event: Callable[[Job, Event], Coroutine] | None = None,
@@ -144,15 +155,17 @@ class JobManager:
         except Exception as error:  # noqa: BLE001 - anything the controller did not turn into Failed
             log.exception("job %s crashed", record.id)
             job.outcome, job.tone = f"error: {error}", "failure"
-            await view.refresh(force=True, tone="failure", buttons=[], footer=f"✘ Error: {error}")
+            await view.refresh(force=True, tone="failure", buttons=[], footer=f"✘ Error: {escape(error)}")
             await view.reply(Message(title="✘ The job stopped on an error", tone="failure", mention=record.user,
-                                     text=f"<@{record.user}> {type(error).__name__}: {error}"), broadcast=True)
+                                     text=f"<@{record.user}> {type(error).__name__}: {escape(error)}"),
+                             broadcast=True)
         finally:
-            await view.close()
-            state = {"success": "succeeded", "failure": "failed"}.get(job.tone, "cancelled")
-            await self._record_end(record, state, job.outcome, view.link)
+            # No longer cancellable by a click: a Cancel now must not cut the lock's release short.
             if self.current is job:
                 self.current = None
+            await view.close()
+            state = {"success": "succeeded", "failure": "failed"}.get(job.tone, "cancelled")
+            await finish_uncancelled(self._record_end(record, state, job.outcome, view.link))
         return job
 
     async def _finish_view(self, view: JobView, footer: str) -> None:
@@ -160,8 +173,9 @@ class JobManager:
         await view.reply(Message(title="✋ Cancelled", text=footer, tone="warning"))
 
     async def _record_end(self, record: JobRecord, state: str, outcome: str, link: str | None) -> None:
-        await self.store.finish_job(record.id, state, outcome)
+        """Release first: whatever happens next, the next command is not refused as busy."""
         await self.store.release(self.cluster.name, record.id)
+        await self.store.finish_job(record.id, state, outcome)
         await self.store.audit(record.user, record.channel, record.command, outcome, record.id, link)
 
     def cancel(self, user: str, job_id: int | None = None) -> Job | None:
@@ -188,7 +202,8 @@ class JobManager:
             await self.store.clear_watch(self.cluster.name)
 
     async def _watch(self, record: JobRecord, view: JobView) -> None:
-        events = self.controller_for(self.cluster).watch(health_interval=self.settings.jobs.watch_health_interval)
+        config = await self.launched_config()
+        events = self.controller_for(config).watch(health_interval=self.settings.jobs.watch_health_interval)
         try:
             async with aclosing(events):
                 async for event in events:
@@ -203,8 +218,8 @@ class JobManager:
         except Exception as error:  # noqa: BLE001 - report, do not crash the bot
             log.exception("watch of job %s stopped", record.id)
             await view.reply(Message(title="⚠ Stopped watching the cluster", tone="warning",
-                                     text=f"{type(error).__name__}: {error}. `/spark status` shows the state; "
-                                          "`/spark verify` re-checks it."))
+                                     text=f"{type(error).__name__}: {escape(error)}. `/spark status` shows the "
+                                          "state; `/spark verify` re-checks it."))
 
     # -- after a restart --------------------------------------------------------------------
 
@@ -269,10 +284,27 @@ class JobManager:
                     broadcast=True)
 
 
+async def finish_uncancelled(coro: Coroutine[Any, Any, Any]) -> None:
+    """Run `coro` to its end even when the caller is cancelled meanwhile (the cancel is re-raised
+    afterwards): releasing the lock must not stop half-way."""
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done() and task.cancelled():
+                raise
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError
+
+
 def describe_state(report: StatusReport | None) -> str:
     if report is None:
         return "unknown (the nodes did not answer)"
-    parts = [f"`{c.node}` {c.status}" for c in report.containers]
+    parts = [f"`{escape(c.node)}` {escape(c.status)}" for c in report.containers]
     health = {True: "API healthy", False: "API not healthy", None: "API not asked"}[report.api_healthy]
     return ", ".join(parts) + f"; {health}"
 

@@ -1,9 +1,12 @@
-"""SQLite persistence: jobs (with their channel and thread), the cluster lock, the watch, the audit
-trail and bench results. Every query runs in a worker thread: nothing blocks the event loop."""
+"""SQLite persistence: jobs (with their channel and thread), the cluster lock, the watch, the serve
+settings the running cluster was launched with, the audit trail and bench results (the bot's one
+bench history: a new result is compared with the last of the same setup here). Every query runs
+in a worker thread: nothing blocks the event loop."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -22,6 +25,9 @@ CREATE TABLE IF NOT EXISTS locks (
     cluster TEXT PRIMARY KEY, job_id INTEGER NOT NULL, instance TEXT NOT NULL, since TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS watches (cluster TEXT PRIMARY KEY, job_id INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS launches (
+    cluster TEXT PRIMARY KEY, job_id INTEGER NOT NULL, serve_json TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, user TEXT NOT NULL, channel TEXT NOT NULL,
     command TEXT NOT NULL, outcome TEXT NOT NULL, job_id INTEGER, link TEXT
@@ -115,10 +121,6 @@ class Store:
             raise KeyError(job_id)
         return _job(row)
 
-    async def jobs(self) -> list[JobRecord]:
-        rows = await self._run(lambda db: db.execute("SELECT * FROM jobs ORDER BY id").fetchall())
-        return [_job(r) for r in rows]
-
     async def set_parent(self, job_id: int, ts: str, link: str | None, parent_json: str) -> None:
         await self._run(lambda db: db.execute(
             "UPDATE jobs SET ts=?, link=?, parent_json=?, state='running' WHERE id=?",
@@ -172,6 +174,22 @@ class Store:
             "SELECT job_id FROM watches WHERE cluster=?", (cluster,)).fetchone())
         return await self.job(row["job_id"]) if row else None
 
+    # -- what the running cluster was launched with: `/spark up` overrides ------------------
+
+    async def set_launch(self, cluster: str, job_id: int, serve: dict[str, float]) -> None:
+        await self._run(lambda db: db.execute(
+            "INSERT OR REPLACE INTO launches (cluster, job_id, serve_json) VALUES (?,?,?)",
+            (cluster, job_id, json.dumps(serve, sort_keys=True))))
+
+    async def clear_launch(self, cluster: str) -> None:
+        await self._run(lambda db: db.execute("DELETE FROM launches WHERE cluster=?", (cluster,)))
+
+    async def launch(self, cluster: str) -> dict[str, float]:
+        """The serve settings the last successful `up` applied over the config ({} when none)."""
+        row = await self._run(lambda db: db.execute(
+            "SELECT serve_json FROM launches WHERE cluster=?", (cluster,)).fetchone())
+        return json.loads(row["serve_json"]) if row else {}
+
     # -- audit and bench --------------------------------------------------------------------
 
     async def audit(self, user: str, channel: str, command: str, outcome: str,
@@ -189,9 +207,12 @@ class Store:
             "INSERT INTO bench_results (job_id, at, report_json) VALUES (?,?,?)",
             (job_id, now().isoformat(), report_json)))
 
-    async def bench_results(self) -> list[dict[str, Any]]:
-        rows = await self._run(lambda db: db.execute("SELECT * FROM bench_results ORDER BY id").fetchall())
-        return [dict(r) for r in rows]
+    async def previous_bench(self, setup_key: str) -> str | None:
+        """The report JSON of the last bench of this setup (same fingerprint, prompt, max_tokens)."""
+        row = await self._run(lambda db: db.execute(
+            "SELECT report_json FROM bench_results WHERE json_extract(report_json, '$.setup_key')=? "
+            "ORDER BY id DESC LIMIT 1", (setup_key,)).fetchone())
+        return row["report_json"] if row else None
 
 
 def _job(row: sqlite3.Row) -> JobRecord:
