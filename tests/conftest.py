@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from lab.api import LabError, exclusive_use, lab_up
+from tests.slack_standin import SlackStandIn
 
 
 def bring_up_lab(**options):
@@ -31,3 +32,10 @@ def relab():
     with exclusive_use():
         yield bring_up_lab
         bring_up_lab(nodes=2)
+
+
+@pytest.fixture
+async def slack():
+    """A fresh Slack stand-in (Web API + Socket Mode) on loopback."""
+    async with SlackStandIn() as stand_in:
+        yield stand_in

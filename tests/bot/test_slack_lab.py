@@ -10,17 +10,11 @@ from tests.bot.helpers import (
     settings, slack_bot,
 )
 from tests.controller.helpers import cluster_for
-from tests.slack_standin import SlackStandIn
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
 
 FAST = {"stall": 4, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
 
-
-@pytest.fixture
-async def slack():
-    async with SlackStandIn() as stand_in:
-        yield stand_in
 
 
 @pytest.fixture

@@ -23,15 +23,9 @@ from demo.cluster import embedded_cluster
 from handlers.render import JobView, failure_message
 from handlers.settings import JobsConfig
 from tests.bot.helpers import ALICE, CH, block_text, header, settings, slack_bot
-from tests.slack_standin import SlackStandIn
 
 pytestmark = pytest.mark.timeout(120)
 
-
-@pytest.fixture
-async def slack():
-    async with SlackStandIn() as stand_in:
-        yield stand_in
 
 
 @pytest.fixture

@@ -15,17 +15,12 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from tests.slack_standin import AckTimeout, SlackStandIn, build_signed_slash_command
+from tests.slack_standin import AckTimeout, build_signed_slash_command
 
 pytestmark = pytest.mark.timeout(30)
 
 CH = "C0SPARKOPS"
 
-
-@pytest.fixture
-async def slack():
-    async with SlackStandIn() as s:
-        yield s
 
 
 @pytest.fixture
