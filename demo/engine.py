@@ -568,7 +568,7 @@ def _signal_number(name: str) -> int:
     if name.isdigit():
         return int(name)
     try:
-        return int(signal.Signals(name if name.startswith("SIG") else "SIG" + name))
+        return int(signal.Signals[name if name.startswith("SIG") else "SIG" + name])
     except KeyError:
         raise EngineError(400, f"Invalid signal: {name}") from None
 

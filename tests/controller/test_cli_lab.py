@@ -48,7 +48,7 @@ async def test_up_verify_logs_down_from_the_command_line(clean):
 
 async def test_json_lines_and_exit_status_of_a_failure(clean):
     code, out, err = await spark_bot("logs", "nowhere")
-    assert code == 2 and "unknown node 'nowhere'" in err
+    assert code == 2 and "unknown node `nowhere`" in err
 
     code, out, _ = await spark_bot("up", "--json")
     assert code == 0

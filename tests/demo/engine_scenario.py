@@ -163,7 +163,7 @@ async def _scenario(t: Transcript, session: aiohttp.ClientSession, docker: aiodo
                                       "ExitCode": exec_info["ExitCode"], "ProcessConfig": exec_info["ProcessConfig"]})
         status, headers, raw = await _hijacked(socket_path, f"{API}/exec/{exec_id}/start", {"Detach": False, "Tty": False})
         t.add("exec start attached (hijacked)", {"status": status, "headers": headers, "frames": sorted(frames(raw))})
-        t.add("exec_output (controller)", await exec_output(container, ["echo", "hi"]))
+        t.add("exec_output (controller)", await exec_output(container, ["echo", "hi"], timeout=30))
 
         # The controller's way of putting `vllm serve` output in the container log.
         execution = await container.exec(into_container_log(["sh", "-c", "echo via-exec; echo via-exec-err >&2"]))
@@ -206,6 +206,13 @@ async def _scenario(t: Transcript, session: aiohttp.ClientSession, docker: aiodo
         await container.show()
     except aiodocker.DockerError as error:
         t.add("aiodocker error", [error.status, error.message])
+
+    # What a cancelled launch does: force-remove a container that is still running.
+    running = await docker.containers.create(body, name=f"{name}_running")
+    await running.start()
+    status, _, _ = await _call(session, "DELETE", f"{API}/containers/{name}_running?force=1")
+    t.add("delete running, force", status)
+    t.add("inspect force-deleted", _error(*await _call(session, "GET", f"{API}/containers/{name}_running/json")))
 
 
 async def _collect(container) -> list[str]:

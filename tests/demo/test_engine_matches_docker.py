@@ -20,6 +20,7 @@ async def test_scenario_runs_on_the_emulated_engine():
     assert steps["exec start attached (hijacked)"]["status"] == "HTTP/1.1 101 UPGRADED"
     assert steps["exec start attached (hijacked)"]["frames"] == [[1, "o\n"], [2, "e\n"]]
     assert steps["exec output in the container log"] == [[1, "via-exec\n"], [2, "via-exec-err\n"]]
+    assert steps["delete running, force"] == 204, "a cancelled launch force-removes running containers"
 
 
 @pytest.mark.lab
