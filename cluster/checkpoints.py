@@ -71,6 +71,10 @@ CHECKPOINTS: tuple[Checkpoint, ...] = (
 # Each Ray container's own proof that `ray start` worked (head and workers alike).
 RAY_RUNTIME_STARTED = re.compile(r"Ray runtime started\.")
 
+# What `watch` and `bench` report against: one checkpoint each.
+SERVING = Checkpoint("serving", "Serving", "watch")
+BENCH = Checkpoint("bench", "Benchmark", "bench")
+
 BY_ID = {checkpoint.id: checkpoint for checkpoint in CHECKPOINTS}
 
 PREFLIGHT = tuple(c for c in CHECKPOINTS if c.phase == "preflight")

@@ -13,9 +13,9 @@ from pathlib import Path
 from cluster import api
 from cluster.bench.history import BenchHistory, cluster_fingerprint
 from cluster.bench.runner import DEFAULT_PROMPT, BenchOptions, run_bench
+from cluster.checkpoints import BENCH
 from cluster.config import ClusterConfig, Secrets
-from cluster.events import Event, Failed, LogTail, Removed, StatusReport
-from cluster.follow import Clock
+from cluster.events import Event, LogTail, Removed, StatusReport
 from cluster.inventory import (
     container_state,
     container_states,
@@ -25,6 +25,7 @@ from cluster.inventory import (
 from cluster.launch import Launch, api_base_url
 from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster
 from cluster.preflight import Preflight
+from cluster.report import Report
 from cluster.verify import verify as verify_cluster
 from cluster.watch import watch as watch_cluster
 
@@ -36,7 +37,7 @@ class Controller:
 
     async def preflight(self, *, replace: bool = False) -> AsyncIterator[Event]:
         async with connect_cluster(self.config) as connection:
-            preflight = Preflight(self.config, connection, Clock(), replace=replace)
+            preflight = Preflight(self.config, connection, Report(), replace=replace)
             async with aclosing(preflight.run()) as events:
                 async for event in events:
                     yield event
@@ -64,7 +65,7 @@ class Controller:
                     yield event
 
     async def status(self) -> AsyncIterator[Event]:
-        clock = Clock()
+        report = Report()
         async with connect_cluster(self.config) as connection:
             states = await container_states(connection.ordered(), self.config.container.name)
             healthy, detail = None, "not asked: the head is unreachable or its container is not running"
@@ -75,7 +76,7 @@ class Controller:
                     healthy, detail = await api.health(client)
             unreachable = "; ".join(str(e) for e in connection.errors.values())
             yield StatusReport(
-                elapsed_s=clock.elapsed(), containers=states, api_healthy=healthy,
+                elapsed_s=report.elapsed(), containers=states, api_healthy=healthy,
                 api_detail=detail + (f"; unreachable: {unreachable}" if unreachable else ""),
             )
 
@@ -92,7 +93,7 @@ class Controller:
     ) -> AsyncIterator[Event]:
         """Single stream (warm-up + median of `runs`), then a sweep over `concurrency`; ends with
         BenchResult (compared with the last run of the same setup in `history`) or Failed."""
-        clock = Clock()
+        report = Report()
         options = BenchOptions(prompt=prompt, max_tokens=max_tokens, runs=runs, concurrency=tuple(concurrency),
                                requests_per_level=requests_per_level, allow_busy=allow_busy)
         options.validate()
@@ -100,16 +101,15 @@ class Controller:
             head = _reachable(connection, self.config.head.name)
             state = await container_state(head, self.config.container.name)
             if not state.running:
-                yield Failed(elapsed_s=clock.elapsed(), checkpoint="bench", title="Benchmark", node=head.name,
-                             summary=f"no running {self.config.container.name} container on {head.name}",
-                             evidence=f"container status: {state.status}", cause="the cluster is not up",
-                             fix="`spark-bot up` first")
+                yield report.failed(BENCH, f"no running {self.config.container.name} container on {head.name}",
+                                    node=head.name, evidence=f"container status: {state.status}",
+                                    cause="the cluster is not up", fix="`spark-bot up` first")
                 return
             base_url = await api_base_url(self.config, head)
             benchmark = run_bench(
                 base_url, self.config.serve.api_model_name, options,
                 cluster_fingerprint(self.config, state.image_id),
-                history=BenchHistory(history) if history else None, clock=clock,
+                history=BenchHistory(history) if history else None, reporter=report,
             )
             async with aclosing(benchmark) as events:
                 async for event in events:
@@ -117,23 +117,23 @@ class Controller:
 
     async def logs(self, node: str | None = None, lines: int = 50) -> AsyncIterator[Event]:
         """The tail of our container's log on `node` (head when None)."""
-        clock = Clock()
+        report = Report()
         name = node or self.config.head.name
         self.config.node(name)  # KeyError for an unknown node: callers validate first
         async with connect_cluster(self.config) as connection:
             target = _reachable(connection, name)
             container = self.config.container.name
             text = await read_log_tail(target, container, lines, self.secrets)
-            yield LogTail(elapsed_s=clock.elapsed(), node=name, container=container,
+            yield LogTail(elapsed_s=report.elapsed(), node=name, container=container,
                           lines=text or [f"(no container {container} on {name})"])
 
     async def down(self) -> AsyncIterator[Event]:
         """Stop and remove our container on every node; idempotent."""
-        clock = Clock()
+        report = Report()
         name = self.config.container.name
         async with connect_cluster(self.config) as connection:
             for node, error in connection.errors.items():
-                yield Removed(elapsed_s=clock.elapsed(), node=node, container=name,
+                yield Removed(elapsed_s=report.elapsed(), node=node, container=name,
                               removed=False, detail=f"not reachable, nothing removed: {error}")
             results = await asyncio.gather(
                 *(remove_container(n, name, owner=self.config.name, timeout=self.config.timeouts.down)
@@ -147,7 +147,7 @@ class Controller:
                     removed, detail = False, f"could not remove {name} from {node.name}: {result!r}"
                 else:
                     removed, detail = result
-                yield Removed(elapsed_s=clock.elapsed(), node=node.name, container=name,
+                yield Removed(elapsed_s=report.elapsed(), node=node.name, container=name,
                               removed=removed, detail=detail)
 
 

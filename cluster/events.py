@@ -11,7 +11,6 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from cluster.bench.models import BenchReport
-from cluster.errors import NodeError
 
 
 class _Event(BaseModel):
@@ -53,12 +52,6 @@ class Failed(_Event):
     fix: str
     signature: str | None = Field(None, description="failure signature id, None if unrecognised")
     log_tail: list[str] = Field(default_factory=list)
-
-    @classmethod
-    def unreachable(cls, error: NodeError, *, checkpoint: str, title: str, elapsed_s: float) -> Failed:
-        """A node that could not be reached or driven, as the failure of `checkpoint`."""
-        return cls(elapsed_s=elapsed_s, checkpoint=checkpoint, title=title, node=error.node,
-                   summary=str(error), evidence=error.problem, cause=error.cause, fix=error.fix)
 
 
 class CompletionSample(BaseModel):

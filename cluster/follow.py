@@ -13,6 +13,7 @@ from cluster.config import ClusterConfig
 from cluster.events import CheckpointPassed, Event, Failed
 from cluster.logtext import strip_prefixes
 from cluster.monitor import ClusterMonitor, ContainerExited, LogLine, MonitorItem
+from cluster.report import Report
 from cluster.signatures import Diagnosis, LogDiagnoser, diagnose, unrecognised
 
 
@@ -37,14 +38,6 @@ class Expectation:
         return len(self.seen) >= self.count
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-
-    def elapsed(self) -> float:
-        return round(time.monotonic() - self.started, 3)
-
-
 # A fatal symptom ("EngineCore failed to start.") is often printed before the traceback that
 # holds its cause; wait this long for the cause before reporting the symptom.
 SYMPTOM_GRACE_S = 2.0
@@ -53,10 +46,10 @@ SYMPTOM_GRACE_S = 2.0
 class LogFollower:
     """Per-node diagnosers over one monitor; `expect` yields checkpoint events or one `Failed`."""
 
-    def __init__(self, config: ClusterConfig, monitor: ClusterMonitor, clock: Clock):
+    def __init__(self, config: ClusterConfig, monitor: ClusterMonitor, report: Report):
         self.config = config
         self.monitor = monitor
-        self.clock = clock
+        self.report = report
         self._diagnosers: dict[str, LogDiagnoser] = {}
         self._symptom: tuple[str, float] | None = None  # node, deadline for its cause
         self._reported_findings: set[str] = set()
@@ -80,18 +73,11 @@ class LogFollower:
         return self.failure_from(diagnosis, checkpoint, node)
 
     def failure_from(self, diagnosis: Diagnosis, checkpoint: Checkpoint, node: str | None) -> Failed:
-        return Failed(
-            elapsed_s=self.clock.elapsed(),
-            checkpoint=checkpoint.id,
-            title=checkpoint.title,
-            node=node,
-            summary=f"{checkpoint.title}: {diagnosis.title}" + (f" on {node}" if node else ""),
-            evidence=diagnosis.evidence,
-            context=list(diagnosis.context),
-            cause=diagnosis.cause,
-            fix=diagnosis.fix,
-            signature=diagnosis.signature_id,
-            log_tail=self.monitor.tail(node) if node else [],
+        return self.report.failed(
+            checkpoint, f"{checkpoint.title}: {diagnosis.title}" + (f" on {node}" if node else ""),
+            cause=diagnosis.cause, fix=diagnosis.fix, node=node, evidence=diagnosis.evidence,
+            context=diagnosis.context, signature=diagnosis.signature_id,
+            log_tail=self.monitor.tail(node) if node else (),
         )
 
     def _diagnoser(self, node: str) -> LogDiagnoser:
@@ -151,16 +137,9 @@ class LogFollower:
             return self.failure_from(diagnosis, checkpoint, item.node)
         if isinstance(item, ContainerExited):
             return self._exit_failure(checkpoint, item)
-        return Failed(
-            elapsed_s=self.clock.elapsed(),
-            checkpoint=checkpoint.id,
-            title=checkpoint.title,
-            node=item.node,
-            summary=f"{item.reason} while waiting for: {checkpoint.title}",
-            evidence=item.reason,
-            cause=item.cause,
-            fix=item.fix,
-            log_tail=self.monitor.tail(item.node),
+        return self.report.failed(
+            checkpoint, f"{item.reason} while waiting for: {checkpoint.title}", cause=item.cause,
+            fix=item.fix, node=item.node, evidence=item.reason, log_tail=self.monitor.tail(item.node),
         )
 
     def _new_findings(self) -> list[Diagnosis]:
@@ -180,15 +159,10 @@ class LogFollower:
         evidence = "\n".join(line.text for line in expectation.seen)
         findings = self._new_findings()
         warning = "; ".join(f"{f.title} ({f.evidence.strip()[-120:]}): {f.fix}" for f in findings) or None
-        return CheckpointPassed(
-            elapsed_s=self.clock.elapsed(),
-            checkpoint=expectation.checkpoint.id,
-            title=expectation.checkpoint.title,
+        return self.report.passed(
+            expectation.checkpoint, evidence,
             node=expectation.node or (node if expectation.count == 1 else None),
-            evidence=evidence,
-            log_tail=self.monitor.tail(node),
-            warning=warning,
-            logged_at=last.logged_at,
+            log_tail=self.monitor.tail(node), warning=warning, logged_at=last.logged_at,
         )
 
     def _timeout_failure(self, checkpoint: Checkpoint, phase_deadline: float) -> Failed:

@@ -29,12 +29,18 @@ from cluster.containers import (
     serve_command,
 )
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
-from cluster.follow import Clock, Expectation, LogFollower
+from cluster.follow import Expectation, LogFollower
 from cluster.inventory import remove_container
 from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.preflight import Preflight
-from cluster.ray_status import parse_ray_status
+from cluster.ray_status import (
+    INCOMPLETE_CAUSE,
+    INCOMPLETE_FIX,
+    parse_ray_status,
+    shortfall,
+)
+from cluster.report import Report
 
 log = logging.getLogger(__name__)
 RAY_STARTED = BY_ID["containers"]
@@ -61,10 +67,10 @@ class Launch:
         self.config = config
         self.secrets = secrets
         self.connection = connection
-        self.clock = Clock()
+        self.report = Report()
         self.monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines)
-        self.follower = LogFollower(config, self.monitor, self.clock)
-        self.preflight = Preflight(config, connection, self.clock, replace=replace)
+        self.follower = LogFollower(config, self.monitor, self.report)
+        self.preflight = Preflight(config, connection, self.report, replace=replace)
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []
         self._in_flight: list[asyncio.Future[str]] = []
@@ -156,10 +162,7 @@ class Launch:
             cause = "the container settings are not accepted by this node's Docker engine"
             fix = ("check the container section of the config (devices, GPU request, mounts, "
                    "ulimits) against the node (`docker info`; NVIDIA container toolkit for gpus: true)")
-        return Failed(
-            elapsed_s=self.clock.elapsed(), checkpoint="containers", title=RAY_STARTED.title,
-            node=node, summary=summary, evidence=str(error), cause=cause, fix=fix,
-        )
+        return self.report.failed(RAY_STARTED, summary, cause=cause, fix=fix, node=node, evidence=str(error))
 
     async def _ray_steps(self) -> AsyncIterator[Event]:
         head = self.connection.head
@@ -174,7 +177,7 @@ class Launch:
         except ContainerStartFailed as failure:
             yield self._containers_failed(failure)
             return
-        yield Progress(elapsed_s=self.clock.elapsed(), phase="containers", node=head.name,
+        yield Progress(elapsed_s=self.report.elapsed(), phase="containers", node=head.name,
                        message=f"head container {ids[head.name][:12]} started: ray start --head")
         async for event in self.follower.expect([ray_started]):
             if isinstance(event, Failed):
@@ -208,13 +211,9 @@ class Launch:
                 if isinstance(ray_event, Failed):
                     yield ray_event
                     return
-        yield CheckpointPassed(
-            elapsed_s=self.clock.elapsed(),
-            checkpoint="containers",
-            title=RAY_STARTED.title,
-            evidence="\n".join(
-                f"{name}: container {cid[:12]} up, Ray runtime started" for name, cid in ids.items()
-            ),
+        yield self.report.passed(
+            RAY_STARTED,
+            "\n".join(f"{name}: container {cid[:12]} up, Ray runtime started" for name, cid in ids.items()),
             log_tail=self.monitor.tail(head.name),
         )
         async for event in self._wait_for_ray_cluster(head):
@@ -225,7 +224,7 @@ class Launch:
         container = head.docker.containers.container(self.config.container.name)
         execution = await container.exec(serve)
         await execution.start(detach=True)
-        yield Progress(elapsed_s=self.clock.elapsed(), phase="weights", node=head.name,
+        yield Progress(elapsed_s=self.report.elapsed(), phase="weights", node=head.name,
                        message="vllm serve started on the head: " + " ".join(serve_command(self.config)))
 
     async def _wait_for_ray_cluster(
@@ -245,25 +244,15 @@ class Launch:
         while True:
             output = await exec_output(container, ["ray", "status"], timeout=self.config.timeouts.ray)
             state = parse_ray_status(output)
-            if state.active_nodes >= want_nodes and state.gpus_total >= want_gpus:
-                yield CheckpointPassed(
-                    elapsed_s=self.clock.elapsed(), checkpoint="ray_cluster",
-                    title=BY_ID["ray_cluster"].title, node=head.name,
-                    evidence=state.describe(), log_tail=output.splitlines()[-20:],
-                )
+            lacking = shortfall(state, want_nodes, want_gpus)
+            tail = output.splitlines()[-20:]
+            if lacking is None:
+                yield self.report.passed(BY_ID["ray_cluster"], state.describe(), node=head.name, log_tail=tail)
                 return
             if time.monotonic() + delay > deadline:
-                yield Failed(
-                    elapsed_s=self.clock.elapsed(), checkpoint="ray_cluster",
-                    title=BY_ID["ray_cluster"].title, node=head.name,
-                    summary=f"Ray shows {state.active_nodes}/{want_nodes} nodes and "
-                    f"{state.gpus_total:g}/{want_gpus} GPUs",
-                    evidence=state.describe(),
-                    cause="a worker did not join the Ray cluster, or its GPU is not exposed",
-                    fix="check the worker's log (`logs worker`), the fabric link and IPs; "
-                    "`--gpus all` (container.gpus: true) on every node",
-                    log_tail=output.splitlines()[-20:],
-                )
+                yield self.report.failed(BY_ID["ray_cluster"], lacking, cause=INCOMPLETE_CAUSE,
+                                         fix=INCOMPLETE_FIX, node=head.name, evidence=state.describe(),
+                                         log_tail=tail)
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
@@ -284,10 +273,10 @@ class Launch:
         except ContainerStartFailed as failure:
             yield self._containers_failed(failure)
             return
-        yield CheckpointPassed(
-            elapsed_s=self.clock.elapsed(), checkpoint="containers", title=RAY_STARTED.title,
-            evidence="\n".join(f"{name}: container {cid[:12]} up, vllm serve rank {rank}"
-                               for rank, (name, cid) in enumerate(ids.items())),
+        yield self.report.passed(
+            RAY_STARTED,
+            "\n".join(f"{name}: container {cid[:12]} up, vllm serve rank {rank}"
+                      for rank, (name, cid) in enumerate(ids.items())),
             log_tail=self.monitor.tail(head.name),
         )
 
@@ -323,24 +312,20 @@ class Launch:
                 "sample",
                 f"{sample.completion_tokens} tokens, TTFT {sample.ttft_s * 1000:.0f} ms, decode {rate}",
             )
-        yield Ready(elapsed_s=self.clock.elapsed(), model=model,
+        yield Ready(elapsed_s=self.report.elapsed(), model=model,
                     api_url=f"http://{self._head_ip()}:{self.config.serve.port}", sample=sample)
 
     def _api_passed(self, checkpoint: str, evidence: str) -> CheckpointPassed:
-        return CheckpointPassed(
-            elapsed_s=self.clock.elapsed(), checkpoint=checkpoint, title=BY_ID[checkpoint].title,
-            node=self.config.head.name, evidence=evidence,
-            log_tail=self.monitor.tail(self.config.head.name),
-        )
+        head = self.config.head.name
+        return self.report.passed(BY_ID[checkpoint], evidence, node=head, log_tail=self.monitor.tail(head))
 
     def _api_failed(self, checkpoint: str, evidence: str) -> Failed:
-        return Failed(
-            elapsed_s=self.clock.elapsed(), checkpoint=checkpoint, title=BY_ID[checkpoint].title,
-            node=self.config.head.name, summary=f"{BY_ID[checkpoint].title}: {evidence}",
-            evidence=evidence,
+        head = self.config.head.name
+        return self.report.failed(
+            BY_ID[checkpoint], f"{BY_ID[checkpoint].title}: {evidence}", node=head, evidence=evidence,
             cause="the API server started but does not answer as expected",
             fix="read the head's log tail below; `verify` re-checks; `down` then `up` restarts",
-            log_tail=self.monitor.tail(self.config.head.name),
+            log_tail=self.monitor.tail(head),
         )
 
     async def _remove_started(self) -> None:

@@ -15,9 +15,9 @@ from cluster.config import ClusterConfig
 from cluster.containers import LABEL_CLUSTER
 from cluster.errors import NodeError
 from cluster.events import CheckpointPassed, Event, Failed
-from cluster.follow import Clock
 from cluster.interfaces import InterfaceProblem, NodeInterfaces, resolve_interfaces
 from cluster.nodes import ClusterConnection, NodeConnection
+from cluster.report import Report
 
 _MEM_AVAILABLE = re.compile(r"^MemAvailable:\s+(\d+) kB", re.MULTILINE)
 
@@ -38,31 +38,17 @@ class Preflight:
 
     config: ClusterConfig
     connection: ClusterConnection
-    clock: Clock
+    report: Report
     replace: bool = False
     facts: dict[str, NodeFacts] = field(default_factory=dict)
 
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None) -> CheckpointPassed:
-        return CheckpointPassed(
-            elapsed_s=self.clock.elapsed(),
-            checkpoint=checkpoint,
-            title=BY_ID[checkpoint].title,
-            node=node,
-            evidence=evidence,
-        )
+        return self.report.passed(BY_ID[checkpoint], evidence, node=node)
 
     def _failed(self, checkpoint: str, node: str | None, summary: str, cause: str, fix: str,
-                evidence: str = "") -> Failed:
-        return Failed(
-            elapsed_s=self.clock.elapsed(),
-            checkpoint=checkpoint,
-            title=BY_ID[checkpoint].title,
-            node=node,
-            summary=summary,
-            evidence=evidence or summary,
-            cause=cause,
-            fix=fix,
-        )
+                evidence: str | None = None) -> Failed:
+        return self.report.failed(BY_ID[checkpoint], summary, cause=cause, fix=fix, node=node,
+                                  evidence=evidence)
 
     async def run(self) -> AsyncIterator[Event]:
         """Yield one checkpoint per check; stop after the first Failed.
@@ -80,8 +66,7 @@ class Preflight:
         except (NodeError, aiodocker.DockerError) as error:
             step = next(c for c in PREFLIGHT if c.id not in passed)
             if isinstance(error, NodeError):
-                yield Failed.unreachable(error, checkpoint=step.id, title=step.title,
-                                         elapsed_s=self.clock.elapsed())
+                yield self.report.unreachable(error, step)
             else:
                 yield self._failed(
                     step.id, None, f"a Docker engine answered an error during {step.title}: {error.message}",
@@ -93,9 +78,7 @@ class Preflight:
         config = self.config
         errors = self.connection.errors
         for error in errors.values():
-            checkpoint = BY_ID[error.checkpoint]
-            yield Failed.unreachable(error, checkpoint=checkpoint.id, title=checkpoint.title,
-                                     elapsed_s=self.clock.elapsed())
+            yield self.report.unreachable(error, BY_ID[error.checkpoint])
             return
         nodes = self.connection.ordered()
         yield self._passed(

@@ -38,3 +38,17 @@ def parse_ray_status(text: str) -> RayClusterState:
             gpus = float(match["total"])
             gpu_line = stripped
     return RayClusterState(active, gpus, gpu_line)
+
+
+INCOMPLETE_CAUSE = "a worker did not join the Ray cluster, or its GPU is not exposed"
+INCOMPLETE_FIX = (
+    "check the worker's log (`logs worker`), the fabric link and IPs; "
+    "`--gpus all` (container.gpus: true) on every node"
+)
+
+
+def shortfall(state: RayClusterState, nodes: int, gpus: int) -> str | None:
+    """What Ray lacks for `nodes` nodes and `gpus` GPUs, or None when it has them all."""
+    if state.active_nodes >= nodes and state.gpus_total >= gpus:
+        return None
+    return f"Ray shows {state.active_nodes}/{nodes} nodes and {state.gpus_total:g}/{gpus} GPUs"

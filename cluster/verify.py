@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 
 import httpx
@@ -12,36 +12,32 @@ from cluster.bench.stream import sample_completion
 from cluster.checkpoints import verify_plan
 from cluster.config import ClusterConfig, Secrets
 from cluster.container_exec import exec_output
-from cluster.events import CheckpointPassed, Event, Failed
-from cluster.follow import Clock
+from cluster.events import Event
 from cluster.inventory import container_states, read_log_tail
 from cluster.launch import api_base_url
 from cluster.nodes import ClusterConnection
-from cluster.ray_status import parse_ray_status
+from cluster.ray_status import parse_ray_status, shortfall
+from cluster.report import Report
 from cluster.signatures import diagnose
 
 
 async def verify(
     config: ClusterConfig, secrets: Secrets, connection: ClusterConnection, *, sample_max_tokens: int = 32
 ) -> AsyncIterator[Event]:
-    clock = Clock()
+    report = Report()
     plan = {c.id: c for c in verify_plan(config)}
     name = config.container.name
 
-    def passed(checkpoint: str, evidence: str, node: str | None = None, tail: list[str] | None = None):
-        return CheckpointPassed(elapsed_s=clock.elapsed(), checkpoint=checkpoint,
-                                title=plan[checkpoint].title, node=node, evidence=evidence,
-                                log_tail=tail or [])
+    def passed(checkpoint: str, evidence: str, node: str | None = None, tail: Sequence[str] = ()):
+        return report.passed(plan[checkpoint], evidence, node=node, log_tail=tail)
 
     def failed(checkpoint: str, summary: str, cause: str, fix: str, node: str | None = None,
-               evidence: str = "", tail: list[str] | None = None, signature: str | None = None):
-        return Failed(elapsed_s=clock.elapsed(), checkpoint=checkpoint, title=plan[checkpoint].title,
-                      node=node, summary=summary, evidence=evidence or summary, cause=cause, fix=fix,
-                      log_tail=tail or [], signature=signature)
+               evidence: str | None = None, tail: Sequence[str] = (), signature: str | None = None):
+        return report.failed(plan[checkpoint], summary, cause=cause, fix=fix, node=node,
+                             evidence=evidence, log_tail=tail, signature=signature)
 
     for error in connection.errors.values():
-        yield Failed.unreachable(error, checkpoint="containers", title=plan["containers"].title,
-                                 elapsed_s=clock.elapsed())
+        yield report.unreachable(error, plan["containers"])
         return
     nodes = connection.ordered()
     tails = {n.name: await read_log_tail(n, name, config.log_tail_lines, secrets) for n in nodes}
@@ -56,7 +52,7 @@ async def verify(
             f"{name} on {state.node} is {state.status}" + (f" (exit code {state.exit_code})" if state.exit_code is not None else ""),
             diagnosis.cause if diagnosis else "the container is not running",
             diagnosis.fix if diagnosis else "`up` launches the cluster (`down` first if a stopped container remains)",
-            node=state.node, evidence=diagnosis.evidence if diagnosis else "", tail=tails[state.node],
+            node=state.node, evidence=diagnosis.evidence if diagnosis else None, tail=tails[state.node],
             signature=diagnosis.signature_id if diagnosis else None,
         )
         return
@@ -77,10 +73,9 @@ async def verify(
         output = await exec_output(head.docker.containers.container(name), ["ray", "status"],
                                    timeout=config.timeouts.ray)
         state = parse_ray_status(output)
-        want = config.serve.world_size
-        if state.active_nodes < len(nodes) or state.gpus_total < want:
-            yield failed("ray_cluster", f"Ray sees {state.active_nodes}/{len(nodes)} nodes, "
-                         f"{state.gpus_total:g}/{want} GPUs", "a node left the Ray cluster",
+        lacking = shortfall(state, len(nodes), config.serve.world_size)
+        if lacking is not None:
+            yield failed("ray_cluster", lacking, "a node left the Ray cluster",
                          "check the worker's log (`logs worker`); `down` then `up` relaunches",
                          node=head.name, evidence=state.describe(), tail=output.splitlines()[-20:])
             return
@@ -101,7 +96,10 @@ async def verify(
         try:
             ids = [m.get("id") for m in await api.served_models(client)]
         except httpx.HTTPError as error:
-            ids, detail = [], f"GET /v1/models failed: {error}"
+            yield failed("models", f"GET /v1/models failed: {error}", "the API server does not answer",
+                         "read the head's log tail; `down` then `up` relaunches", node=head.name,
+                         tail=tails[head.name])
+            return
         if model not in ids:
             yield failed("models", f"GET /v1/models lists {ids}, not {model}",
                          "a different model is being served", "check serve.served_model_name",

@@ -10,15 +10,14 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from cluster import api
-from cluster.checkpoints import Checkpoint
+from cluster.checkpoints import BY_ID, SERVING
 from cluster.config import ClusterConfig, Secrets
-from cluster.events import Event, Failed, Progress
-from cluster.follow import Clock, LogFollower
+from cluster.events import Event, Progress
+from cluster.follow import LogFollower
 from cluster.launch import api_base_url
 from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection
-
-SERVING = Checkpoint("serving", "Serving", "watch")
+from cluster.report import Report
 
 
 async def watch(
@@ -29,12 +28,12 @@ async def watch(
     health_interval: float = 30.0,
     health_failures: int = 3,
 ) -> AsyncIterator[Event]:
-    clock = Clock()
+    report = Report()
     for error in connection.errors.values():
-        yield Failed.unreachable(error, checkpoint=SERVING.id, title=SERVING.title, elapsed_s=clock.elapsed())
+        yield report.unreachable(error, SERVING)
         return
     monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines)
-    follower = LogFollower(config, monitor, clock)
+    follower = LogFollower(config, monitor, report)
     for node in connection.ordered():
         monitor.follow(node, backlog=config.log_tail_lines)
     base_url = await api_base_url(config, connection.head)
@@ -53,7 +52,7 @@ async def watch(
 
     prober = asyncio.create_task(probe())
     try:
-        yield Progress(elapsed_s=clock.elapsed(), phase="watch",
+        yield Progress(elapsed_s=report.elapsed(), phase="watch",
                        message=f"watching {len(connection.nodes)} node(s) and {base_url}/health")
         failures = follower.failures(SERVING)
         health_miss = asyncio.create_task(unhealthy.get())
@@ -70,9 +69,8 @@ async def watch(
             yield next_failure.result()
         else:
             head = config.head.name
-            yield Failed(
-                elapsed_s=clock.elapsed(), checkpoint="health", title="GET /health answers 200",
-                node=head, summary=f"the API stopped answering: {health_miss.result()}",
+            yield report.failed(
+                BY_ID["health"], f"the API stopped answering: {health_miss.result()}", node=head,
                 evidence=health_miss.result(),
                 cause="the API server is down or hung although its container runs",
                 fix="read the head's log tail; `verify` shows what still works; `down` then `up` relaunches",

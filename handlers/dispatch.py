@@ -15,23 +15,35 @@ from typing import Any
 
 from cluster.bench.history import compare
 from cluster.bench.models import BenchReport
-from cluster.checkpoints import Checkpoint, launch_plan, verify_plan
+from cluster.checkpoints import BENCH, launch_plan, verify_plan
 from cluster.config import ClusterConfig
 from cluster.errors import NodeError, SparkBotError
 from cluster.events import BenchResult, Event, LogTail, Ready, StatusReport
 from handlers import commands as c
 from handlers.access import Access
 from handlers.chat import Chat
-from handlers.jobs import Busy, ControllerFactory, Job, JobManager, describe_state, since
-from handlers.messages import CANCEL_ACTION, CONFIRM_ACTION, Attachment, Button, Confirm, Message, escape
+from handlers.jobs import (
+    Busy,
+    ControllerFactory,
+    Job,
+    JobManager,
+    describe_state,
+    since,
+)
+from handlers.messages import (
+    CANCEL_ACTION,
+    CONFIRM_ACTION,
+    Attachment,
+    Button,
+    Confirm,
+    Message,
+    escape,
+)
 from handlers.render import INLINE_CHARS, Delivery
 from handlers.settings import BotSettings
 from handlers.store import JobRecord, Store
 
 log = logging.getLogger(__name__)
-
-BENCH = Checkpoint("bench", "Benchmark", "bench")
-
 
 @dataclass(frozen=True)
 class Invocation:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from contextlib import aclosing
 from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any

@@ -15,7 +15,15 @@ from collections.abc import Awaitable, Callable
 
 from cluster.bench.models import BenchReport
 from cluster.checkpoints import Checkpoint
-from cluster.events import BenchResult, CheckpointPassed, Event, Failed, Progress, Ready, Removed
+from cluster.events import (
+    BenchResult,
+    CheckpointPassed,
+    Event,
+    Failed,
+    Progress,
+    Ready,
+    Removed,
+)
 from handlers.bench_chart import sweep_chart_png
 from handlers.chat import Chat, Posted
 from handlers.messages import (

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 import httpx
 
+from cluster.api import api_client
 from cluster.bench.history import BenchHistory, compare, setup_key
 from cluster.bench.models import (
     BenchReport,
@@ -25,9 +26,10 @@ from cluster.bench.models import (
     RequestMetrics,
 )
 from cluster.bench.server_metrics import ServerCounters, read_counters
-from cluster.bench.stream import Measured, api_client, measure_request, sample_answer
-from cluster.events import BenchResult, Event, Failed, Progress
-from cluster.follow import Clock
+from cluster.bench.stream import Measured, measure_request, sample_answer
+from cluster.checkpoints import BENCH
+from cluster.events import BenchResult, Event, Progress
+from cluster.report import Report
 
 DEFAULT_PROMPT = "Explain how tensor parallelism splits a transformer layer across two GPUs."
 MAX_CONCURRENCY = 1024
@@ -250,10 +252,10 @@ async def run_bench(
     fingerprint: Fingerprint,
     *,
     history: BenchHistory | None = None,
-    clock: Clock | None = None,
+    reporter: Report | None = None,
 ) -> AsyncIterator[Event]:
     options.validate()
-    clock = clock or Clock()
+    reporter = reporter or Report()
     levels = list(options.concurrency)
     connections = max([1, *levels]) + 2
     warnings: list[str] = []
@@ -267,9 +269,8 @@ async def run_bench(
             busy = (f"the server is busy: vllm:num_requests_running={before.running:g}, "
                     f"waiting={before.waiting:g}")
             if not options.allow_busy:
-                yield Failed(
-                    elapsed_s=clock.elapsed(), checkpoint="bench", title="Benchmark",
-                    summary=f"refused to measure: {busy}", evidence=busy,
+                yield reporter.failed(
+                    BENCH, f"refused to measure: {busy}", evidence=busy,
                     cause="other requests share the engine: every figure would be too low",
                     fix="wait until the other requests finish, or pass --allow-busy to measure anyway",
                 )
@@ -279,7 +280,7 @@ async def run_bench(
         with LoopLag() as lag:
             if options.single:
                 await _warm_connections(client, 1)
-                yield Progress(elapsed_s=clock.elapsed(), phase="bench",
+                yield Progress(elapsed_s=reporter.elapsed(), phase="bench",
                                message="single stream: warm-up (natural end, its answer is the sample)")
                 warm = tally.add(await measure_request(client, model, options.prompt, options.max_tokens))
                 sample = sample_answer(warm)
@@ -289,16 +290,16 @@ async def run_bench(
                         client, model, options.prompt, options.max_tokens, ignore_eos=True))
                     runs.append(m.metrics)
                     rate = f"{m.metrics.decode_tok_s:.1f} tok/s" if m.metrics.decode_tok_s else m.metrics.error
-                    yield Progress(elapsed_s=clock.elapsed(), phase="bench",
+                    yield Progress(elapsed_s=reporter.elapsed(), phase="bench",
                                    message=f"single stream run {i + 1}/{options.runs}: {rate}")
                 single = summarize_single(warm.metrics, runs)
             sweep = []
             for c in levels:
-                yield Progress(elapsed_s=clock.elapsed(), phase="bench",
+                yield Progress(elapsed_s=reporter.elapsed(), phase="bench",
                                message=f"concurrency {c}: {options.requests_per_level or c} requests")
                 level = await run_level(client, model, options, c, tally)
                 sweep.append(level)
-                yield Progress(elapsed_s=clock.elapsed(), phase="bench",
+                yield Progress(elapsed_s=reporter.elapsed(), phase="bench",
                                message=f"concurrency {c}: {level.output_tok_s:.1f} tok/s output, "
                                f"{level.ok}/{level.requests} ok")
         check = await _metrics_check(client, model, before, tally, options.metrics_settle_s)
@@ -323,4 +324,4 @@ async def run_bench(
         previous = await asyncio.to_thread(history.previous, report.setup_key)
         report = report.model_copy(update={"comparisons": compare(report, previous)})
         await asyncio.to_thread(history.append, report)
-    yield BenchResult(elapsed_s=clock.elapsed(), report=report)
+    yield BenchResult(elapsed_s=reporter.elapsed(), report=report)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import httpx
 from httpx_sse import SSEError, aconnect_sse
 
-from cluster.api import api_client
 from cluster.bench.models import RequestMetrics, SampleAnswer
 from cluster.events import CompletionSample
 

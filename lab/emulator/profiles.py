@@ -59,6 +59,18 @@ PROFILES = {
                    "post_load": 2.0, "compile": 8.0, "profile": 3.0, "cuda_graphs": 4.0,
                    "api_start": 1.0},
     },
+    "lab": {
+        "description": "The lab: quick to start, paced slowly enough (100 tok/s) for a 2-core machine "
+                       "to keep exact time with several streams through SSH",
+        "ttft_s": 0.2,
+        "decode_tok_s": 100.0,
+        "aggregate": [[1, 100.0], [2, 160.0], [4, 240.0], [8, 340.0], [16, 450.0], [32, 600.0]],
+        "tokens_per_chunk": 1,
+        "weights_gb": 119.0,
+        "phases": {"startup": 2.0, "dist_init": 1.0, "nccl_init": 1.0, "load_weights": 30.0,
+                   "post_load": 2.0, "compile": 8.0, "profile": 3.0, "cuda_graphs": 4.0,
+                   "api_start": 1.0},
+    },
 }
 
 DEFAULT_PROFILE = "spark-pair-qwen35"

@@ -26,7 +26,7 @@ async def test_bench_on_the_lab_matches_the_profile(clean, tmp_path):
     report = report.report
     one = truth(profile, 1)
     assert within(report.single.decode_tok_s, one["per_stream_tok_s"], 0.02)
-    assert within(report.single.ttft_s, one["ttft_s"], 0.25)  # 50 ms TTFT: SSH forward latency counts
+    assert within(report.single.ttft_s, one["ttft_s"], 0.05)  # the SSH forward's latency counts
     for level in report.sweep:
         assert within(level.aggregate_decode_tok_s, truth(profile, level.concurrency)["aggregate_tok_s"], 0.03)
     assert report.metrics_check.client_tokens == report.metrics_check.server_tokens
