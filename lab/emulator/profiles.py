@@ -20,6 +20,10 @@ _SPARK_PHASES = {
     "api_start": 3.0,
 }
 
+# A startup of seconds once scaled, for tests and the lab.
+_QUICK_PHASES = {"startup": 2.0, "dist_init": 1.0, "nccl_init": 1.0, "load_weights": 30.0,
+                 "post_load": 2.0, "compile": 8.0, "profile": 3.0, "cuda_graphs": 4.0, "api_start": 1.0}
+
 PROFILES = {
     "spark-pair-qwen35": {
         "description": "The seed: Qwen3.5-122B-A10B-FP8, TP 2 over two DGX Sparks, ~27 tok/s single stream",
@@ -55,9 +59,7 @@ PROFILES = {
         "aggregate": [[1, 400.0], [2, 640.0], [4, 960.0], [8, 1360.0], [16, 1800.0], [32, 2400.0]],
         "tokens_per_chunk": 1,
         "weights_gb": 119.0,
-        "phases": {"startup": 2.0, "dist_init": 1.0, "nccl_init": 1.0, "load_weights": 30.0,
-                   "post_load": 2.0, "compile": 8.0, "profile": 3.0, "cuda_graphs": 4.0,
-                   "api_start": 1.0},
+        "phases": dict(_QUICK_PHASES),
     },
     "lab": {
         "description": "The lab: quick to start, paced slowly enough (100 tok/s) for a 2-core machine "
@@ -67,9 +69,7 @@ PROFILES = {
         "aggregate": [[1, 100.0], [2, 160.0], [4, 240.0], [8, 340.0], [16, 450.0], [32, 600.0]],
         "tokens_per_chunk": 1,
         "weights_gb": 119.0,
-        "phases": {"startup": 2.0, "dist_init": 1.0, "nccl_init": 1.0, "load_weights": 30.0,
-                   "post_load": 2.0, "compile": 8.0, "profile": 3.0, "cuda_graphs": 4.0,
-                   "api_start": 1.0},
+        "phases": dict(_QUICK_PHASES),
     },
 }
 

@@ -72,12 +72,8 @@ def seed_of(prompt_text):
     return zlib.crc32(prompt_text.encode("utf-8"))
 
 
-def plan_chat(prompt_text, reasoning, max_tokens, ignore_eos=False, min_tokens=0):
-    """-> (reasoning_tokens, content_tokens, finish_reason)."""
-    h = seed_of(prompt_text)
-    n_r = (48 + h % 32) if reasoning else 0
-    n_c = 40 + (h >> 8) % 40
-    natural = n_r + n_c
+def _length(natural, max_tokens, ignore_eos, min_tokens):
+    """How many tokens a request generates and why it stops, as vLLM decides it."""
     target = natural
     if ignore_eos and max_tokens is not None:
         target = max_tokens
@@ -86,8 +82,15 @@ def plan_chat(prompt_text, reasoning, max_tokens, ignore_eos=False, min_tokens=0
     if max_tokens is not None and target >= max_tokens:
         finish = "length" if (max_tokens < natural or ignore_eos) else "stop"
         target = max_tokens
-    if target > natural:  # ignore_eos / min_tokens: keep talking
-        n_c = target - n_r
+    return target, finish
+
+
+def plan_chat(prompt_text, reasoning, max_tokens, ignore_eos=False, min_tokens=0):
+    """-> (reasoning_tokens, content_tokens, finish_reason)."""
+    h = seed_of(prompt_text)
+    n_r = (48 + h % 32) if reasoning else 0
+    n_c = 40 + (h >> 8) % 40
+    target, finish = _length(n_r + n_c, max_tokens, ignore_eos, min_tokens)
     r_t = min(n_r, target)
     c_t = target - r_t
     return _cycle(_REASONING_TOKS, r_t), _cycle(_ANSWER_TOKS, c_t), finish
@@ -95,15 +98,7 @@ def plan_chat(prompt_text, reasoning, max_tokens, ignore_eos=False, min_tokens=0
 
 def plan_completion(prompt_text, max_tokens, ignore_eos=False, min_tokens=0):
     h = seed_of(prompt_text)
-    natural = 64 + h % 64
-    target = natural
-    if ignore_eos and max_tokens is not None:
-        target = max_tokens
-    target = max(target, min_tokens or 0)
-    finish = "stop"
-    if max_tokens is not None and target >= max_tokens:
-        finish = "length" if (max_tokens < natural or ignore_eos) else "stop"
-        target = max_tokens
+    target, finish = _length(64 + h % 64, max_tokens, ignore_eos, min_tokens)
     toks = _cycle(_COMPLETION_TOKS, target, h % 7)
     if toks and not toks[0][:1].isspace():
         toks[0] = " " + toks[0]
