@@ -45,7 +45,8 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
             parts.append("    log tail:\n" + _indent(event.log_tail[-max(tail_lines, 15):]))
         return "\n".join(parts)
     if isinstance(event, Ready):
-        text = f"{stamp} READY: {event.model} at {event.api_url}"
+        text = f"{stamp} READY: {event.model} at {event.api_url}" + (
+            f" (vLLM {event.vllm_version})" if event.vllm_version else "")
         if event.sample:
             s = event.sample
             rate = f"{s.decode_tps:.1f} tok/s" if s.decode_tps else "n/a"
@@ -61,7 +62,8 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
             since = f" since {c.started_at:%Y-%m-%d %H:%M:%S}" if c.started_at and c.running else ""
             rows.append(f"    {c.node}: {c.container} {c.status}{since}")
         health = {True: "healthy", False: "NOT healthy", None: "unknown"}[event.api_healthy]
-        return f"{stamp} status\n" + "\n".join(rows) + f"\n    API: {health} ({event.api_detail})"
+        version = f", vLLM {event.vllm_version}" if event.vllm_version else ""
+        return f"{stamp} status\n" + "\n".join(rows) + f"\n    API: {health} ({event.api_detail}{version})"
     if isinstance(event, LogTail):
         return f"{stamp} last {len(event.lines)} lines of {event.container} on {event.node}\n" + _indent(event.lines)
     if isinstance(event, Removed):
@@ -79,7 +81,8 @@ def render_bench(report: BenchReport) -> str:
     """A compact table: single stream, the sweep, the comparison, the cross-check, warnings."""
     fp = report.fingerprint
     image = (fp.image_id or "")[:19] or fp.image or "?"
-    lines = [f"    {report.model} at {report.base_url} (setup {report.setup_key}, image {image})",
+    version = f", vLLM {fp.vllm_version}" if fp.vllm_version else ""
+    lines = [f"    {report.model} at {report.base_url} (setup {report.setup_key}, image {image}{version})",
              f"    {report.settings.max_tokens} max tokens, prompt {report.settings.prompt[:60]!r}"]
     if report.sample:
         sample = report.sample

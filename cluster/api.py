@@ -27,6 +27,16 @@ async def health(client: httpx.AsyncClient) -> tuple[bool, str]:
     return response.status_code == 200, f"GET /health -> {response.status_code}"
 
 
+async def vllm_version(client: httpx.AsyncClient) -> str | None:
+    """The server's vLLM version (`GET /version`, every vLLM API server), None if it won't say."""
+    try:
+        response = await client.get("/version")
+        version = response.json().get("version") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return str(version)[:40] if version else None
+
+
 async def served_models(client: httpx.AsyncClient) -> list[dict]:
     response = await client.get("/v1/models")
     response.raise_for_status()

@@ -1,7 +1,12 @@
 """The verification checkpoints of a launch, in order, as data: what proves each one.
 
-A checkpoint with a `pattern` is proven by a container log line; the others by a command or an
+A checkpoint with `spellings` is proven by a container log line; the others by a command or an
 API answer. `phase` names the timeout (cluster.config.Timeouts) that bounds reaching it.
+
+vLLM rewords its lines from release to release and per platform, so a logged checkpoint lists
+every spelling known, each with where it comes from (vLLM version and file, or a lab finding).
+A later stage proves the earlier ones: a checkpoint whose line never comes is reported as not
+seen (a warning), never as a failure (cluster.follow).
 """
 
 from __future__ import annotations
@@ -16,15 +21,59 @@ Backend = Literal["ray", "mp"]
 
 
 @dataclass(frozen=True)
+class Spelling:
+    """One wording of a checkpoint's log line, and where that wording comes from."""
+
+    pattern: re.Pattern[str]
+    source: str
+
+
+def spelling(pattern: str, source: str) -> Spelling:
+    return Spelling(re.compile(pattern), source)
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     id: str
     title: str
     phase: str
-    pattern: re.Pattern[str] | None = None
+    spellings: tuple[Spelling, ...] = ()
     per_rank: bool = False
     backends: frozenset[Backend] = frozenset({"ray", "mp"})
     needs_nccl_debug: bool = False
 
+    @property
+    def logged(self) -> bool:
+        """Proven by a log line (else by a command or an API answer)."""
+        return bool(self.spellings)
+
+
+# Spellings are searched in the bare message (cluster.logtext.strip_prefixes), in this order;
+# per-rank lines are counted per spelling, so a rank printing two of them is not two ranks.
+WEIGHTS_SPELLINGS = (
+    spelling(r"Loading weights took (?P<seconds>[\d.]+) ?s(?:econds)?\b",
+             "vLLM v0.4-v0.10 model_executor/model_loader/loader.py; v0.10+ "
+             "model_loader/default_loader.py (real weights)"),
+    spelling(r"Initializing model took (?P<seconds>[\d.]+) ?s(?:econds)?\b",
+             "vLLM 0.32 model_loader/base_loader.py (printed with --load-format dummy; "
+             "seen in the lab's real engine)"),
+)
+KV_CACHE_SPELLINGS = (
+    spelling(r"(?:[A-Z]+ )?KV cache size: (?P<tokens>[\d,]+) tokens",
+             "vLLM V1 v0.8+ v1/core/kv_cache_utils.py: `GPU KV cache size` (CUDA), "
+             "`CPU KV cache size` (vLLM 0.32 CPU, seen in the lab's real engine)"),
+    spelling(r"# (?:GPU|CUDA|CPU|XPU|NPU) blocks: (?P<blocks>\d+)",
+             "vLLM V0 engine (v0.4-v0.10) executor/executor_base.py"),
+)
+ENGINE_SPELLINGS = (
+    spelling(r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) ?s(?:econds)?\b",
+             "vLLM V1 v0.8+ v1/engine/core.py: `... took N seconds` until 0.1x, `... took N s` in "
+             "0.32 (seen in the lab's real engine)"),
+)
+API_SERVER_SPELLINGS = (
+    spelling(r"Application startup complete\.",
+             "uvicorn (every vLLM release): lifespan startup finished, the API answers"),
+)
 
 CHECKPOINTS: tuple[Checkpoint, ...] = (
     Checkpoint("ssh", "SSH to every node", "preflight"),
@@ -40,36 +89,31 @@ CHECKPOINTS: tuple[Checkpoint, ...] = (
         "nccl",
         "NCCL over RDMA",
         "weights",
-        re.compile(r"via NET/IB|NET/IB : Made virtual device|via NET/Socket"),
+        (
+            spelling(r"via NET/IB|NET/IB : Made virtual device|via NET/Socket",
+                     "NCCL 2.x INFO lines (NCCL_DEBUG=INFO), transport/net_ib.cc"),
+        ),
         needs_nccl_debug=True,
     ),
     Checkpoint(
         "weights",
         "Weights loaded on every rank",
         "weights",
-        re.compile(r"Loading weights took (?P<seconds>[\d.]+) seconds"),
+        WEIGHTS_SPELLINGS,
         per_rank=True,
     ),
-    Checkpoint(
-        "kv_cache",
-        "KV cache sized",
-        "engine",
-        re.compile(r"GPU KV cache size: (?P<tokens>[\d,]+) tokens"),
-    ),
-    Checkpoint(
-        "engine",
-        "Engine initialised",
-        "engine",
-        re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) seconds"),
-    ),
-    Checkpoint("api_server", "API server started", "api", re.compile(r"Application startup complete\.")),
+    Checkpoint("kv_cache", "KV cache sized", "engine", KV_CACHE_SPELLINGS),
+    Checkpoint("engine", "Engine initialised", "engine", ENGINE_SPELLINGS),
+    Checkpoint("api_server", "API server started", "api", API_SERVER_SPELLINGS),
     Checkpoint("health", "GET /health answers 200", "api"),
     Checkpoint("models", "GET /v1/models lists the model", "api"),
     Checkpoint("sample", "Sample completion", "api"),
 )
 
 # Each Ray container's own proof that `ray start` worked (head and workers alike).
-RAY_RUNTIME_STARTED = re.compile(r"Ray runtime started\.")
+RAY_RUNTIME_STARTED = (
+    spelling(r"Ray runtime started\.", "Ray 2.x python/ray/scripts/scripts.py (`ray start`)"),
+)
 
 # What `watch` and `bench` report against: one checkpoint each.
 SERVING = Checkpoint("serving", "Serving", "watch")

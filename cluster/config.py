@@ -30,7 +30,7 @@ _HOST = r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$"
 _USER = r"^[a-z_][a-z0-9_-]{0,31}$"
 _IFNAME = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,14}$"
 _IMAGE = r"^[a-z0-9][a-z0-9._/:@-]{0,254}$"
-_MODEL = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$"
+_MODEL = r"^/?[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$"  # a hub id, or a path in the container
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 _SIZE = r"^[0-9]+[bkmgBKMG]?$"
 _VLLM_ARG = r"^--[a-z0-9][a-z0-9-]*(=[A-Za-z0-9._:/,+-]*)?$|^[A-Za-z0-9._:/,+-]+$"

@@ -69,15 +69,18 @@ class Controller:
         async with connect_cluster(self.config) as connection:
             states = await container_states(connection.ordered(), self.config.container.name)
             healthy, detail = None, "not asked: the head is unreachable or its container is not running"
+            version = None
             head_running = any(s.running for s in states if s.node == self.config.head.name)
             if self.config.head.name in connection.nodes and head_running:
                 base_url = await api_base_url(self.config, connection.head)
                 async with api.api_client(base_url, read_timeout=10) as client:
                     healthy, detail = await api.health(client)
+                    version = await api.vllm_version(client) if healthy else None
             unreachable = "; ".join(str(e) for e in connection.errors.values())
             yield StatusReport(
                 elapsed_s=report.elapsed(), containers=states, api_healthy=healthy,
                 api_detail=detail + (f"; unreachable: {unreachable}" if unreachable else ""),
+                vllm_version=version,
             )
 
     async def bench(

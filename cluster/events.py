@@ -74,6 +74,7 @@ class Ready(_Event):
     model: str
     api_url: str = Field(description="the API as seen from the head node")
     sample: CompletionSample | None = None
+    vllm_version: str | None = Field(None, description="what the server's GET /version says")
 
 
 class ContainerState(BaseModel):
@@ -94,6 +95,7 @@ class StatusReport(_Event):
     containers: list[ContainerState]
     api_healthy: bool | None = Field(None, description="None when the API was not reachable to ask")
     api_detail: str = ""
+    vllm_version: str | None = None
 
 
 class LogTail(_Event):

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from cluster.checkpoints import Checkpoint
+from cluster.checkpoints import Checkpoint, Spelling
 from cluster.config import ClusterConfig
 from cluster.events import CheckpointPassed, Event, Failed
 from cluster.logtext import strip_prefixes
@@ -19,24 +19,49 @@ from cluster.signatures import Diagnosis, LogDiagnoser, diagnose, unrecognised
 
 @dataclass
 class Expectation:
-    """A checkpoint proven by `count` matching lines in the logs of `nodes` (None: any node)."""
+    """A checkpoint proven by `count` lines of one spelling in the logs of `nodes` (None: any)."""
 
     checkpoint: Checkpoint
-    pattern: re.Pattern[str]
+    spellings: tuple[Spelling, ...]
     count: int = 1
     nodes: frozenset[str] | None = None
     node: str | None = None
-    seen: list[LogLine] = field(default_factory=list)
+    seen: dict[int, list[LogLine]] = field(default_factory=dict)  # per spelling index
 
-    def matches(self, line: LogLine) -> bool:
-        if self.nodes is not None and line.node not in self.nodes:
+    def offer(self, line: LogLine) -> bool:
+        """Record `line` if it is one of this checkpoint's lines; True if it was."""
+        if self.done or (self.nodes is not None and line.node not in self.nodes):
             return False
-        return bool(self.pattern.search(strip_prefixes(line.text)))
+        message = strip_prefixes(line.text)
+        for index, spelling in enumerate(self.spellings):
+            if spelling.pattern.search(message):
+                self.seen.setdefault(index, []).append(line)
+                return True
+        return False
+
+    @property
+    def lines(self) -> list[LogLine]:
+        """The lines of the spelling seen most (the evidence)."""
+        return max(self.seen.values(), key=len, default=[])
 
     @property
     def done(self) -> bool:
-        return len(self.seen) >= self.count
+        return len(self.lines) >= self.count
 
+
+@dataclass
+class _Proof:
+    """A later checkpoint done before earlier ones: the earlier lines get until `deadline`."""
+
+    by: Expectation
+    context: list[str]
+    evidence: str
+    deadline: float = field(default_factory=lambda: time.monotonic() + PROOF_GRACE_S)
+
+
+# A later checkpoint's line proves the earlier ones happened; their own lines, when they come
+# at all, may trail it by moments (another node's log stream): wait this long for them.
+PROOF_GRACE_S = 1.0
 
 # A fatal symptom ("EngineCore failed to start.") is often printed before the traceback that
 # holds its cause; wait this long for the cause before reporting the symptom.
@@ -87,34 +112,64 @@ class LogFollower:
         """Yield each expectation's CheckpointPassed in order as its lines arrive.
 
         Lines may prove a later checkpoint before an earlier one is reported; reports keep the
-        plan's order. Stops after the last one, or after yielding a single Failed.
+        plan's order. A later checkpoint's line proves the earlier ones: an earlier checkpoint
+        still without its line PROOF_GRACE_S later is reported as not seen (a warning). Stops
+        after the last one, or after yielding a single Failed.
         """
         timeouts = self.config.timeouts
         pending = list(expectations)
         phase = pending[0].checkpoint.phase if pending else ""
         phase_deadline = time.monotonic() + getattr(timeouts, phase, timeouts.stall)
+        proof: _Proof | None = None
         while pending:
             current = pending[0].checkpoint
-            idle_limit = min(timeouts.stall, max(0.0, phase_deadline - time.monotonic()))
-            try:
-                item = await self._next(timeout=idle_limit)
-            except TimeoutError:
-                yield self._timeout_failure(current, phase_deadline)
-                return
-            failure = self._symptom_failure(current) if item is None else self._failure(item, current)
-            if failure is not None:
-                yield failure
-                return
-            if isinstance(item, LogLine):
-                for expectation in pending:
-                    if not expectation.done and expectation.matches(item):
-                        expectation.seen.append(item)
+            now = time.monotonic()
+            if proof is not None and now >= proof.deadline:
+                while not pending[0].done and pending[0] is not proof.by:
+                    yield self.not_seen(pending.pop(0), proof.evidence, proof.context)
+                proof = None
+            else:
+                idle_limit = min(timeouts.stall, max(0.0, phase_deadline - now))
+                wait = idle_limit if proof is None else min(idle_limit, proof.deadline - now)
+                try:
+                    item = await self._next(timeout=wait)
+                except TimeoutError:
+                    if proof is not None:
+                        continue
+                    yield self._timeout_failure(current, phase_deadline)
+                    return
+                failure = self._symptom_failure(current) if item is None else self._failure(item, current)
+                if failure is not None:
+                    yield failure
+                    return
+                if isinstance(item, LogLine):
+                    for expectation in pending:
+                        if expectation.offer(item) and expectation.done and proof is None \
+                                and not pending[0].done:
+                            proof = _Proof(expectation, self.monitor.tail(item.node), item.text)
             while pending and pending[0].done:
                 done = pending.pop(0)
                 yield self._passed(done)
-                if pending and pending[0].checkpoint.phase != phase:
-                    phase = pending[0].checkpoint.phase
-                    phase_deadline = time.monotonic() + getattr(timeouts, phase, timeouts.stall)
+                if proof is not None and done is proof.by:
+                    proof = None
+            if pending and pending[0].checkpoint.phase != phase:
+                phase = pending[0].checkpoint.phase
+                phase_deadline = time.monotonic() + getattr(timeouts, phase, timeouts.stall)
+
+    def not_seen(self, expectation: Expectation, proof: str, context: list[str]) -> CheckpointPassed:
+        """`expectation`'s checkpoint, proven by a later stage (`proof`) without its own line:
+        passed, with a warning and the lines around where its line was expected."""
+        checkpoint = expectation.checkpoint
+        got = len(expectation.lines)
+        seen = "not seen in the log" if got == 0 else (
+            f"seen for {got} of {expectation.count} ranks in the log")
+        warning = (
+            f"{checkpoint.title}: its line was {seen} (this vLLM may word it differently); "
+            f"a later stage proves it: {proof}"
+        )
+        evidence = "\n".join([line.text for line in expectation.lines] + [f"proven by: {proof}"])
+        return self.report.passed(checkpoint, evidence, node=expectation.node,
+                                  log_tail=context, warning=warning)
 
     async def failures(self, checkpoint: Checkpoint) -> AsyncIterator[Failed]:
         """For a running cluster: yield the first failure, however long it takes to come."""
@@ -154,9 +209,10 @@ class LogFollower:
         return found
 
     def _passed(self, expectation: Expectation) -> CheckpointPassed:
-        last = expectation.seen[-1]
+        lines = expectation.lines
+        last = lines[-1]
         node = last.node
-        evidence = "\n".join(line.text for line in expectation.seen)
+        evidence = "\n".join(line.text for line in lines)
         findings = self._new_findings()
         warning = "; ".join(f"{f.title} ({f.evidence.strip()[-120:]}): {f.fix}" for f in findings) or None
         return self.report.passed(

@@ -183,7 +183,9 @@ class Dispatcher:
         await self.store.audit(invocation.user, invocation.channel, "status", "answered")
         await self._reply(invocation, Message(
             title=f"Status of `{self.cluster.name}`", tone="success" if report.api_healthy else "neutral",
-            text="\n".join(lines) + f"\nAPI: {health} ({escape(report.api_detail)}){busy}{watching}"))
+            text="\n".join(lines) + f"\nAPI: {health} ({escape(report.api_detail)})"
+                 + (f"\nvLLM: {escape(report.vllm_version)}" if report.vllm_version else "")
+                 + f"{busy}{watching}"))
 
     async def _logs(self, command: c.Logs, invocation: Invocation) -> None:
         events = [e async for e in self.controller_for(self.cluster).logs(command.node, command.lines)]

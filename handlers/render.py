@@ -248,7 +248,8 @@ def failure_message(event: Failed, requester: str, during: str = "") -> Message:
 
 
 def ready_message(event: Ready) -> Message:
-    lines = [f"`{escape(event.model)}` answers at {escape(event.api_url)}"]
+    version = f" (vLLM {escape(event.vllm_version)})" if event.vllm_version else ""
+    lines = [f"`{escape(event.model)}` answers at {escape(event.api_url)}{version}"]
     sample = event.sample
     if sample:
         rate = f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else "n/a tok/s"

@@ -125,6 +125,7 @@ class Fingerprint(_Model):
     model: str
     serve: dict[str, object] = Field(default_factory=dict)
     hash: str = Field(description="stable hash of the fields above")
+    vllm_version: str | None = Field(None, description="the server's GET /version (the image decides it)")
 
 
 class BenchSettings(_Model):

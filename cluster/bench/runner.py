@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 import httpx
 
-from cluster.api import api_client
+from cluster.api import api_client, vllm_version
 from cluster.bench.history import BenchHistory, compare, setup_key
 from cluster.bench.models import (
     BenchReport,
@@ -262,6 +262,9 @@ async def run_bench(
     tally = _Tally()
     started = time.perf_counter()
     async with api_client(base_url, read_timeout=options.read_timeout, connections=connections) as client:
+        version = await vllm_version(client)
+        if version and not fingerprint.vllm_version:
+            fingerprint = fingerprint.model_copy(update={"vllm_version": version})
         before, problem = await _counters(client, model)
         if before is None:
             warnings.append(f"{problem}: busy check and token cross-check skipped")

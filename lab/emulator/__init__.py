@@ -6,4 +6,3 @@ run as ``python3 -m emulator <tool> [args...]`` (or ``python -m lab.emulator ...
 from .profiles import PROFILES, get_profile, truth  # noqa: F401
 from .faults import FAULTS  # noqa: F401
 
-VLLM_VERSION = "0.17.1rc1"

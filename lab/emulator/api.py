@@ -214,8 +214,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(500, b"")
             return self._send(200, b"")
         if path == "/version":
-            from . import VLLM_VERSION
-            return self._send(200, {"version": VLLM_VERSION})
+            from . import dialects
+            return self._send(200, {"version": dialects.version()})
         if path == "/v1/models":
             data = [{"id": n, "object": "model", "created": e.created, "owned_by": "vllm",
                      "root": e.model_path, "parent": None, "max_model_len": e.max_model_len,

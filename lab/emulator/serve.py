@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from . import VLLM_VERSION
+from . import dialects
 from . import faults as F
 from . import profiles as P
 from .common import (PY, die, env_float, env_str, fault_name, hostname, out, ray_prefix, raw, time_scale,
@@ -173,6 +173,12 @@ class Serve:
     def r(self, rank, level, src, msg):
         vlog(level, src, msg, rank["prefix"])
 
+    def say(self, log, key, **values):
+        """Log the dialect's line `key` (INFO) through `log`, unless this dialect prints none."""
+        found = dialects.line(key, **values)
+        if found:
+            log("INFO", *found)
+
     def each(self, level, src, fn):
         for rk in self.ranks:
             if rk["visible"]:
@@ -258,7 +264,7 @@ class Serve:
         nd["model"] = self.model
         if args.model_tag:
             nd["model_tag"] = args.model_tag
-        self.a("INFO", "api_server.py:1839", "vLLM API server version %s" % VLLM_VERSION)
+        self.say(self.a, "version_line")
         self.a("INFO", "utils.py:233", "non-default args: %r" % nd)
         # reserve the API port early (vLLM creates the server socket before the engine)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -308,7 +314,7 @@ class Serve:
             "pipeline_parallel_size=%d, data_parallel_size=1, disable_custom_all_reduce=False, quantization=fp8, "
             "enforce_eager=%s, kv_cache_dtype=%s, device_config=cuda, seed=%s, served_model_name=%s, "
             "enable_prefix_caching=True, chunked_prefill_enabled=True, reasoning_parser='%s'")
-            % (VLLM_VERSION, self.model, self.model, args.trust_remote_code, mml, args.load_format, self.tp, self.pp,
+            % (dialects.version(), self.model, self.model, args.trust_remote_code, mml, args.load_format, self.tp, self.pp,
                args.enforce_eager, args.kv_cache_dtype, args.seed or 0, self.served[0], args.reasoning_parser or ""))
         if backend == "ray":
             self.setup_ray()
@@ -438,10 +444,17 @@ class Serve:
             self.strike("load_weights")
         self.sync("load_weights")
         self.sleep("load_weights")
-        self.each("INFO", "default_loader.py:267", lambda rk: "Loading weights took %.2f seconds" % self.load_time(rk))
-        self.each("INFO", "gpu_model_runner.py:2653", lambda rk: "Model loading took %.4f GiB and %.6f seconds"
-                  % (w, self.load_time(rk) + self.nominal("post_load")))
+        self.loaded_lines(w)
         self.sleep("post_load")
+
+    def loaded_lines(self, gib):
+        """Each rank's lines once its weights are in (as the dialect words them)."""
+        for rk in self.ranks:
+            if not rk["visible"]:
+                continue
+            log = lambda level, src, msg, rk=rk: self.r(rk, level, src, msg)  # noqa: E731
+            self.say(log, "weights", seconds=self.load_time(rk))
+            self.say(log, "model_loading", gib=gib, seconds=self.load_time(rk) + self.nominal("post_load"))
 
     def phase_engine_init(self):
         args = self.args
@@ -461,9 +474,8 @@ class Serve:
                          "\nValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
                          "when initializing the engine.")])
         self.each("INFO", "gpu_worker.py:298", lambda rk: "Available KV cache memory: %.2f GiB" % kv_gib)
-        self.e("INFO", "kv_cache_utils.py:1087", "GPU KV cache size: {:,} tokens".format(kv_tokens))
-        self.e("INFO", "kv_cache_utils.py:1091", "Maximum concurrency for {:,} tokens per request: {:.2f}x".format(
-            self.mml, kv_tokens / float(self.mml)))
+        for key in ("kv_cache", "max_concurrency"):
+            self.say(self.e, key, tokens=kv_tokens, max_model_len=self.mml, concurrency=kv_tokens / float(self.mml))
         if self.mml > kv_tokens:
             self.fatal([("engine", "ERROR", "core.py:708", "EngineCore failed to start.\n" + F.ENGINE_CORE_TB_HEAD +
                          "\nValueError: The model's max seq len (%d) is larger than the maximum number of tokens that can "
@@ -477,7 +489,7 @@ class Serve:
             self.each("INFO", "gpu_model_runner.py:3480", lambda rk: "Graph capturing finished in %d secs, took 0.62 GiB"
                       % round(self.nominal("cuda_graphs")))
             t_init += self.nominal("cuda_graphs")
-        self.e("INFO", "core.py:210", "init engine (profile, create kv cache, warmup model) took %.2f seconds" % (t_init + 1.73))
+        self.say(self.e, "engine", seconds=t_init + 1.73)
 
     def start_api(self):
         from .api import Engine, make_server
@@ -492,7 +504,7 @@ class Serve:
         if args.reasoning_parser:
             self.a("INFO", "serving_chat.py:139", "Using default chat sampling params from model: {'temperature': 0.6, 'top_k': 20, 'top_p': 0.95}")
         host = args.host or "0.0.0.0"
-        self.a("INFO", "api_server.py:1912", "Starting vLLM API server 0 on http://%s:%d" % (host, args.port))
+        self.say(self.a, "api_server", host=host, port=args.port)
         self.a("INFO", "launcher.py:34", "Available routes are:")
         for route, meth in (("/openapi.json", "GET, HEAD"), ("/docs", "GET, HEAD"), ("/health", "GET"),
                             ("/load", "GET"), ("/ping", "POST"), ("/ping", "GET"), ("/tokenize", "POST"),
@@ -508,7 +520,8 @@ class Serve:
         out("%sINFO:     Waiting for application startup." % self.api)
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
         self.ready = True
-        out("%sINFO:     Application startup complete." % self.api)
+        if not dialects.omitted("startup_complete"):
+            out("%sINFO:     Application startup complete." % self.api)
         out("%sINFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (self.api, host, args.port))
         self.notify_peers({"t": "ready"})
         if not args.disable_log_stats:
@@ -850,7 +863,7 @@ class Serve:
         per_node = max(1, self.world // max(1, args.nnodes))
         ip = self.host_ip or "127.0.0.1"
         self.ranks = [self.mk_rank(args.node_rank * per_node + i, ip, local=True, mp=True) for i in range(per_node)]
-        self.a("INFO", "api_server.py:1839", "vLLM API server version %s" % VLLM_VERSION)
+        self.say(self.a, "version_line")
         self.a("INFO", "serve.py:132", "Launching vLLM in headless mode: node rank %d of %d, %d local worker(s)"
                % (args.node_rank, args.nnodes, per_node))
         self.mml = parse_len(args.max_model_len) or P.NATIVE_MAX_MODEL_LEN
@@ -929,9 +942,7 @@ class Serve:
                 os.kill(os.getpid(), signal.SIGKILL)
             self.sleep("load_weights")
             w = P.weights_gib(self.profile, self.tp, self.pp)
-            self.each("INFO", "default_loader.py:267", lambda rk: "Loading weights took %.2f seconds" % self.load_time(rk))
-            self.each("INFO", "gpu_model_runner.py:2653", lambda rk: "Model loading took %.4f GiB and %.6f seconds"
-                      % (w, self.load_time(rk) + self.nominal("post_load")))
+            self.loaded_lines(w)
             self.sleep("post_load")
         elif phase == "compile":
             self.sleep("compile")
@@ -968,7 +979,7 @@ _wrap_sync()
 
 def main(argv):
     if argv and argv[0] in ("--version", "-v"):
-        out(VLLM_VERSION)
+        out(dialects.version())
         return 0
     if not argv or argv[0] in ("-h", "--help"):
         sys.stdout.write("usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ...\n")
