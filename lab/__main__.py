@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="workers get no management interface (reach them through the head)")
     up.add_argument("--variant-node", type=int, default=None,
                     help="give this worker a different image ID under the same tag")
+    up.add_argument("--engine", choices=("emulated", "real"), default="emulated",
+                    help="real: the nodes also run real vLLM (CPU build) and Ray (configs/lab-real*.yaml)")
     up.add_argument("--json", action="store_true", help="print the LabInfo as JSON")
     down = sub.add_parser("down", help="remove everything the lab made")
     down.add_argument("--purge", action="store_true", help="also the data-roots, keys and the base image cache")
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         if args.cmd == "up":
-            info = api.lab_up(args.nodes, args.isolated_workers, args.variant_node)
+            info = api.lab_up(args.nodes, args.isolated_workers, args.variant_node, args.engine)
             if args.json:
                 print(json.dumps(info.to_dict(), indent=2))
             else:
@@ -56,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{n.name}: ssh root@{n.ssh_host} (fabric {n.fabric_ip}) docker {n.docker_host}")
                 print(f"key {info.key_path}, known_hosts {info.known_hosts_path}, image {info.image_tag} "
                       f"{(info.image_id or '')[:19]}; up in {time.monotonic() - t0:.1f}s")
+                if info.real_image_tag:
+                    print(f"real engine: image {info.real_image_tag}, venv {info.real_venv}, "
+                          f"model {info.real_model} (one core per node)")
         elif args.cmd == "down":
             api.lab_down(purge=args.purge)
             print(f"lab down{' (purged)' if args.purge else ''} in {time.monotonic() - t0:.1f}s")

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import dockerd, image, netns, preflight, sshd, state, tools
+from . import dockerd, image, netns, preflight, real_engine, sshd, state, tools
 from . import topology as T
 from .errors import LabError
 
@@ -55,6 +55,10 @@ class LabInfo:
     image_tag: str
     image_id: str | None         # the canonical image ID (node 0's)
     variant_node: int | None = None
+    engine: str = "emulated"
+    real_image_tag: str | None = None   # with engine "real": the real engine's node image
+    real_venv: str | None = None        # ... its venv (mounted read-only at the same path)
+    real_model: str | None = None       # ... and the tiny model directory
     ssh_user: str = T.SSH_USER
     ssh_port: int = T.SSH_PORT
     mgmt_host_ip: str = T.MGMT_HOST_IP
@@ -114,8 +118,11 @@ def lab_info() -> LabInfo:
         mg = n.mgmt_ip if T.has_mgmt(n, st.isolated_workers) else None
         infos.append(NodeInfo(n.index, n.name, n.netns, mg, n.fabric_ip, mg or n.fabric_ip,
                               str(n.docker_sock), n.docker_host, str(n.bin_dir)))
+    real = st.engine == "real"
     return LabInfo(infos, st.isolated_workers, str(T.CLIENT_KEY), str(T.KNOWN_HOSTS),
-                   str(T.SSH_CONFIG), T.IMAGE_TAG, st.canonical_image, st.variant_node)
+                   str(T.SSH_CONFIG), T.IMAGE_TAG, st.canonical_image, st.variant_node, st.engine,
+                   real_engine.IMAGE_TAG if real else None, str(real_engine.VENV) if real else None,
+                   str(real_engine.MODEL) if real else None)
 
 
 # --- teardown ---------------------------------------------------------------
@@ -171,14 +178,21 @@ def _bring_up_node(node: T.Node, isolated: bool) -> bool:
     return relinked
 
 
+ENGINES = ("emulated", "real")
+
+
 def lab_up(nodes: int = 2, isolated_workers: bool = False,
-           variant_node: int | None = None) -> LabInfo:
+           variant_node: int | None = None, engine: str = "emulated") -> LabInfo:
     """Bring the lab to exactly `nodes` nodes (idempotent; < ~3 s when already up).
-    `variant_node`: give that node a different image ID under the same tag."""
+    `variant_node`: give that node a different image ID under the same tag.
+    `engine`: "real" also puts the real engine's image on every node (the venv and model
+    are built once and cached: minutes the first time) and gives each node its own core."""
     preflight.check()
     wanted = T.nodes(nodes)
     if variant_node is not None and not 1 <= variant_node < nodes:
         raise LabError(f"--variant-node must be a worker index 1..{nodes - 1}")
+    if engine not in ENGINES:
+        raise LabError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     with _locked():
         removed = [i for i in sorted(_known_node_indexes()) if i >= nodes]
         for i in removed:
@@ -192,7 +206,14 @@ def lab_up(nodes: int = 2, isolated_workers: bool = False,
         sshd.write_known_hosts(wanted, isolated_workers)
         sshd.write_client_config(wanted, isolated_workers)
         canonical = image.ensure(wanted, variant_node)
-        state.save(state.LabState(nodes, isolated_workers, variant_node, canonical))
+        real_image = None
+        if engine == "real":
+            venv, _ = real_engine.ensure()
+            real_image = image.ensure_real(wanted, venv)
+        cores = os.cpu_count() or 1
+        for n in wanted:   # vLLM binds its threads to the cores it is given: one per node
+            dockerd.pin_cpus(n, str(n.index % cores) if engine == "real" else None)
+        state.save(state.LabState(nodes, isolated_workers, variant_node, canonical, engine, real_image))
         return lab_info()
 
 

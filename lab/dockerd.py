@@ -142,6 +142,29 @@ def remove_cgroups(node: T.Node) -> None:
                 pass
 
 
+CPUSET_ROOT = Path("/sys/fs/cgroup/cpuset")
+
+
+def pin_cpus(node: T.Node, cpus: str | None) -> None:
+    """Give the node's containers these CPUs (cgroup v1 cpuset of the engine's cgroup parent;
+    Docker copies it into each new container). None: every CPU of the machine."""
+    if not CPUSET_ROOT.is_dir():
+        raise LabError("no cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset: cannot give "
+                       "each node its own core")
+    parent = CPUSET_ROOT / node.cgroup_parent
+    parent.mkdir(exist_ok=True)
+    want = cpus or (CPUSET_ROOT / "cpuset.cpus").read_text().strip()
+    if (parent / "cpuset.cpus").read_text().strip() == want:
+        return
+    if not (parent / "cpuset.mems").read_text().strip():
+        (parent / "cpuset.mems").write_text((CPUSET_ROOT / "cpuset.mems").read_text())
+    try:
+        (parent / "cpuset.cpus").write_text(want)
+    except OSError as e:
+        raise LabError(f"cannot set {node.name}'s CPUs to {want} ({e}): a container of the node "
+                       "still runs on others; remove the node's containers and run `lab up` again")
+
+
 def start(node: T.Node, timeout: float = 60.0) -> bool:
     """Start the engine unless it answers already. Returns True if freshly started."""
     if alive(node):

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import dockerd
+from . import dockerd, real_engine
 from . import topology as T
 from .errors import LabError
 from .preflight import tool
@@ -118,10 +118,10 @@ def build(node: T.Node, digest: str) -> str:
     return iid
 
 
-def copy_image(src: T.Node, dst: T.Node) -> None:
+def copy_image(src: T.Node, dst: T.Node, tag: str = T.IMAGE_TAG) -> None:
     """docker save | docker load between two engines."""
     docker = tool("docker")
-    save = subprocess.Popen([docker, "save", T.IMAGE_TAG], stdout=subprocess.PIPE,
+    save = subprocess.Popen([docker, "save", tag], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=dict(os.environ, DOCKER_HOST=src.docker_host))
     load = subprocess.run([docker, "load", "-q"], stdin=save.stdout, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, env=dict(os.environ, DOCKER_HOST=dst.docker_host),
@@ -129,7 +129,7 @@ def copy_image(src: T.Node, dst: T.Node) -> None:
     save.stdout.close()
     save.wait(timeout=60)
     if save.returncode != 0 or load.returncode != 0:
-        raise LabError(f"copying {T.IMAGE_TAG} {src.name} -> {dst.name} failed: "
+        raise LabError(f"copying {tag} {src.name} -> {dst.name} failed: "
                        f"{save.stderr.read().decode()} {load.stderr.decode()}")
 
 
@@ -186,3 +186,28 @@ def restore(nodes: list[T.Node], canonical: str) -> None:
             else:
                 copy_image(nodes[0], n)
             _drop_dangling(n)
+
+
+# --- real-engine image --------------------------------------------------------
+def ensure_real(nodes: list[T.Node], venv: Path) -> str:
+    """Every node holds the same spark-lab/vllm-real image (the real engine's node image)."""
+    head = nodes[0]
+    files = sorted(p for p in real_engine.IMAGE_DIR.iterdir() if p.is_file())
+    h = hashlib.sha256(str(venv).encode())
+    for p in files:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    digest = h.hexdigest()[:16]
+    if _labels(inspect(head, real_engine.IMAGE_TAG)).get(T.IMAGE_HASH_LABEL) != digest:
+        ensure_base(head)
+        dockerd.cli(head, "build", "-q", "--build-arg", f"BASE={T.BASE_IMAGE}",
+                    "--build-arg", f"VENV={venv}", "--label", f"{T.IMAGE_HASH_LABEL}={digest}",
+                    "-t", real_engine.IMAGE_TAG, str(real_engine.IMAGE_DIR))
+        _drop_dangling(head)
+    canonical = image_id(head, real_engine.IMAGE_TAG)
+    if not canonical:
+        raise LabError(f"image build on {head.name} produced no {real_engine.IMAGE_TAG}")
+    for n in nodes[1:]:
+        if image_id(n, real_engine.IMAGE_TAG) != canonical:
+            copy_image(head, n, real_engine.IMAGE_TAG)
+            _drop_dangling(n)
+    return canonical

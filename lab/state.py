@@ -13,6 +13,8 @@ class LabState:
     isolated_workers: bool = False
     variant_node: int | None = None
     canonical_image: str | None = None
+    engine: str = "emulated"         # or "real": the real-engine image is on every node too
+    real_image: str | None = None
 
 
 def load() -> LabState:
