@@ -22,14 +22,19 @@ Backend = Literal["ray", "mp"]
 
 @dataclass(frozen=True)
 class Spelling:
-    """One wording of a checkpoint's log line, and where that wording comes from."""
+    """One wording of a checkpoint's log line, and where that wording comes from.
+
+    A `provisional` wording is printed before the stage is over (vLLM 0.32's "Initializing
+    model took" precedes reading the weights): its lines are the evidence only once a later
+    checkpoint proves the stage, unless a definitive wording comes first."""
 
     pattern: re.Pattern[str]
     source: str
+    provisional: bool = False
 
 
-def spelling(pattern: str, source: str) -> Spelling:
-    return Spelling(re.compile(pattern), source)
+def spelling(pattern: str, source: str, *, provisional: bool = False) -> Spelling:
+    return Spelling(re.compile(pattern), source, provisional)
 
 
 @dataclass(frozen=True)
@@ -50,29 +55,39 @@ class Checkpoint:
 
 # Spellings are searched in the bare message (cluster.logtext.strip_prefixes), in this order;
 # per-rank lines are counted per spelling, so a rank printing two of them is not two ranks.
+# Sources: each release's PyPI wheel of vLLM, 0.6.0 to 0.33.0 (file paths under vllm/), and
+# the lab's real engine (vLLM 0.32.0 CPU). vLLM >= 0.11.2 logs these once per node (local
+# rank 0), earlier releases once per rank: with one GPU per Spark both are one line per node.
 WEIGHTS_SPELLINGS = (
-    spelling(r"Loading weights took (?P<seconds>[\d.]+) ?s(?:econds)?\b",
-             "vLLM v0.4-v0.10 model_executor/model_loader/loader.py; v0.10+ "
-             "model_loader/default_loader.py (real weights)"),
-    spelling(r"Initializing model took (?P<seconds>[\d.]+) ?s(?:econds)?\b",
-             "vLLM 0.32 model_loader/base_loader.py (printed with --load-format dummy; "
-             "seen in the lab's real engine)"),
+    spelling(r"Loading weights took (?P<seconds>[\d.]+) seconds",
+             "0.8.0-0.8.5 model_executor/model_loader/loader.py, 0.9.0+ model_loader/default_loader.py "
+             "and sharded_state_loader.py (0.12.0+): the default loader, GPU and CPU"),
+    spelling(r"Model loading took (?P<gib>[\d.]+) ?Gi?B(?: memory)? and (?P<seconds>[\d.]+) seconds",
+             "0.8.0+ v1/worker/gpu_model_runner.py (`GB` until 0.8.2, `GiB` from 0.8.3, `GiB memory` "
+             "from 0.11.2), v1/worker/gpu/model_runner.py: GPU, every loader"),
+    spelling(r"Loading model weights took (?P<gib>[\d.]+) ?Gi?B",
+             "0.6.0-0.7.3 worker/model_runner.py and v1/worker/gpu_model_runner.py: GPU"),
+    spelling(r"Initializing model took (?P<seconds>[\d.]+) seconds",
+             "0.32.0+ model_loader/base_loader.py: every loader, BEFORE the weights are read; the only "
+             "line of the dummy, bitsandbytes, gguf and runai loaders (the lab's real engine)",
+             provisional=True),
 )
 KV_CACHE_SPELLINGS = (
-    spelling(r"(?:[A-Z]+ )?KV cache size: (?P<tokens>[\d,]+) tokens",
-             "vLLM V1 v0.8+ v1/core/kv_cache_utils.py: `GPU KV cache size` (CUDA), "
-             "`CPU KV cache size` (vLLM 0.32 CPU, seen in the lab's real engine)"),
-    spelling(r"# (?:GPU|CUDA|CPU|XPU|NPU) blocks: (?P<blocks>\d+)",
-             "vLLM V0 engine (v0.4-v0.10) executor/executor_base.py"),
+    spelling(r"(?:[A-Z]+(?: \+ host)? )?KV cache size: (?P<tokens>[\d,]+) tokens",
+             "v1/core/kv_cache_utils.py: `GPU KV cache size: N tokens` 0.8.0-0.29.0 (GPU even on CPU; "
+             "one line with `Maximum concurrency` from 0.28.0), `CPU|XPU|GPU + host KV cache size` 0.30.0+"),
+    spelling(r"# (?:GPU|CPU|CUDA|cuda|cpu|[a-z]+) blocks: (?P<blocks>\d+)",
+             "V0 0.6.0-0.11.0 executor/*_executor.py, executor/executor_base.py (`# cuda blocks` from "
+             "0.7.3); V1 0.6.4-0.7.3 `# GPU blocks`"),
 )
 ENGINE_SPELLINGS = (
-    spelling(r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) ?s(?:econds)?\b",
-             "vLLM V1 v0.8+ v1/engine/core.py: `... took N seconds` until 0.1x, `... took N s` in "
-             "0.32 (seen in the lab's real engine)"),
+    spelling(r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) (?:seconds|s\b)",
+             "engine/llm_engine.py (V0) 0.6.5-0.10.2 and v1/engine/core.py 0.6.5+: `took N seconds` until "
+             "0.19.0, `took N s` (+ compilation times) from 0.20.0; no such line before 0.6.5"),
 )
 API_SERVER_SPELLINGS = (
     spelling(r"Application startup complete\.",
-             "uvicorn (every vLLM release): lifespan startup finished, the API answers"),
+             "uvicorn, in every vLLM release: the last start-up line, the API answers"),
 )
 
 CHECKPOINTS: tuple[Checkpoint, ...] = (

@@ -44,6 +44,9 @@ def node_environment(
         "NCCL_IGNORE_CPU_AFFINITY": "1",
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
         "RAY_memory_monitor_refresh_ms": "0",
+        # Ray folds lines that differ only in numbers across workers ("[repeated 1x across
+        # cluster]", seconds later): every rank's own line must reach the log as it happens.
+        "RAY_DEDUP_LOGS": "0",
     }
     env.update(config.container.env)
     env.update(secrets.container_env())

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from cluster.checkpoints import Checkpoint, Spelling
 from cluster.config import ClusterConfig
 from cluster.events import CheckpointPassed, Event, Failed
-from cluster.logtext import strip_prefixes
+from cluster.logtext import ray_repeats, strip_prefixes
 from cluster.monitor import ClusterMonitor, ContainerExited, LogLine, MonitorItem
 from cluster.report import Report
 from cluster.signatures import Diagnosis, LogDiagnoser, diagnose, unrecognised
@@ -27,6 +27,7 @@ class Expectation:
     nodes: frozenset[str] | None = None
     node: str | None = None
     seen: dict[int, list[LogLine]] = field(default_factory=dict)  # per spelling index
+    tally: dict[int, int] = field(default_factory=dict)  # lines per spelling, Ray's repeats included
 
     def offer(self, line: LogLine) -> bool:
         """Record `line` if it is one of this checkpoint's lines; True if it was."""
@@ -36,17 +37,28 @@ class Expectation:
         for index, spelling in enumerate(self.spellings):
             if spelling.pattern.search(message):
                 self.seen.setdefault(index, []).append(line)
+                self.tally[index] = self.tally.get(index, 0) + 1 + ray_repeats(line.text)
                 return True
         return False
 
     @property
     def lines(self) -> list[LogLine]:
-        """The lines of the spelling seen most (the evidence)."""
-        return max(self.seen.values(), key=len, default=[])
+        """The lines of the spelling seen most (the evidence), definitive wordings first."""
+        ranked = sorted(self.seen.items(), key=lambda item: (
+            not self.spellings[item[0]].provisional, len(item[1])))
+        return ranked[-1][1] if ranked else []
 
     @property
     def done(self) -> bool:
-        return len(self.lines) >= self.count
+        """Proven by its own lines: `count` of one definitive wording."""
+        return any(seen >= self.count and not self.spellings[index].provisional
+                   for index, seen in self.tally.items())
+
+    @property
+    def provisionally_done(self) -> bool:
+        """`count` lines of a wording printed before the stage ends: done once a later stage
+        proves it."""
+        return any(seen >= self.count for seen in self.tally.values())
 
 
 @dataclass
@@ -108,12 +120,16 @@ class LogFollower:
     def _diagnoser(self, node: str) -> LogDiagnoser:
         return self._diagnosers.setdefault(node, LogDiagnoser())
 
-    async def expect(self, expectations: list[Expectation]) -> AsyncIterator[Event]:
+    async def expect(
+        self, expectations: list[Expectation], *, prove: Callable[[], Awaitable[str | None]] | None = None,
+    ) -> AsyncIterator[Event]:
         """Yield each expectation's CheckpointPassed in order as its lines arrive.
 
         Lines may prove a later checkpoint before an earlier one is reported; reports keep the
         plan's order. A later checkpoint's line proves the earlier ones: an earlier checkpoint
-        still without its line PROOF_GRACE_S later is reported as not seen (a warning). Stops
+        still without its line PROOF_GRACE_S later is reported as not seen (a warning). When
+        the log goes quiet (a stall or the phase timeout), `prove` may still prove every
+        checkpoint left (it returns what proves them, e.g. the API's answer, or None). Stops
         after the last one, or after yielding a single Failed.
         """
         timeouts = self.config.timeouts
@@ -136,7 +152,14 @@ class LogFollower:
                 except TimeoutError:
                     if proof is not None:
                         continue
-                    yield self._timeout_failure(current, phase_deadline)
+                    evidence = await prove() if prove is not None else None
+                    if evidence is None:
+                        yield self._timeout_failure(current, phase_deadline)
+                        return
+                    context = self.monitor.tail(self.config.head.name)
+                    for expectation in pending:
+                        yield self._passed(expectation) if expectation.done else self.not_seen(
+                            expectation, evidence, context)
                     return
                 failure = self._symptom_failure(current) if item is None else self._failure(item, current)
                 if failure is not None:
@@ -144,23 +167,29 @@ class LogFollower:
                     return
                 if isinstance(item, LogLine):
                     for expectation in pending:
-                        if expectation.offer(item) and expectation.done and proof is None \
-                                and not pending[0].done:
-                            proof = _Proof(expectation, self.monitor.tail(item.node), item.text)
+                        expectation.offer(item)
             while pending and pending[0].done:
                 done = pending.pop(0)
                 yield self._passed(done)
                 if proof is not None and done is proof.by:
                     proof = None
+            if proof is None and pending:
+                later = next((e for e in reversed(pending[1:]) if e.done), None)
+                if later is not None:
+                    last = later.lines[-1]
+                    proof = _Proof(later, self.monitor.tail(last.node), last.text)
             if pending and pending[0].checkpoint.phase != phase:
                 phase = pending[0].checkpoint.phase
                 phase_deadline = time.monotonic() + getattr(timeouts, phase, timeouts.stall)
 
     def not_seen(self, expectation: Expectation, proof: str, context: list[str]) -> CheckpointPassed:
         """`expectation`'s checkpoint, proven by a later stage (`proof`) without its own line:
-        passed, with a warning and the lines around where its line was expected."""
+        passed, with a warning and the lines around where its line was expected (no warning
+        when its provisional line was there)."""
+        if expectation.provisionally_done:
+            return self._passed(expectation)
         checkpoint = expectation.checkpoint
-        got = len(expectation.lines)
+        got = max(expectation.tally.values(), default=0)
         seen = "not seen in the log" if got == 0 else (
             f"seen for {got} of {expectation.count} ranks in the log")
         warning = (

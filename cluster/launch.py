@@ -45,8 +45,6 @@ from cluster.report import Report
 
 log = logging.getLogger(__name__)
 RAY_STARTED = BY_ID["containers"]
-# Failures that are only silence: the API may still prove the launch reached it.
-QUIET_FAILURES = frozenset({"stalled", "phase_timeout"})
 HEALTH_PROBE_TIMEOUT_S = 5.0
 _AIODOCKER_CONNECTION_ERROR = 900  # aiodocker's status for "cannot connect to the engine"
 
@@ -102,18 +100,10 @@ class Launch:
             if isinstance(event, Failed):
                 return
         expectations = [self._expectation(cid) for cid in plan if BY_ID[cid].logged]
-        async with aclosing(self.follower.expect(expectations)) as logged:
+        # Silence is no failure when the server answers: the lines were worded differently
+        # (or never printed), and the API proves the stages before it.
+        async with aclosing(self.follower.expect(expectations, prove=self._api_health)) as logged:
             async for event in logged:
-                if isinstance(event, Failed) and event.signature in QUIET_FAILURES:
-                    # Silence is no failure when the server answers: its lines were worded
-                    # differently (or never printed), and the API proves the stages before it.
-                    health = await self._api_health()
-                    if health is not None:
-                        for expectation in expectations:
-                            if not expectation.done:
-                                yield self.follower.not_seen(
-                                    expectation, health, self.monitor.tail(self.config.head.name))
-                        break
                 yield event
                 if isinstance(event, Failed):
                     return
@@ -290,6 +280,7 @@ class Launch:
              serve_command(self.config, rank=rank, head_ip=head_ip))
             for rank, n in enumerate(nodes)
         ]
+        rank_of = {n.name: rank for rank, n in enumerate(nodes)}
         # Headless ranks first, as vLLM's multi-node guide does; then rank 0.
         try:
             ids = await self._start_all([r for r in roles if r[0] is not head])
@@ -299,8 +290,8 @@ class Launch:
             return
         yield self.report.passed(
             RAY_STARTED,
-            "\n".join(f"{name}: container {cid[:12]} up, vllm serve rank {rank}"
-                      for rank, (name, cid) in enumerate(ids.items())),
+            "\n".join(f"{name}: container {ids[name][:12]} up, vllm serve rank {rank}"
+                      for name, rank in rank_of.items()),
             log_tail=self.monitor.tail(head.name),
         )
 

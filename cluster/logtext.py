@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["clean_line", "strip_prefixes", "is_nccl_line", "MAX_LINE_CHARS"]
+__all__ = ["clean_line", "strip_prefixes", "is_nccl_line", "ray_repeats", "MAX_LINE_CHARS"]
 
 # A log line longer than this is cut: patterns never need more, and a pathological line
 # (a dumped tensor, a base64 blob) must not cost unbounded regex time or memory.
@@ -48,6 +48,8 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\[[Rr]ank ?\d+\]:? ?"),
     # vLLM: INFO 11-30 05:42:03 [gpu_model_runner.py:1890]   (optional .micro seconds)
     re.compile(rf"^{_LEVELS} \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[[^\]]*\]\s?"),
+    # vLLM 0.6.0-0.7.3: INFO 11-30 05:42:03 model_runner.py:926]   (no opening bracket)
+    re.compile(rf"^{_LEVELS} \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? [\w.\-/]+:\d+\]\s?"),
     # PyTorch / glog C++: [E1130 05:42:03.123456 ProcessGroupNCCL.cpp:632]  (optional tid)
     re.compile(r"^\[[DIWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)? [^\]\s]+:\d+\]\s?"),
     # Python logging default format: ERROR:root:  INFO:vllm.engine:  and uvicorn's INFO:
@@ -56,7 +58,7 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s"),
 )
 # Ray's log deduplication suffix.
-_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_RAY_REPEAT = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
 
 _NCCL = re.compile(
     r"^\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE)\b"  # host:pid:tid [dev] NCCL INFO
@@ -96,6 +98,12 @@ def strip_prefixes(line: str) -> str:
                 break
         else:
             return msg
+
+
+def ray_repeats(line: str) -> int:
+    """How many more workers printed this line, by Ray's `[repeated Nx across cluster]`."""
+    match = _RAY_REPEAT.search(line)
+    return int(match.group(1)) if match else 0
 
 
 def is_nccl_line(line: str) -> bool:

@@ -32,7 +32,7 @@ def _source_files() -> list[Path]:
 
 
 def source_hash() -> str:
-    h = hashlib.sha256()
+    h = hashlib.sha256(base_packages_digest().encode())
     for p in _source_files():
         h.update(str(p.relative_to(LAB_DIR)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
@@ -56,9 +56,19 @@ def _labels(info: dict | None) -> dict:
 
 
 # --- base -------------------------------------------------------------------
+def base_packages_digest() -> str:
+    return hashlib.sha256(",".join(T.BASE_PACKAGES).encode()).hexdigest()[:12]
+
+
+def base_tarball() -> Path:
+    """The debootstrapped rootfs, named by its package list (a new list makes a new one)."""
+    return T.BASE_TARBALL.with_name(f"{T.BASE_TARBALL.stem}-{base_packages_digest()}.tar")
+
+
 def ensure_base_tarball() -> Path:
-    if T.BASE_TARBALL.exists() and T.BASE_TARBALL.stat().st_size > 0:
-        return T.BASE_TARBALL
+    tarball = base_tarball()
+    if tarball.exists() and tarball.stat().st_size > 0:
+        return tarball
     T.CACHE_ROOT.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rootfs-", dir=T.CACHE_ROOT))
     try:
@@ -78,20 +88,25 @@ def ensure_base_tarball() -> Path:
                         shutil.rmtree(child, ignore_errors=True)
                     elif child.name != "lock":
                         child.unlink(missing_ok=True)
-        tmp = T.BASE_TARBALL.with_suffix(".tar.partial")
+        tmp = tarball.with_suffix(".tar.partial")
         run(["tar", "-C", str(work), "--numeric-owner", "-cf", str(tmp), "."], timeout=600)
-        tmp.replace(T.BASE_TARBALL)
+        tmp.replace(tarball)
+        for old in T.CACHE_ROOT.glob(f"{T.BASE_TARBALL.stem}*.tar"):
+            if old != tarball:
+                old.unlink(missing_ok=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return T.BASE_TARBALL
+    return tarball
 
 
 def ensure_base(node: T.Node) -> None:
-    if inspect(node, T.BASE_IMAGE):
+    digest = base_packages_digest()
+    if _labels(inspect(node, T.BASE_IMAGE)).get(T.BASE_PACKAGES_LABEL) == digest:
         return
     tar = ensure_base_tarball()
     with open(tar, "rb") as f:
-        env_docker = [tool("docker"), "import", "-", T.BASE_IMAGE]
+        env_docker = [tool("docker"), "import", "--change", f"LABEL {T.BASE_PACKAGES_LABEL}={digest}",
+                      "-", T.BASE_IMAGE]
         p = subprocess.run(env_docker, stdin=f, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            env=dict(os.environ, DOCKER_HOST=node.docker_host), timeout=600)
     if p.returncode != 0:
@@ -193,7 +208,7 @@ def ensure_real(nodes: list[T.Node], venv: Path) -> str:
     """Every node holds the same spark-lab/vllm-real image (the real engine's node image)."""
     head = nodes[0]
     files = sorted(p for p in real_engine.IMAGE_DIR.iterdir() if p.is_file())
-    h = hashlib.sha256(str(venv).encode())
+    h = hashlib.sha256(f"{venv}\0{base_packages_digest()}".encode())
     for p in files:
         h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
     digest = h.hexdigest()[:16]

@@ -30,7 +30,7 @@ AUTHORIZED_KEYS = SSH_DIR / "authorized_keys"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
 SSH_CONFIG = SSH_DIR / "config"               # `ssh -F` this: Host spark-lab-<i>
 STATE_FILE = STATE_ROOT / "state.json"
-BASE_TARBALL = CACHE_ROOT / "base-bookworm.tar"
+BASE_TARBALL = CACHE_ROOT / "base-bookworm.tar"     # see image.base_tarball(): named by its packages
 
 # --- images -----------------------------------------------------------------
 BASE_IMAGE = "spark-lab/base:bookworm"
@@ -39,7 +39,9 @@ IMAGE_HASH_LABEL = "spark-lab.source-hash"
 IMAGE_VARIANT_LABEL = "spark-lab.variant"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
-BASE_PACKAGES = ("python3", "procps", "iproute2")
+# libnuma1: the real engine's vLLM CPU kernels (vllm/_C_AVX2) link it.
+BASE_PACKAGES = ("python3", "procps", "iproute2", "libnuma1")
+BASE_PACKAGES_LABEL = "spark-lab.base-packages"
 
 SSH_PORT = 22
 SSH_USER = "root"

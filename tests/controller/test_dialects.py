@@ -43,12 +43,13 @@ async def test_every_dialect_reaches_ready_with_every_line_seen(clean, dialect, 
     assert status.vllm_version == DIALECTS[dialect]["version"]
 
 
-@pytest.mark.parametrize(("dialect", "omitted"), [
-    ("0.17", "weights"), ("0.32", "weights"), ("0.17", "kv_cache"), ("0.32", "engine"),
+@pytest.mark.parametrize(("dialect", "lines", "omitted"), [
+    ("0.17", "weights,model_loading", "weights"), ("0.32", "weights", "weights"),
+    ("0.17", "kv_cache", "kv_cache"), ("0.32", "engine", "engine"),
 ])
-async def test_a_line_never_printed_is_a_warning_proven_by_the_next_stage(clean, dialect, omitted):
+async def test_a_line_never_printed_is_a_warning_proven_by_the_next_stage(clean, dialect, lines, omitted):
     controller = controller_for(clean, env={"SPARK_EMU_VLLM_DIALECT": dialect,
-                                            "SPARK_EMU_OMIT_LINES": omitted})
+                                            "SPARK_EMU_OMIT_LINES": lines})
     events = await collect(controller.up())
     assert_ready(events, controller.config)
     by_id = passed(events)
