@@ -19,7 +19,7 @@ from cluster.config import resolve_secrets
 from cluster.controller import Controller
 from cluster.errors import SparkBotError
 from cluster.events import Failed
-from cluster.signatures import diagnose
+from cluster.signatures import LogDiagnoser, first_error, unrecognised
 from handlers.commands import CommandError, check_bench, parse_concurrency, resolve_node
 
 _SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE", re.IGNORECASE)
@@ -130,13 +130,25 @@ def diagnose_log(args: argparse.Namespace) -> int:
                 text = handle.read()
         except OSError as exc:
             raise SparkBotError(f"{args.file}: cannot read ({exc.strerror})") from exc
-    found = diagnose(text.splitlines())
-    if found is None:
-        print("No known failure signature found in this log.")
-        return 0
+    lines = text.splitlines()
+    diagnoser = LogDiagnoser()
+    for line in lines:
+        diagnoser.feed(line)
+    found = diagnoser.diagnosis
+    if found is None or not found.fatal:
+        stopped = diagnoser.stopped_on_request
+        likely = first_error(lines) if stopped is None else None
+        if likely is not None:
+            found = unrecognised(lines, "this log")
+        elif stopped is not None:
+            print(f"No failure: the log ends in a requested shutdown, from: {stopped}")
+            return 0
+        elif found is None:
+            print("No failure found in this log (no known failure signature, no error line).")
+            return 0
     heading = found.title if found.fatal else f"No failure found, but worth reading: {found.title}"
     print(f"{heading}\n  evidence (line {found.line_number}): {found.evidence}")
-    print(f"  cause: {found.cause}\n  fix:   {found.fix}")
+    print(f"  cause: {found.cause}\n  fix:   {found.fix}\n  row:   {found.signature_id}")
     return 1 if found.fatal else 0
 
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from cluster.checkpoints import Checkpoint, Spelling
 from cluster.config import ClusterConfig
-from cluster.events import CheckpointPassed, Event, Failed
+from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.logtext import ray_repeats, strip_prefixes
-from cluster.monitor import ClusterMonitor, ContainerExited, LogLine, MonitorItem
+from cluster.monitor import ClusterMonitor, ContainerExited, FollowLost, LogLine, MonitorItem, StopRequested
 from cluster.report import Report
 from cluster.signatures import Diagnosis, LogDiagnoser, diagnose, unrecognised
 
@@ -90,6 +90,7 @@ class LogFollower:
         self._diagnosers: dict[str, LogDiagnoser] = {}
         self._symptom: tuple[str, float] | None = None  # node, deadline for its cause
         self._reported_findings: set[str] = set()
+        self._stop: tuple[str, str] | None = None  # node, what stopped it, once a stop is asked
 
     async def _next(self, timeout: float | None) -> MonitorItem | None:
         """The next item; None when a pending symptom's grace ran out first."""
@@ -118,7 +119,11 @@ class LogFollower:
         )
 
     def _diagnoser(self, node: str) -> LogDiagnoser:
-        return self._diagnosers.setdefault(node, LogDiagnoser())
+        if node not in self._diagnosers:
+            self._diagnosers[node] = LogDiagnoser()
+            if self._stop is not None:
+                self._diagnosers[node].request_stop(self._stop[1])
+        return self._diagnosers[node]
 
     async def expect(
         self, expectations: list[Expectation], *, prove: Callable[[], Awaitable[str | None]] | None = None,
@@ -200,16 +205,46 @@ class LogFollower:
         return self.report.passed(checkpoint, evidence, node=expectation.node,
                                   log_tail=context, warning=warning)
 
-    async def failures(self, checkpoint: Checkpoint) -> AsyncIterator[Failed]:
-        """For a running cluster: yield the first failure, however long it takes to come."""
+    async def failures(self, checkpoint: Checkpoint) -> AsyncIterator[Failed | Progress]:
+        """For a running cluster: yield the first failure, however long it takes to come, or a
+        Progress saying it was stopped on request (a `down`, `docker stop`): no failure."""
         while True:
             item = await self._next(timeout=None)
+            if isinstance(item, ContainerExited | FollowLost) and self._stop is None:
+                shutdown = self._diagnoser(item.node).stopped_on_request
+                if shutdown is not None:  # its own log says it was asked to stop
+                    self._stop = (item.node, f"{item.node} logged a requested shutdown: {shutdown}")
+            if isinstance(item, StopRequested) or (
+                    self._stop is not None and isinstance(item, ContainerExited | FollowLost)):
+                self._stopping(item)
+                yield Progress(elapsed_s=self.report.elapsed(), phase="stopped", node=self._stop[0],
+                               message=f"stopped on request: {self._stop[1]}")
+                return
             failure = self._symptom_failure(checkpoint) if item is None else self._failure(item, checkpoint)
             if failure is not None:
                 yield failure
                 return
 
+    def _stopping(self, item: MonitorItem) -> None:
+        """A stop was asked for: every node's log is teardown from here on."""
+        if self._stop is None and isinstance(item, StopRequested):
+            how = {15: "SIGTERM", 2: "SIGINT"}.get(item.signal, f"signal {item.signal}")
+            self._stop = (item.node, f"the container on {item.node} was sent {how} (`down` or `docker stop`)")
+            for node in {item.node, *self._diagnosers}:
+                self._diagnoser(node).request_stop(self._stop[1])
+
     def _failure(self, item: MonitorItem, checkpoint: Checkpoint) -> Failed | None:
+        if isinstance(item, StopRequested):
+            self._stopping(item)
+            assert self._stop is not None
+            return self.report.failed(
+                checkpoint, f"{checkpoint.title}: stopped on request: {self._stop[1]}", node=item.node,
+                evidence=self._stop[1], signature="stopped_on_request",
+                cause="someone stopped the cluster's containers while it was launching (a `down`, "
+                      "another spark-bot, or `docker stop` by hand)",
+                fix="check who stopped it (`docker events` on the node); `up` launches again",
+                log_tail=self.monitor.tail(item.node),
+            )
         if isinstance(item, LogLine):
             diagnosis = self._diagnoser(item.node).feed(item.text)
             if diagnosis is None:

@@ -47,7 +47,19 @@ class FollowLost:
     fix: str = "check that the node is up, then run verify; `down` cleans up"
 
 
-MonitorItem = LogLine | ContainerExited | FollowLost
+@dataclass(frozen=True)
+class StopRequested:
+    """Someone asked the container to stop (`docker stop`, a `down`): SIGTERM or SIGINT. What
+    follows on every node is teardown, not a failure."""
+
+    node: str
+    signal: int
+
+
+# Signals of a requested, graceful stop; `docker kill` (SIGKILL) is a death like any other.
+GRACEFUL_SIGNALS = frozenset({2, 15})
+
+MonitorItem = LogLine | ContainerExited | FollowLost | StopRequested
 
 
 class ClusterMonitor:
@@ -120,7 +132,7 @@ class ClusterMonitor:
         self._queue.put_nowait(LogLine(node, text, logged_at))
 
     async def _watch_events(self, node: NodeConnection) -> None:
-        filters = json.dumps({"container": [self.container_name], "event": ["die", "oom"]})
+        filters = json.dumps({"container": [self.container_name], "event": ["die", "oom", "kill"]})
         subscriber = node.docker.events.subscribe(filters=filters)
         oom = False
         try:
@@ -129,10 +141,15 @@ class ClusterMonitor:
                 if event is None:
                     self._queue.put_nowait(FollowLost(node.name, "Docker event stream ended"))
                     return
+                attributes = event.get("Actor", {}).get("Attributes", {})
                 if event.get("Action") == "oom":
                     oom = True
+                elif event.get("Action") == "kill":
+                    signal = int(attributes.get("signal") or 0)
+                    if signal in GRACEFUL_SIGNALS:
+                        self._queue.put_nowait(StopRequested(node.name, signal))
                 elif event.get("Action") == "die":
-                    code = event.get("Actor", {}).get("Attributes", {}).get("exitCode")
+                    code = attributes.get("exitCode")
                     self._queue.put_nowait(
                         ContainerExited(node.name, int(code) if code is not None else None, oom)
                     )

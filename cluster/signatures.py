@@ -445,6 +445,20 @@ SIGNATURES: tuple[FailureSignature, ...] = (
 )
 # fmt: on
 
+# A requested stop (SIGTERM, SIGINT): the teardown after it (EngineDeadError from AsyncLLM's
+# output_handler, a headless rank losing its master, Ray's workers going) is no failure.
+# (pattern, where the line comes from); sources: vLLM's PyPI wheels 0.6.0 to 0.33.0.
+SHUTDOWN_MARKERS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (_re(r"^\[shutdown\] (?!MPClient: engine core exited unexpectedly)"),
+     "vLLM 0.23.0+ entrypoints/launcher.py, v1/engine/core.py, core_client.py, "
+     "multiproc_executor.py: the `[shutdown]` lines (not the unexpected-exit one)"),
+    (_re(r"^Shutting down FastAPI HTTP server\."), "vLLM 0.6.2-0.22.0 entrypoints/launcher.py"),
+    (_re(r"^Gracefully stopping http server"), "vLLM 0.6.0-0.6.1 entrypoints/launcher.py"),
+    (_re(r"^Received KeyboardInterrupt, shutting down"), "vLLM 0.9.1+ v1/utils.py"),
+    (_re(r"^Engine is gracefully shutting down"), "vLLM V0 engine/async_llm_engine.py"),
+    (_re(r"^Shutting down$"), "uvicorn (every vLLM release): `INFO:     Shutting down`"),
+)
+
 NCCL_INIT_HANG = KnownFailure(
     id="nccl_init_hang",
     role="cause",
@@ -473,11 +487,18 @@ UNRECOGNISED = KnownFailure(
     role="symptom",
     fatal=True,
     title="Failed in {where} (unrecognised error)",
-    cause="{where} failed with no known failure signature; the last lines of the log are "
-    "attached.",
-    fix="Read the attached last lines for the first error. If it is a new failure, add a "
-    "signature for it to cluster/signatures.py.",
+    cause="{where} failed with no known failure signature. Likely cause, the first error in the "
+    "log: {first_error}",
+    fix="Check what that error names (a missing file or library, a flag, an address, a "
+    "permission); the last lines of the log are attached. To share it: save the container log "
+    "(`spark-bot logs NODE --lines 500`) and run `spark-bot diagnose FILE` on it.",
 )
+
+# The first error of a log no signature explains: a Python exception line (`SomethingError:
+# message`, dotted names included), else a line logged at ERROR level (vLLM's, Ray's, glog's).
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s|$)")
+_TRACEBACK_NOISE = re.compile(r"^(?:Traceback \(most recent call last\)|File \"|\^+$|During handling|The above exception)")
+_ERROR_LEVEL = re.compile(r"(?:^|[\s)\]])(?:ERROR|CRITICAL|FATAL)\b|^\[E\d{4} ")
 
 _FIELD = re.compile(r"\{(\w+)\}")
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
@@ -560,6 +581,7 @@ class LogDiagnoser:
         self._first_cause: Diagnosis | None = None
         self._first_symptom: Diagnosis | None = None
         self._findings: dict[str, Diagnosis] = {}
+        self._stop: str | None = None
 
     @property
     def line_count(self) -> int:
@@ -585,6 +607,17 @@ class LogDiagnoser:
         """True once a fatal line has been seen."""
         return self._first_cause is not None or self._first_symptom is not None
 
+    @property
+    def stopped_on_request(self) -> str | None:
+        """What showed a requested stop (a shutdown line, or the stop itself), if one came
+        before any failure: everything after it is teardown."""
+        return self._stop
+
+    def request_stop(self, evidence: str) -> None:
+        """The server was asked to stop (e.g. Docker's SIGTERM): what follows is teardown."""
+        if self._stop is None and not self.failed:
+            self._stop = evidence
+
     def tail(self, n: int = UNRECOGNISED_TAIL) -> list[str]:
         """The last `n` non-empty cleaned lines (at most `keep_lines`)."""
         if n <= 0:
@@ -597,6 +630,12 @@ class LogDiagnoser:
         if not cleaned.strip():
             return None
         message = strip_prefixes(cleaned)
+        if self._stop is None and not self.failed and any(
+                marker.search(message) for marker, _ in SHUTDOWN_MARKERS):
+            self._stop = cleaned
+        if self._stop is not None:
+            self._recent.append((self._line_number, cleaned, message))
+            return None
         # A traceback's source line (indented, right after `File "...", line N`) echoes code
         # such as `raise RuntimeError(f"NCCL error: ...")`: it shows no failure by itself.
         is_source = (
@@ -615,9 +654,12 @@ class LogDiagnoser:
                         sig, cleaned, self._line_number, context, m.groupdict()
                     )
                 elif sig.role == "symptom" and self._first_symptom is None:
-                    self._first_symptom = _diagnosis(
-                        sig, cleaned, self._line_number, context, m.groupdict()
-                    )
+                    symptom = _diagnosis(sig, cleaned, self._line_number, context, m.groupdict())
+                    earlier = first_error(c for _, c, _ in self._recent)
+                    if earlier is not None:  # no known cause: name the first error before it
+                        symptom = symptom.model_copy(update={"cause": f"{symptom.cause} Likely cause "
+                                 f"(unrecognised), the first error before it: `{strip_prefixes(earlier[1]).strip()[:300]}`"})
+                    self._first_symptom = symptom
                 result = self.diagnosis
             elif sig.id not in self._findings:
                 self._findings[sig.id] = _diagnosis(
@@ -658,16 +700,37 @@ def diagnose(lines: Iterable[str]) -> Diagnosis | None:
     return d.diagnosis
 
 
+def first_error(lines: Iterable[str]) -> tuple[int, str] | None:
+    """(line number, cleaned line) of the likely cause of a failure no signature explains: the
+    first exception line, else the first ERROR-level line."""
+    error_level: tuple[int, str] | None = None
+    for n, raw in enumerate(lines, start=1):
+        cleaned = clean_line(raw)
+        message = strip_prefixes(cleaned)
+        if message[:1].isspace():  # a traceback's frame or source line
+            continue
+        if _EXCEPTION_LINE.match(message):
+            return n, cleaned
+        if error_level is None and _ERROR_LEVEL.search(cleaned) and message \
+                and not _TRACEBACK_NOISE.match(message):
+            error_level = n, cleaned
+    return error_level
+
+
 def unrecognised(lines: Iterable[str], where: str, tail: int = UNRECOGNISED_TAIL) -> Diagnosis:
-    """Diagnosis for a death no signature explains: says where it happened; the last `tail`
-    non-empty cleaned lines are attached as context, the last one is the evidence."""
+    """Diagnosis for a death no signature explains: says where it happened and quotes the first
+    error line as the likely cause (the evidence); the last `tail` non-empty cleaned lines are
+    attached as context."""
+    lines = list(lines)
     recent: deque[tuple[int, str]] = deque(maxlen=tail + 1)
     for n, raw in enumerate(lines, start=1):
         cleaned = clean_line(raw)
         if cleaned.strip():
             recent.append((n, cleaned))
-    values = {"where": where}
     if not recent:
-        return _diagnosis(UNRECOGNISED, "(no output)", None, [], values)
-    n, last = recent[-1]
-    return _diagnosis(UNRECOGNISED, last, n, [c for _, c in list(recent)[:-1]], values)
+        return _diagnosis(UNRECOGNISED, "(no output)", None, [], {"where": where, "first_error": "none (no output)"})
+    found = first_error(lines)
+    n, evidence = found if found else recent[-1]
+    first = f"`{strip_prefixes(evidence).strip()[:300]}` (line {n})" if found else "none found; the last line is attached"
+    return _diagnosis(UNRECOGNISED, evidence, n, [c for _, c in list(recent)[:-1]],
+                      {"where": where, "first_error": first})

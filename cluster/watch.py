@@ -66,7 +66,7 @@ async def watch(
             await asyncio.gather(health_miss, next_failure, return_exceptions=True)
             await failures.aclose()
         if next_failure in done and not next_failure.cancelled():
-            yield next_failure.result()
+            yield next_failure.result()  # the first failure, or a stop on request (no failure)
         else:
             head = config.head.name
             yield report.failed(

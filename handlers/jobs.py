@@ -16,7 +16,7 @@ from typing import Any
 from cluster.checkpoints import Checkpoint
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
-from cluster.events import Event, Failed, StatusReport
+from cluster.events import Event, Failed, Progress, StatusReport
 from handlers.chat import Chat, Posted
 from handlers.commands import apply_serve
 from handlers.messages import Message, Tone, escape
@@ -207,6 +207,12 @@ class JobManager:
         try:
             async with aclosing(events):
                 async for event in events:
+                    if isinstance(event, Progress) and event.phase == "stopped":
+                        await self.store.clear_watch(self.cluster.name)
+                        await view.reply(Message(title="ℹ The cluster was stopped", tone="neutral",
+                                                 text=f"{escape(event.message)}. No longer watching; "
+                                                      "`/spark up` launches it again."))
+                        return
                     if isinstance(event, Failed):
                         await self.store.clear_watch(self.cluster.name)
                         await view.failed(event, during=" while serving")

@@ -511,10 +511,26 @@ def test_unrecognised_says_where_and_attaches_last_lines():
     d = unrecognised(lines, "vLLM on the head node (spark1)")
     assert d.signature_id == "unrecognised"
     assert "vLLM on the head node (spark1)" in d.title
-    assert "last lines" in d.cause
+    assert "no known failure signature" in d.cause and "the last line is attached" in d.cause
+    assert "signatures.py" not in d.fix and "spark-bot diagnose FILE" in d.fix, "never: edit the source"
     assert d.evidence == "Segmentation fault (core dumped)" and d.line_number == 51
     assert d.context == [f"line {i}" for i in range(31, 51)]
     assert unrecognised([], "ray start").line_number is None
+
+
+def test_unrecognised_names_the_first_exception_line_as_the_likely_cause():
+    lines = ["INFO starting", "(Worker pid=3) WARNING 12-01 06:15:21 [x.py:1] slow",
+             "(Worker pid=3) ERROR 12-01 06:15:22 [y.py:9] Traceback (most recent call last):",
+             '(Worker pid=3) ERROR 12-01 06:15:22 [y.py:9]   File "a.py", line 3, in f',
+             "(Worker pid=3) ERROR 12-01 06:15:22 [y.py:9]     raise ValueError('not this')",
+             "(Worker pid=3) ERROR 12-01 06:15:22 [y.py:9] torch._inductor.exc.InductorError: "
+             "InvalidCxxCompiler: No working C++ compiler found",
+             "json.decoder.JSONDecodeError: later, not first", "exit"]
+    d = unrecognised(lines, "weights on spark-lab-0")
+    assert d.line_number == 6 and "InvalidCxxCompiler" in d.evidence
+    assert "Likely cause" in d.cause and "No working C++ compiler found` (line 6)" in d.cause
+    only_error_level = unrecognised(["ok", "2026-12-01 06:18:28,593\tERROR worker.py:1 -- the GCS died", "bye"], "x")
+    assert only_error_level.line_number == 2
 
 
 # --- logtext ---------------------------------------------------------------------------------------
