@@ -1,0 +1,157 @@
+"""spark-bot against the real engine, multiprocessing backend: TP=2 across two lab nodes.
+
+One launch serves the module: every checkpoint proven by a real line or a real API answer, then
+verify, status, logs, bench and watch on the running server, and a `down` that is no failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster.checkpoints import BY_ID, launch_plan, verify_plan
+from cluster.events import BenchResult, CheckpointPassed, Failed, LogTail, Progress, Ready, Removed, StatusReport
+from cluster.logtext import clean_line, strip_prefixes
+from tests.controller.helpers import collect
+from tests.real.helpers import VERSION, real_controller, shm_entries
+
+pytestmark = [pytest.mark.lab, pytest.mark.real_engine, pytest.mark.timeout(400)]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def launched(real_lab):
+    """The module's one launch: (controller, its events); removed at the end."""
+    controller = real_controller()
+    asyncio.run(collect(controller.down()))
+    shm_before = shm_entries()
+    events = asyncio.run(collect(controller.up()))
+    yield controller, events
+    asyncio.run(collect(controller.down()))
+    assert shm_entries() <= shm_before, "the engine's shared memory stays in its containers"
+
+
+def passed(events) -> dict[str, CheckpointPassed]:
+    return {e.checkpoint: e for e in events if isinstance(e, CheckpointPassed)}
+
+
+def test_up_reaches_ready_with_every_checkpoint_proven_by_a_real_line(launched):
+    controller, events = launched
+    failures = [e for e in events if isinstance(e, Failed)]
+    assert not failures, failures[0].model_dump_json(indent=1)
+    by_id = passed(events)
+    assert list(by_id) == [c.id for c in launch_plan(controller.config)]
+    assert not [e for e in by_id.values() if e.warning and "not seen" in e.warning], "no line missed"
+    # vLLM 0.32.0 (CPU, dummy weights) as it prints itself: one line per node for the ranks
+    weights = by_id["weights"].evidence.splitlines()
+    assert len(weights) == 2 and all("Initializing model took" in line for line in weights)
+    assert sorted(re.search(r"Worker_TP\d", line).group(0) for line in weights) == ["Worker_TP0", "Worker_TP1"]
+    assert "CPU KV cache size:" in by_id["kv_cache"].evidence
+    assert re.search(r"init engine \(profile, create kv cache, warmup model\) took [\d.]+ s$", by_id["engine"].evidence)
+    assert by_id["api_server"].evidence == "INFO:     Application startup complete."
+    ready = events[-1]
+    assert isinstance(ready, Ready) and ready.model == "tiny" and ready.vllm_version == VERSION
+    assert ready.sample.completion_tokens > 1 and ready.sample.decode_tps > 0, "the real engine's own answer"
+
+
+def test_the_emulators_0_32_dialect_prints_the_real_engines_checkpoint_lines(launched, tmp_path):
+    _, events = launched
+    real = {cid: e.evidence.splitlines()[0] for cid, e in passed(events).items() if BY_ID[cid].logged}
+    emulated = emulator_lines(tmp_path)
+    for cid, real_line in real.items():
+        checkpoint = BY_ID[cid]
+        mine = next((line for line in emulated if spelling_of(checkpoint, line) is not None), None)
+        assert mine is not None, f"the emulator's 0.32 dialect prints no {cid} line (real: {real_line})"
+        assert spelling_of(checkpoint, mine) == spelling_of(checkpoint, real_line), (cid, mine, real_line)
+        assert shape(mine) == shape(real_line), f"{cid}:\n  emulator: {mine}\n  real:     {real_line}"
+
+
+def emulator_lines(tmp_path: Path) -> list[str]:
+    """The emulator's start-up in the 0.32 dialect, on this host, up to its API server line."""
+    env = dict(os.environ, SPARK_EMU_VLLM_DIALECT="0.32", SPARK_EMU_TIME_SCALE="0.01", SPARK_EMU_GPUS="2",
+               SPARK_EMU_STATE_DIR=str(tmp_path), PYTHONPATH=str(REPO / "lab"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "emulator", "vllm", "serve", "tiny", "--host", "127.0.0.1", "--port", "0",
+         "--tensor-parallel-size", "2", "--max-model-len", "512"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    deadline = time.monotonic() + 60
+    try:
+        for raw in proc.stdout:
+            lines.append(clean_line(raw))
+            if "Application startup complete." in raw or time.monotonic() > deadline:
+                break
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return lines
+
+
+def spelling_of(checkpoint, line: str) -> int | None:
+    message = strip_prefixes(line)
+    return next((i for i, s in enumerate(checkpoint.spellings) if s.pattern.search(message)), None)
+
+
+def shape(line: str) -> str:
+    """A line's shape: the logger's [file:line] and the message, every number a N."""
+    where = re.search(r"\[([\w.]+:\d+)\]", line)
+    return (where.group(1) if where else "") + " " + re.sub(r"\d[\d,.]*", "N", strip_prefixes(line))
+
+
+def test_verify_status_and_logs_on_the_real_server(launched):
+    controller, _ = launched
+    verified = asyncio.run(collect(controller.verify()))
+    assert not [e for e in verified if isinstance(e, Failed)], verified[-1]
+    assert [e.checkpoint for e in verified if isinstance(e, CheckpointPassed)] == [
+        c.id for c in verify_plan(controller.config)]
+    [status] = asyncio.run(collect(controller.status()))
+    assert isinstance(status, StatusReport) and status.api_healthy and status.vllm_version == VERSION
+    assert [c.running for c in status.containers] == [True, True]
+    [head] = asyncio.run(collect(controller.logs(lines=40)))
+    [worker] = asyncio.run(collect(controller.logs("spark-lab-1", lines=40)))
+    assert isinstance(head, LogTail) and any("Application startup complete." in line for line in head.lines)
+    assert any("Worker_TP1" in line for line in worker.lines), "the headless rank's own log"
+
+
+def test_bench_measures_the_real_server_and_its_tokens_match_the_engines_counter(launched, tmp_path):
+    controller, _ = launched
+    events = asyncio.run(collect(controller.bench(concurrency=[1, 2], max_tokens=24, runs=2,
+                                                  history=tmp_path / "bench.jsonl")))
+    result = events[-1]
+    assert isinstance(result, BenchResult), result
+    report = result.report
+    assert report.single.decode_tok_s > 0 and report.single.ttft_s > 0
+    assert [level.concurrency for level in report.sweep] == [1, 2]
+    assert all(level.ok == level.requests for level in report.sweep)
+    assert report.metrics_check.matches is True, report.metrics_check.detail  # vllm:generation_tokens_total
+    assert report.fingerprint.vllm_version == VERSION
+
+
+def test_watch_then_down_is_a_stop_not_an_engine_death(launched):
+    controller, _ = launched
+
+    async def watch_through_down():
+        seen = []
+        watching = controller.watch(health_interval=2)
+        first = await anext(watching)
+        seen.append(first)
+        removal = asyncio.create_task(collect(controller.down()))
+        async with asyncio.timeout(120):
+            async for event in watching:
+                seen.append(event)
+        return seen, await removal
+
+    seen, removed = asyncio.run(watch_through_down())
+    assert [e.removed for e in removed if isinstance(e, Removed)] == [True, True]
+    assert not [e for e in seen if isinstance(e, Failed)], [e for e in seen if isinstance(e, Failed)][0]
+    assert isinstance(seen[-1], Progress) and seen[-1].phase == "stopped"
+    assert "SIGTERM" in seen[-1].message
