@@ -116,6 +116,10 @@ class ContainerConfig(_Model):
         default_factory=lambda: {"nofile": (1048576, 1048576), "memlock": (-1, -1)}
     )
     gpus: bool = True
+    init: bool = Field(
+        True, description="Docker's init (tini) as PID 1: a stop's SIGTERM reaches vLLM and Ray even "
+        "before they install their handlers (a bare PID 1 ignores it, and the stop waits out its grace)",
+    )
     mounts: list[Mount] = Field(default_factory=list)
     env: dict[EnvName, str] = Field(default_factory=dict)
     secret_env: dict[EnvName, SecretSource] = Field(

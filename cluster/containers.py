@@ -64,6 +64,7 @@ def create_body(
     container = config.container
     host: dict[str, Any] = {
         "NetworkMode": "host",
+        "Init": container.init,
         "Privileged": container.privileged,
         "CapAdd": list(container.cap_add),
         "Devices": [

@@ -70,6 +70,7 @@ async def remove_container(
             )
         status = info["State"]["Status"]
         if info["State"].get("Running"):
-            await container.stop(t=int(min(timeout, 30)))
+            # SIGTERM, then SIGKILL after the grace: half the time allowed, the delete needs the rest
+            await container.stop(t=max(1, int(min(timeout / 2, 30))))
         await container.delete(force=True)
     return True, f"removed {name} ({info['Id'][:12]}, was {status}) from {node.name}"

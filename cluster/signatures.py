@@ -75,6 +75,7 @@ class FailureSignature(KnownFailure):
     pattern: re.Pattern[str]
     after: re.Pattern[str] | None = None
     window: int = Field(10, ge=1, le=200)
+    source: str = Field("", description="where the line comes from: release and file, issue, lab")
 
 
 class Diagnosis(BaseModel):
@@ -319,6 +320,18 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "check `ibdev2netdev` (Up), NCCL_IB_HCA and NCCL_SOCKET_IFNAME on both nodes.",
     ),
     FailureSignature(
+        id="gloo_interface_missing", role="cause", fatal=True,
+        pattern=_re(r"Unable to find address for: ?(?P<iface>[\w.@-]+)"),
+        title="Gloo cannot use network interface {iface}",
+        cause="GLOO_SOCKET_IFNAME names {iface}, an interface that does not exist (or has no "
+              "IPv4 address) in this node's container.",
+        fix="Set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to the fabric interface that holds "
+            "the node's fabric IP (`ip -o -4 addr` on the node), or leave them out of "
+            "container.env so spark-bot sets the interface it detects (network.eth_if).",
+        source="gloo transport/tcp/device.cc `ifa != nullptr. Unable to find address for: ...` "
+               "(torch 2.13 CPU); seen in the lab's real engine, vLLM 0.32 mp, on the headless rank",
+    ),
+    FailureSignature(
         id="gloo_connect_failed", role="cause", fatal=True,
         pattern=_re(r"Gloo connectFullMesh failed"),
         title="Gloo could not connect the nodes",
@@ -449,15 +462,14 @@ SIGNATURES: tuple[FailureSignature, ...] = (
 # output_handler, a headless rank losing its master, Ray's workers going) is no failure.
 # (pattern, where the line comes from); sources: vLLM's PyPI wheels 0.6.0 to 0.33.0.
 SHUTDOWN_MARKERS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (_re(r"^\[shutdown\] (?!MPClient: engine core exited unexpectedly)"),
-     "vLLM 0.23.0+ entrypoints/launcher.py, v1/engine/core.py, core_client.py, "
-     "multiproc_executor.py: the `[shutdown]` lines (not the unexpected-exit one)"),
-    (_re(r"^Shutting down FastAPI HTTP server\."), "vLLM 0.6.2-0.22.0 entrypoints/launcher.py"),
-    (_re(r"^Gracefully stopping http server"), "vLLM 0.6.0-0.6.1 entrypoints/launcher.py"),
+    (_re(r"^\[shutdown\] EngineCore: trigger received signal="), "vLLM 0.23.0+ v1/engine/core.py"),
+    (_re(r"^\[shutdown\] API server: shutdown triggered"),
+     "vLLM 0.23.0+ entrypoints/launcher.py (launchers/launcher.py from 0.29.0)"),
     (_re(r"^Received KeyboardInterrupt, shutting down"), "vLLM 0.9.1+ v1/utils.py"),
-    (_re(r"^Engine is gracefully shutting down"), "vLLM V0 engine/async_llm_engine.py"),
-    (_re(r"^Shutting down$"), "uvicorn (every vLLM release): `INFO:     Shutting down`"),
 )
+# Only the lines a signal triggers: the rest of the `[shutdown]` family (`Executor: waiting for
+# worker exit`, `MPClient: ...`) is also printed while a failed start-up tears down. Older
+# releases say nothing of a signal; Docker's kill event (cluster.monitor.StopRequested) does.
 
 NCCL_INIT_HANG = KnownFailure(
     id="nccl_init_hang",
@@ -470,6 +482,24 @@ NCCL_INIT_HANG = KnownFailure(
     "GID index (leave NCCL_IB_GID_INDEX unset); set NCCL_IB_HCA to the (Up) RoCE devices and "
     "NCCL_SOCKET_IFNAME to the fabric interface on both nodes; relaunch with NCCL_DEBUG=INFO.",
 )
+
+RANKS_NOT_JOINED = KnownFailure(
+    id="ranks_not_joined",
+    role="cause",
+    fatal=True,
+    title="Rank 0 waits for the other ranks to join",
+    cause="Rank 0 opened the distributed store at {address} for a world of {world} ranks, then went "
+    "silent: the other ranks never joined (a worker's `vllm serve` did not start, is stuck, or "
+    "cannot reach {address}).",
+    fix="Read the worker nodes' logs (`spark-bot logs WORKER`) and check their containers run; "
+    "check that {address} is reachable from every worker (fabric link, firewall, the master "
+    "address and port); then relaunch.",
+)
+# vLLM's distributed/parallel_state.py logs this as each rank initialises (every release since
+# 0.6; 0.32: parallel_state.py:1906); the group is formed once "is assigned as DP rank" follows.
+_RANK0_INIT = re.compile(
+    r"world_size=(?P<world>[2-9]|\d{2,}) rank=0 .*distributed_init_method=(?:tcp://)?(?P<address>[\w.:\[\]-]+)")
+_GROUP_FORMED = re.compile(r"is assigned as DP rank|rank 0 in world size")
 
 STALLED = KnownFailure(
     id="stalled",
@@ -683,6 +713,14 @@ class LogDiagnoser:
             return d.model_copy(
                 update={"title": f"{d.title} (no output for {values['idle']} in {phase})"}
             )
+        for index in range(len(recent) - 1, -1, -1):
+            n, cleaned, message = recent[index]
+            if _GROUP_FORMED.search(message):
+                break
+            waiting = _RANK0_INIT.search(message)
+            if waiting:
+                before = [c for _, c, _ in recent[:index][-CONTEXT_LINES:]]
+                return _diagnosis(RANKS_NOT_JOINED, cleaned, n, before, {**values, **waiting.groupdict()})
         if recent:
             n, cleaned, _ = recent[-1]
             before = [c for _, c, _ in recent[:-1][-CONTEXT_LINES:]]

@@ -24,6 +24,7 @@ def real_lab():
 @pytest.fixture
 async def real_clean(real_lab):
     """No container of ours before and after the test."""
-    await collect(real_controller().down())
+    quick = real_controller(timeouts={"down": 6})  # a failed start may not heed SIGTERM: no long grace
+    await collect(quick.down())
     yield real_lab
-    await collect(real_controller().down())
+    await collect(quick.down())
