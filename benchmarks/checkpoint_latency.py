@@ -1,8 +1,9 @@
 """How fast `up` reports a checkpoint after its log line appears (the goal: within a second).
 
 Runs `up` on the lab several times and, for every log-proven checkpoint, compares the moment
-the event reached us with Docker's timestamp of the evidence line. Needs the lab (root):
-    .venv/bin/python benchmarks/checkpoint_latency.py [--runs N]
+the event reached us with Docker's timestamp of the evidence line (for a provisional line, of
+the later line that proves it). Needs the lab (root):
+    .venv/bin/python benchmarks/checkpoint_latency.py [--runs N] [--engine real [--config F]]
 Prints a table and exits non-zero when any latency exceeds one second.
 """
 
@@ -49,14 +50,19 @@ async def one_launch(controller: Controller, latencies: dict[str, list[float]]) 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--engine", choices=("emulated", "real"), default="emulated")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="default: configs/lab.yaml, or configs/lab-real.yaml with --engine real")
     args = parser.parse_args()
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    config = args.config or configs / ("lab-real.yaml" if args.engine == "real" else "lab.yaml")
     with exclusive_use():
-        lab_up(nodes=2)
-        return await measure(args.runs)
+        lab_up(nodes=2, engine=args.engine)
+        return await measure(args.runs, config)
 
 
-async def measure(runs: int) -> int:
-    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "lab.yaml").cluster
+async def measure(runs: int, path: Path) -> int:
+    config = load_config(path).cluster
     controller = Controller(config, Secrets({}))
     latencies: dict[str, list[float]] = defaultdict(list)
     totals = [await one_launch(controller, latencies) for _ in range(runs)]

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import yaml
 
-from bot.config import load_config
+from bot.config import load_config, load_knowledge
 from bot.render_text import render
 from cluster.bench.runner import DEFAULT_PROMPT, MAX_CONCURRENCY, MAX_REQUESTS, MAX_RUNS, MAX_TOKENS, BenchOptions
 from cluster.config import resolve_secrets
 from cluster.controller import Controller
 from cluster.errors import SparkBotError
 from cluster.events import Failed
-from cluster.signatures import LogDiagnoser, first_error, unrecognised
+from cluster.signatures import LogDiagnoser, first_error, unrecognised, with_knowledge
 from handlers.commands import CommandError, check_bench, parse_concurrency, resolve_node
 
 _SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE", re.IGNORECASE)
@@ -131,7 +131,7 @@ def diagnose_log(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise SparkBotError(f"{args.file}: cannot read ({exc.strerror})") from exc
     lines = text.splitlines()
-    diagnoser = LogDiagnoser()
+    diagnoser = LogDiagnoser(table=with_knowledge(load_knowledge(args.extra) if args.extra else None))
     for line in lines:
         diagnoser.feed(line)
     found = diagnoser.diagnosis
@@ -255,6 +255,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sub = command("diagnose", diagnose_log, "find the cause of a failure in a vLLM log")
     sub.add_argument("file", nargs="?", default="-", help="log file, or - for standard input")
+    sub.add_argument("--extra", metavar="FILE", default=None,
+                     help="a knowledge file: extra failure rows (checked first) and checkpoint spellings")
     return parser
 
 

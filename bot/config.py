@@ -8,7 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cluster.config import ClusterConfig
+from cluster.config import ClusterConfig, Knowledge
 from cluster.errors import ConfigError
 from handlers.settings import AccessConfig, BotSettings, CommandsConfig, JobsConfig, StoreConfig
 
@@ -41,19 +41,40 @@ class SparkBotConfig(BaseModel):
         return BotSettings(access=self.access, commands=self.commands, jobs=self.jobs, store=self.store)
 
 
-def load_config(path: str | Path) -> SparkBotConfig:
-    path = Path(path)
+def _read_yaml(path: Path, what: str) -> tuple[Any, yaml.Node | None]:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from exc
+        raise ConfigError(f"{path}: cannot read the {what} ({exc.strerror})") from exc
     try:
-        data = yaml.safe_load(text)
-        root = yaml.compose(text)
+        return yaml.safe_load(text), yaml.compose(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+
+
+def load_knowledge(path: str | Path) -> Knowledge:
+    """An operator's knowledge file: extra failure rows and checkpoint spellings, validated like
+    the config (errors name the file, the line, the field)."""
+    path = Path(path)
+    data, root = _read_yaml(path, "knowledge file")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with 'signatures' and/or 'checkpoints' at the top")
+    try:
+        return Knowledge.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(path, root, exc)) from None
+
+
+def load_config(path: str | Path) -> SparkBotConfig:
+    path = Path(path)
+    data, root = _read_yaml(path, "config file")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with a 'cluster' section at the top")
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict) and isinstance(cluster.get("knowledge"), str):
+        named = Path(cluster["knowledge"]).expanduser()
+        knowledge = load_knowledge(named if named.is_absolute() else path.resolve().parent / named)
+        data = {**data, "cluster": {**cluster, "knowledge": knowledge.model_dump()}}
     try:
         config = SparkBotConfig.model_validate(data)
     except ValidationError as exc:

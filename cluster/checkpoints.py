@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from cluster.config import ClusterConfig
+from cluster.config import ClusterConfig, Knowledge
 
 Backend = Literal["ray", "mp"]
 
@@ -146,6 +146,15 @@ VERIFY: tuple[Checkpoint, ...] = (
     BY_ID["models"],
     Checkpoint("sample", "Test completion", "verify"),
 )
+
+
+def spellings_for(checkpoint: Checkpoint, knowledge: Knowledge) -> tuple[Spelling, ...]:
+    """The built-in spellings, then those an operator taught in the knowledge file."""
+    taught = tuple(
+        Spelling(re.compile(extra.pattern), extra.source or "the operator's knowledge file", extra.provisional)
+        for extra in knowledge.checkpoints.get(checkpoint.id, ())  # type: ignore[call-overload]
+    )
+    return checkpoint.spellings + taught
 
 
 def _applies(checkpoint: Checkpoint, config: ClusterConfig) -> bool:

@@ -178,6 +178,47 @@ class APIConfig(_Model):
     )
 
 
+def _regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression ({exc})") from None
+    return pattern
+
+
+Regex = Annotated[str, Field(min_length=1, max_length=500), AfterValidator(_regex)]
+LoggedCheckpoint = Literal["nccl", "weights", "kv_cache", "engine", "api_server"]
+
+
+class ExtraSignature(_Model):
+    """A failure an operator taught the bot: searched in each log message (prefixes stripped)
+    before the built-in rows; `{name}` in title, cause and fix is filled from the match."""
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)
+    pattern: Regex
+    cause: str = Field(min_length=1)
+    fix: str = Field(min_length=1)
+    title: str | None = None
+    role: Literal["cause", "symptom"] = "cause"
+    fatal: bool = True
+    source: str = Field("", description="where the line comes from (release, file, issue)")
+
+
+class ExtraSpelling(_Model):
+    """Another wording of a checkpoint's log line (a new vLLM release's)."""
+
+    pattern: Regex
+    source: str = ""
+    provisional: bool = False
+
+
+class Knowledge(_Model):
+    """What an operator teaches spark-bot without editing it (`knowledge: FILE`)."""
+
+    signatures: list[ExtraSignature] = Field(default_factory=list)
+    checkpoints: dict[LoggedCheckpoint, list[ExtraSpelling]] = Field(default_factory=dict)
+
+
 class Timeouts(_Model):
     connect: Seconds = 10
     preflight: Seconds = 60
@@ -199,6 +240,9 @@ class ClusterConfig(_Model):
     api: APIConfig = APIConfig()
     timeouts: Timeouts = Timeouts()
     log_tail_lines: int = Field(30, ge=1, le=500)
+    knowledge: Knowledge = Field(
+        Knowledge(), description="in YAML, the path of a knowledge file (extra failure rows and "
+        "checkpoint spellings), relative to the config's folder")
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterConfig:

@@ -14,7 +14,7 @@ from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.logtext import ray_repeats, strip_prefixes
 from cluster.monitor import ClusterMonitor, ContainerExited, FollowLost, LogLine, MonitorItem, StopRequested
 from cluster.report import Report
-from cluster.signatures import Diagnosis, LogDiagnoser, diagnose, unrecognised
+from cluster.signatures import Diagnosis, LogDiagnoser, diagnose, unrecognised, with_knowledge
 
 
 @dataclass
@@ -91,6 +91,7 @@ class LogFollower:
         self._symptom: tuple[str, float] | None = None  # node, deadline for its cause
         self._reported_findings: set[str] = set()
         self._stop: tuple[str, str] | None = None  # node, what stopped it, once a stop is asked
+        self._table = with_knowledge(config.knowledge)
 
     async def _next(self, timeout: float | None) -> MonitorItem | None:
         """The next item; None when a pending symptom's grace ran out first."""
@@ -120,7 +121,7 @@ class LogFollower:
 
     def _diagnoser(self, node: str) -> LogDiagnoser:
         if node not in self._diagnosers:
-            self._diagnosers[node] = LogDiagnoser()
+            self._diagnosers[node] = LogDiagnoser(table=self._table)
             if self._stop is not None:
                 self._diagnosers[node].request_stop(self._stop[1])
         return self._diagnosers[node]
@@ -173,9 +174,12 @@ class LogFollower:
                 if isinstance(item, LogLine):
                     for expectation in pending:
                         expectation.offer(item)
-            while pending and pending[0].done:
+            while pending and (pending[0].done or pending[0].provisionally_done):
+                later = next((e for e in pending[1:] if e.done), None)
+                if not pending[0].done and later is None:
+                    break  # a provisional line waits for the next stage to prove it
                 done = pending.pop(0)
-                yield self._passed(done)
+                yield self._passed(done, proven_by=None if done.done else later)
                 if proof is not None and done is proof.by:
                     proof = None
             if proof is None and pending:
@@ -272,9 +276,12 @@ class LogFollower:
         self._reported_findings.update(finding.signature_id for finding in found)
         return found
 
-    def _passed(self, expectation: Expectation) -> CheckpointPassed:
+    def _passed(self, expectation: Expectation, proven_by: Expectation | None = None) -> CheckpointPassed:
+        """Its own lines are the evidence; a provisional line's checkpoint is passed when the
+        later stage `proven_by` is done, and dated by that stage's line."""
         lines = expectation.lines
         last = lines[-1]
+        dated = proven_by.lines[-1] if proven_by is not None else last
         node = last.node
         evidence = "\n".join(line.text for line in lines)
         findings = self._new_findings()
@@ -282,7 +289,7 @@ class LogFollower:
         return self.report.passed(
             expectation.checkpoint, evidence,
             node=expectation.node or (node if expectation.count == 1 else None),
-            log_tail=self.monitor.tail(node), warning=warning, logged_at=last.logged_at,
+            log_tail=self.monitor.tail(node), warning=warning, logged_at=dated.logged_at,
         )
 
     def _timeout_failure(self, checkpoint: Checkpoint, phase_deadline: float) -> Failed:
@@ -310,7 +317,7 @@ class LogFollower:
 
     def _exit_failure(self, checkpoint: Checkpoint, item: ContainerExited) -> Failed:
         lines = self.monitor.tail(item.node, 500)
-        diagnosis = diagnose(lines) or unrecognised(lines, where=f"{checkpoint.phase} on {item.node}")
+        diagnosis = diagnose(lines, self._table) or unrecognised(lines, where=f"{checkpoint.phase} on {item.node}")
         failed = self.failure_from(diagnosis, checkpoint, item.node)
         how = "was OOM-killed" if item.oom_killed else f"exited with code {item.exit_code}"
         return failed.model_copy(

@@ -16,7 +16,7 @@ import httpx
 
 from cluster import api
 from cluster.bench.stream import sample_completion
-from cluster.checkpoints import BY_ID, RAY_RUNTIME_STARTED, launch_plan
+from cluster.checkpoints import BY_ID, RAY_RUNTIME_STARTED, launch_plan, spellings_for
 from cluster.config import ClusterConfig, Secrets
 from cluster.container_exec import exec_output
 from cluster.containers import (
@@ -115,7 +115,7 @@ class Launch:
     def _expectation(self, checkpoint_id: str) -> Expectation:
         checkpoint = BY_ID[checkpoint_id]
         count = self.config.serve.world_size if checkpoint.per_rank else 1
-        return Expectation(checkpoint, checkpoint.spellings, count=count)
+        return Expectation(checkpoint, spellings_for(checkpoint, self.config.knowledge), count=count)
 
     async def _api_health(self) -> str | None:
         """`GET /health -> 200` if the head's API answers so right now, else None."""

@@ -7,7 +7,8 @@ say the engine died, not why), whether it is *fatal* (the launch or the engine h
 finding worth reporting (traffic over NET/Socket instead of RDMA), and, for the operator, what
 failed, why, and what to change.
 
-To add a failure: append a `FailureSignature` to `SIGNATURES`. Patterns are searched (not
+To add a failure: append a `FailureSignature` to `SIGNATURES` (or, as an operator, list it in
+the knowledge file named by the config's `knowledge:`; `with_knowledge` puts it first). Patterns are searched (not
 anchored) in the message after `logtext.clean_line` + `logtext.strip_prefixes`, so write them
 against the bare message. When several rows match one line, the first row in the table wins:
 keep specific rows above general ones. `title`, `cause` and `fix` may name a pattern's named
@@ -27,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cluster.config import Knowledge
 from cluster.logtext import clean_line, is_nccl_line, strip_prefixes
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "STALLED",
     "UNRECOGNISED",
     "match_line",
+    "with_knowledge",
     "diagnose",
     "LogDiagnoser",
     "unrecognised",
@@ -566,13 +569,29 @@ def _diagnosis(
     )
 
 
+def with_knowledge(knowledge: Knowledge | None) -> tuple[FailureSignature, ...]:
+    """The table an operator's knowledge file extends: its rows first (they are the newer,
+    more specific knowledge), then the built-in ones."""
+    if knowledge is None or not knowledge.signatures:
+        return SIGNATURES
+    taught = tuple(
+        FailureSignature(
+            id=row.id, role=row.role, fatal=row.fatal, title=row.title or row.id.replace("_", " "),
+            cause=row.cause, fix=row.fix, pattern=re.compile(row.pattern),
+            source=row.source or "the operator's knowledge file",
+        )
+        for row in knowledge.signatures
+    )
+    return taught + SIGNATURES
+
+
 def match_line(
-    message: str, previous: Iterable[str] = ()
+    message: str, previous: Iterable[str] = (), table: tuple[FailureSignature, ...] = SIGNATURES,
 ) -> tuple[FailureSignature, re.Match[str]] | None:
     """The first signature (table order) matching a prefix-stripped message, with its match.
     `previous` are the prefix-stripped messages before it (newest last), for `after` rows."""
     prev: list[str] | None = None
-    for sig in SIGNATURES:
+    for sig in table:
         m = sig.pattern.search(message)
         if not m:
             continue
@@ -603,8 +622,9 @@ class LogDiagnoser:
     Only the last `keep_lines` non-empty lines, the first fatal cause, the first fatal symptom
     and the first finding per signature are kept, however long the log."""
 
-    def __init__(self, keep_lines: int = 200) -> None:
-        self._keep = max(keep_lines, UNRECOGNISED_TAIL + 1, max(s.window for s in SIGNATURES))
+    def __init__(self, keep_lines: int = 200, table: tuple[FailureSignature, ...] = SIGNATURES) -> None:
+        self._table = table
+        self._keep = max(keep_lines, UNRECOGNISED_TAIL + 1, max(s.window for s in table))
         # (line_number, cleaned line, prefix-stripped message) of recent non-empty lines
         self._recent: deque[tuple[int, str, str]] = deque(maxlen=self._keep)
         self._line_number = 0
@@ -673,7 +693,7 @@ class LogDiagnoser:
             and bool(self._recent)
             and _FRAME.match(self._recent[-1][2]) is not None
         )
-        found = None if is_source else match_line(message, (m for _, _, m in self._recent))
+        found = None if is_source else match_line(message, (m for _, _, m in self._recent), self._table)
         result: Diagnosis | None = None
         if found is not None:
             sig, m = found
@@ -729,10 +749,10 @@ class LogDiagnoser:
         return _diagnosis(STALLED, cleaned, n, before, values)
 
 
-def diagnose(lines: Iterable[str]) -> Diagnosis | None:
+def diagnose(lines: Iterable[str], table: tuple[FailureSignature, ...] = SIGNATURES) -> Diagnosis | None:
     """Diagnose a whole log: the first fatal cause, else the first fatal symptom, else the
     first non-fatal finding, else None."""
-    d = LogDiagnoser()
+    d = LogDiagnoser(table=table)
     for line in lines:
         d.feed(line)
     return d.diagnosis

@@ -18,7 +18,7 @@ from cluster.launch import api_base_url
 from cluster.nodes import ClusterConnection
 from cluster.ray_status import parse_ray_status, shortfall
 from cluster.report import Report
-from cluster.signatures import diagnose
+from cluster.signatures import diagnose, with_knowledge
 
 
 async def verify(
@@ -46,7 +46,7 @@ async def verify(
     down = [s for s in states if not s.running]
     if down:
         state = down[0]
-        diagnosis = diagnose(tails[state.node]) if state.present else None
+        diagnosis = diagnose(tails[state.node], with_knowledge(config.knowledge)) if state.present else None
         yield failed(
             "containers",
             f"{name} on {state.node} is {state.status}" + (f" (exit code {state.exit_code})" if state.exit_code is not None else ""),
@@ -86,7 +86,7 @@ async def verify(
     async with api.api_client(base_url, read_timeout=config.timeouts.api) as client:
         ok, detail = await api.health(client)
         if not ok:
-            diagnosis = diagnose(tails[head.name])
+            diagnosis = diagnose(tails[head.name], with_knowledge(config.knowledge))
             yield failed("health", detail, diagnosis.cause if diagnosis else "the API server is not healthy",
                          diagnosis.fix if diagnosis else "read the head's log tail; `down` then `up` relaunches",
                          node=head.name, tail=tails[head.name],

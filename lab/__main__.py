@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("status", help="per-node health; exit 0 if all good")
     st.add_argument("--json", action="store_true")
     sub.add_parser("info", help="print the LabInfo as JSON")
+    sub.add_parser("prepare-real", help="build (or check) the real engine's cached venv and model "
+                   "without bringing the lab up: minutes the first time, then instant")
     var = sub.add_parser("image-variant", help="give a node a different image ID under the same tag")
     var.add_argument("--node", type=int, required=True)
     sub.add_parser("image-restore", help="put the original image back on every node")
@@ -68,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             rep = api.status()
             print(json.dumps(rep, indent=2)) if args.json else _print_status(rep)
             return 0 if rep["ok"] else 1
+        elif args.cmd == "prepare-real":
+            from . import real_engine
+            venv, model = real_engine.ensure()
+            print(f"real engine ready: venv {venv}, model {model} in {time.monotonic() - t0:.1f}s")
         elif args.cmd == "info":
             print(json.dumps(api.lab_info().to_dict(), indent=2))
         elif args.cmd == "image-variant":

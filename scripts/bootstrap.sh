@@ -25,11 +25,13 @@ need iptables iptables
 need ip iproute2
 need nsenter util-linux
 need setsid util-linux
+# the lab's real engine is a venv of Debian's python3 (the node image's Python)
+/usr/bin/python3 -c "import ensurepip, venv" 2>/dev/null || missing="$missing python3-venv"
 if [ -n "$missing" ]; then
     echo "bootstrap.sh: installing:$missing"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
-    apt-get install -y -q --no-install-recommends $LAB_PACKAGES
+    apt-get install -y -q --no-install-recommends $LAB_PACKAGES python3-venv
 else
     echo "bootstrap.sh: system packages present"
 fi

@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+# The real engine (vLLM CPU build, Ray) the real-engine tests run: built once, then cached.
+.venv/bin/python -m lab prepare-real
 exec .venv/bin/python -m pytest "$@"

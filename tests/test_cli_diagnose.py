@@ -59,3 +59,31 @@ def test_a_finding_that_is_not_fatal_exits_zero(tmp_path):
     result = diagnose(str(log))
     assert result.returncode == 0
     assert result.stdout.startswith("No failure found, but worth reading")
+
+
+def test_a_line_taught_in_a_knowledge_file_names_its_row(tmp_path):
+    knowledge = tmp_path / "knowledge.yaml"
+    knowledge.write_text(
+        "signatures:\n"
+        "  - id: moe_kernel_missing\n"
+        "    pattern: 'No MoE kernel available for (?P<dtype>\\w+)'\n"
+        "    cause: 'no fused-MoE kernel for {dtype}'\n"
+        "    fix: 'use an image built for the GB10'\n")
+    log = tmp_path / "vllm.log"
+    log.write_text("(Worker_TP0 pid=3) ERROR 12-01 06:19:09 [fused_moe.py:77] No MoE kernel available for fp8\n"
+                   "(EngineCore pid=1) ERROR 12-01 06:19:10 [core.py:708] EngineCore failed to start.\n")
+    taught = diagnose("--extra", str(knowledge), str(log))
+    assert taught.returncode == 1
+    assert "row:   moe_kernel_missing" in taught.stdout and "no fused-MoE kernel for fp8" in taught.stdout
+    untaught = diagnose(str(log))
+    assert "row:   engine_start_failed" in untaught.stdout
+    assert "Likely cause (unrecognised), the first error before it: `No MoE kernel available for fp8`" in untaught.stdout
+
+
+def test_a_bad_knowledge_file_is_a_clear_error(tmp_path):
+    knowledge = tmp_path / "knowledge.yaml"
+    knowledge.write_text("signatures:\n  - id: broken\n    pattern: '(unclosed'\n    cause: c\n    fix: f\n")
+    result = diagnose("--extra", str(knowledge), "-", stdin="")
+    assert result.returncode == 2
+    assert f"{knowledge}: 1 invalid setting(s)" in result.stderr
+    assert "line 3: signatures.0.pattern" in result.stderr and "not a valid regular expression" in result.stderr

@@ -110,3 +110,23 @@ def test_a_pasted_secret_is_refused_without_being_echoed(tmp_path):
         load_config(_write(tmp_path, in_env))
     assert "looks like a secret: move it to secret_env" in str(err.value)
     assert "abc123secret" not in str(err.value)
+
+
+def test_a_knowledge_file_named_in_the_config_is_loaded_relative_to_it(tmp_path):
+    (tmp_path / "k.yaml").write_text((CONFIGS / "knowledge.example.yaml").read_text())
+    config = tmp_path / "sparks.yaml"
+    config.write_text((CONFIGS / "lab-real.yaml").read_text().replace(
+        "cluster:\n", "cluster:\n  knowledge: k.yaml\n", 1))
+    knowledge = load_config(config).cluster.knowledge
+    assert [row.id for row in knowledge.signatures] == ["example_moe_kernel_missing"]
+    assert "engine ready in" in knowledge.checkpoints["engine"][0].pattern
+
+
+def test_a_bad_knowledge_file_names_itself_the_line_and_the_field(tmp_path):
+    (tmp_path / "k.yaml").write_text("checkpoints:\n  weights:\n    - pattern: ok\n  warmup:\n    - pattern: x\n")
+    config = tmp_path / "sparks.yaml"
+    config.write_text((CONFIGS / "lab.yaml").read_text().replace("cluster:\n", "cluster:\n  knowledge: k.yaml\n", 1))
+    with pytest.raises(ConfigError) as error:
+        load_config(config)
+    assert f"{tmp_path / 'k.yaml'}: 1 invalid setting(s)" in str(error.value)
+    assert "line 5: checkpoints.warmup: Input should be 'nccl'" in str(error.value)

@@ -131,6 +131,9 @@ SAMPLES: dict[str, str | list[str]] = {
     "nccl_error": "[rank0]: torch.distributed.DistBackendError: NCCL error in: "
     "/pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, remote process exited or there "
     "was a network error, NCCL version 2.28.3",
+    "gloo_interface_missing": "(Worker pid=19) ERROR 12-01 07:05:35 [multiproc_executor.py:953] RuntimeError: "
+    "[enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/device.cc:84] ifa != nullptr. "
+    "Unable to find address for: eth9",
     "gloo_connect_failed": "[rank1]: RuntimeError: Gloo connectFullMesh failed with "
     "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
     "gloo_hostname_unresolved": "[W1130 05:41:00.123456 socket.cpp:759] [c10d] Unable to "

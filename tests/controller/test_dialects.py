@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.checkpoints import launch_plan
+from cluster.config import ExtraSpelling, Knowledge
 from cluster.events import CheckpointPassed, Failed, Ready
 from lab.emulator.dialects import DIALECTS
 from tests.controller.helpers import collect, controller_for
@@ -59,6 +60,16 @@ async def test_a_line_never_printed_is_a_warning_proven_by_the_next_stage(clean,
     assert warned.log_tail, "the lines around where it was expected"
     others = [e for cid, e in by_id.items() if cid != omitted and e.warning and "not seen" in e.warning]
     assert not others
+
+
+async def test_a_spelling_taught_in_the_knowledge_file_proves_its_checkpoint(clean):
+    taught = Knowledge(checkpoints={"engine": [ExtraSpelling(
+        pattern=r"Graph capturing finished in (?P<seconds>\d+) secs", source="this test")]})
+    controller = controller_for(clean, env={"SPARK_EMU_OMIT_LINES": "engine"}, knowledge=taught)
+    events = await collect(controller.up())
+    assert_ready(events, controller.config)
+    engine = passed(events)["engine"]
+    assert not engine.warning and "Graph capturing finished" in engine.evidence
 
 
 async def test_without_the_api_servers_line_the_health_answer_proves_it(clean):
