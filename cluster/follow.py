@@ -14,7 +14,7 @@ from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.logtext import ray_repeats, strip_prefixes
 from cluster.monitor import ClusterMonitor, ContainerExited, FollowLost, LogLine, MonitorItem, StopRequested
 from cluster.report import Report
-from cluster.signatures import Diagnosis, LogDiagnoser, diagnose, unrecognised, with_knowledge
+from cluster.signatures import Diagnosis, LogDiagnoser, cluster_words, diagnose, unrecognised, with_knowledge
 
 
 @dataclass
@@ -92,6 +92,7 @@ class LogFollower:
         self._reported_findings: set[str] = set()
         self._stop: tuple[str, str] | None = None  # node, what stopped it, once a stop is asked
         self._table = with_knowledge(config.knowledge)
+        self._words = cluster_words(len(config.nodes), config.serve.world_size)
 
     async def _next(self, timeout: float | None) -> MonitorItem | None:
         """The next item; None when a pending symptom's grace ran out first."""
@@ -121,7 +122,7 @@ class LogFollower:
 
     def _diagnoser(self, node: str) -> LogDiagnoser:
         if node not in self._diagnosers:
-            self._diagnosers[node] = LogDiagnoser(table=self._table)
+            self._diagnosers[node] = LogDiagnoser(table=self._table, words=self._words)
             if self._stop is not None:
                 self._diagnosers[node].request_stop(self._stop[1])
         return self._diagnosers[node]
@@ -317,7 +318,7 @@ class LogFollower:
 
     def _exit_failure(self, checkpoint: Checkpoint, item: ContainerExited) -> Failed:
         lines = self.monitor.tail(item.node, 500)
-        diagnosis = diagnose(lines, self._table) or unrecognised(lines, where=f"{checkpoint.phase} on {item.node}")
+        diagnosis = diagnose(lines, self._table, self._words) or unrecognised(lines, where=f"{checkpoint.phase} on {item.node}")
         failed = self.failure_from(diagnosis, checkpoint, item.node)
         how = "was OOM-killed" if item.oom_killed else f"exited with code {item.exit_code}"
         return failed.model_copy(

@@ -42,6 +42,7 @@ __all__ = [
     "UNRECOGNISED",
     "match_line",
     "with_knowledge",
+    "cluster_words",
     "diagnose",
     "LogDiagnoser",
     "unrecognised",
@@ -128,7 +129,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "blocked), or Ray missing from the image on one node; `ray status` then shows 1 node.",
         fix="Check the QSFP cable and that the worker can reach {address} (`ping`, `nc -zv` to "
             "port 6379) over the fabric interface; make sure --node-ip-address/VLLM_HOST_IP are "
-            "the fabric IPs; run the same image (with Ray) on both nodes.",
+            "the fabric IPs; run the same image (with Ray) on {every_node}.",
     ),
     FailureSignature(
         id="ray_version_mismatch", role="cause", fatal=True,
@@ -162,8 +163,8 @@ SIGNATURES: tuple[FailureSignature, ...] = (
                     r"|number of required GPUs exceeds the total number of available GPUs"),
         title="Ray has fewer GPUs than tensor-parallel x pipeline-parallel",
         cause="The worker node has not joined the Ray cluster, or its GPU is not exposed to "
-              "the container, so Ray sees fewer GPUs than TP x PP (2).",
-        fix="Run `ray status` on the head: it must list 2 nodes and 2.0 GPU. Start/restart the "
+              "the container, so Ray sees fewer GPUs than {world_size}.",
+        fix="Run `ray status` on the head: it must list {node_count} and {gpus}. Start/restart the "
             "worker's `ray start --address=<head ip>:6379`; run every container with `--gpus all`.",
     ),
     FailureSignature(
@@ -171,7 +172,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         pattern=_re(r"Waiting for creating a placement group"),
         title="vLLM is still waiting for Ray to provide GPUs",
         cause="Ray does not (yet) see enough GPUs, or the node IPs of Ray and vLLM differ.",
-        fix="Check `ray status` (2 nodes, 2.0 GPU) and that VLLM_HOST_IP on each node equals the "
+        fix="Check `ray status` ({node_count}, {gpus}) and that VLLM_HOST_IP on each node equals the "
             "IP Ray registered for it.",
     ),
     # --- vLLM arguments and model ---------------------------------------------------------------
@@ -205,7 +206,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         title="The image's vLLM does not support model architecture {arch}",
         cause="The image's vLLM is too old for this model.",
         fix="Use an image with a newer vLLM that supports {arch} (for Qwen3.5, e.g. "
-            "hellohal2064/vllm-qwen3.5-gb10), on both nodes.",
+            "hellohal2064/vllm-qwen3.5-gb10), on {every_node}.",
     ),
     FailureSignature(
         id="hf_gated_repo", role="cause", fatal=True,
@@ -213,7 +214,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         title="The model is gated on Hugging Face and no valid token was given",
         cause="The model repo is gated: it needs an accepted licence and a token.",
         fix="Accept the model's licence on huggingface.co, set HF_TOKEN (the secret) for the "
-            "containers on both nodes; or point the model at a local path already downloaded.",
+            "containers on {every_node}; or point the model at a local path already downloaded.",
     ),
     FailureSignature(
         id="hf_repo_not_found", role="cause", fatal=True,
@@ -239,7 +240,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="The model argument is not an existing path inside the container, so it was read "
               "as a repo id, and it is not of the form owner/name.",
         fix="Check the model id (owner/name); if it is a local path, mount it into the "
-            "container at that path on both nodes.",
+            "container at that path on {every_node}.",
     ),
     # --- memory ----------------------------------------------------------------------------------
     FailureSignature(
@@ -249,7 +250,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         title="Not enough free memory for --gpu-memory-utilization at startup",
         cause="GB10 unified memory is held by the page cache or other processes, so less is "
               "free than --gpu-memory-utilization asks for.",
-        fix="Lower --gpu-memory-utilization to 0.7-0.85; drop caches on both nodes "
+        fix="Lower --gpu-memory-utilization to 0.7-0.85; drop caches on {every_node} "
             "(`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`) and stop other GPU processes.",
     ),
     FailureSignature(
@@ -293,7 +294,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         pattern=_re(r"ibv_modify_qp failed with 110\b"),
         title="RDMA connection between the nodes timed out",
         cause="NCCL chose the wrong HCA or subnet for the RoCE connection.",
-        fix="Set NCCL_IB_SUBNET_AWARE_ROUTING=1 and NCCL_IB_MERGE_NICS=0 on both nodes; check "
+        fix="Set NCCL_IB_SUBNET_AWARE_ROUTING=1 and NCCL_IB_MERGE_NICS=0 on {every_node}; check "
             "NCCL_IB_HCA lists only the (Up) RoCE devices on the same subnet.",
     ),
     FailureSignature(
@@ -320,7 +321,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         title="NCCL communication failed",
         cause="NCCL reported an error between the nodes (RDMA/RoCE setup or a peer that died).",
         fix="Relaunch with NCCL_DEBUG=INFO and read the `NCCL WARN` lines before this one; "
-            "check `ibdev2netdev` (Up), NCCL_IB_HCA and NCCL_SOCKET_IFNAME on both nodes.",
+            "check `ibdev2netdev` (Up), NCCL_IB_HCA and NCCL_SOCKET_IFNAME on {every_node}.",
     ),
     FailureSignature(
         id="gloo_interface_missing", role="cause", fatal=True,
@@ -341,7 +342,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="Gloo bound to the wrong network interface (hostname did not resolve to the "
               "fabric address).",
         fix="Set GLOO_SOCKET_IFNAME to the fabric interface name (e.g. enp1s0f1np1) and "
-            "VLLM_HOST_IP to the node's fabric IP on both nodes.",
+            "VLLM_HOST_IP to the node's fabric IP on {every_node}.",
     ),
     FailureSignature(
         id="gloo_hostname_unresolved", role="cause", fatal=False,
@@ -481,9 +482,9 @@ NCCL_INIT_HANG = KnownFailure(
     title="NCCL initialisation hang",
     cause="NCCL printed its initialisation lines, then went silent: NCCL initialisation hang "
     "(RoCE link, interface or GID problem between the nodes).",
-    fix="Check the RoCE link (`ibdev2netdev` shows (Up) on both nodes), the interfaces and the "
+    fix="Check the RoCE link (`ibdev2netdev` shows (Up) on {every_node}), the interfaces and the "
     "GID index (leave NCCL_IB_GID_INDEX unset); set NCCL_IB_HCA to the (Up) RoCE devices and "
-    "NCCL_SOCKET_IFNAME to the fabric interface on both nodes; relaunch with NCCL_DEBUG=INFO.",
+    "NCCL_SOCKET_IFNAME to the fabric interface on {every_node}; relaunch with NCCL_DEBUG=INFO.",
 )
 
 RANKS_NOT_JOINED = KnownFailure(
@@ -548,6 +549,17 @@ def _render(text: str, values: dict[str, str | None]) -> str:
     return _FIELD.sub(sub, text)
 
 
+def cluster_words(nodes: int | None = None, world_size: int | None = None) -> dict[str, str]:
+    """What the texts' `{every_node}`, `{node_count}`, `{gpus}` and `{world_size}` say for this
+    cluster (the config's node count and TP x PP), or in general when it is not known."""
+    return {
+        "every_node": "every node" if nodes is None else "both nodes" if nodes == 2 else f"all {nodes} nodes",
+        "node_count": "every node" if nodes is None else f"{nodes} node{'' if nodes == 1 else 's'}",
+        "gpus": "TP x PP GPUs" if world_size is None else f"{world_size:.1f} GPU",
+        "world_size": "TP x PP" if world_size is None else f"TP x PP ({world_size})",
+    }
+
+
 def _diagnosis(
     known: KnownFailure,
     evidence: str,
@@ -555,7 +567,7 @@ def _diagnosis(
     context: Iterable[str],
     values: dict[str, str | None] | None = None,
 ) -> Diagnosis:
-    values = values or {}
+    values = {**cluster_words(), **(values or {})}
     return Diagnosis(
         signature_id=known.id,
         title=_render(known.title, values),
@@ -622,8 +634,12 @@ class LogDiagnoser:
     Only the last `keep_lines` non-empty lines, the first fatal cause, the first fatal symptom
     and the first finding per signature are kept, however long the log."""
 
-    def __init__(self, keep_lines: int = 200, table: tuple[FailureSignature, ...] = SIGNATURES) -> None:
+    def __init__(
+        self, keep_lines: int = 200, table: tuple[FailureSignature, ...] = SIGNATURES,
+        words: dict[str, str] | None = None,
+    ) -> None:
         self._table = table
+        self._words = words or cluster_words()
         self._keep = max(keep_lines, UNRECOGNISED_TAIL + 1, max(s.window for s in table))
         # (line_number, cleaned line, prefix-stripped message) of recent non-empty lines
         self._recent: deque[tuple[int, str, str]] = deque(maxlen=self._keep)
@@ -701,10 +717,10 @@ class LogDiagnoser:
             if sig.fatal:
                 if sig.role == "cause" and self._first_cause is None:
                     self._first_cause = _diagnosis(
-                        sig, cleaned, self._line_number, context, m.groupdict()
+                        sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
                     )
                 elif sig.role == "symptom" and self._first_symptom is None:
-                    symptom = _diagnosis(sig, cleaned, self._line_number, context, m.groupdict())
+                    symptom = _diagnosis(sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()})
                     earlier = first_error(c for _, c, _ in self._recent)
                     if earlier is not None:  # no known cause: name the first error before it
                         symptom = symptom.model_copy(update={"cause": f"{symptom.cause} Likely cause "
@@ -713,7 +729,7 @@ class LogDiagnoser:
                 result = self.diagnosis
             elif sig.id not in self._findings:
                 self._findings[sig.id] = _diagnosis(
-                    sig, cleaned, self._line_number, context, m.groupdict()
+                    sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
                 )
         self._recent.append((self._line_number, cleaned, message))
         return result
@@ -722,7 +738,7 @@ class LogDiagnoser:
         """Diagnosis for "no output for `idle_seconds` in `phase`": an NCCL initialisation hang
         when the last lines are NCCL's (the last non-empty line and most of the last
         STALL_WINDOW are), else a generic stall with the last line as evidence."""
-        values = {"phase": phase, "idle": _human_seconds(idle_seconds)}
+        values = {**self._words, "phase": phase, "idle": _human_seconds(idle_seconds)}
         recent = list(self._recent)
         window = recent[-STALL_WINDOW:]
         nccl = [is_nccl_line(msg) for _, _, msg in window]
@@ -749,10 +765,12 @@ class LogDiagnoser:
         return _diagnosis(STALLED, cleaned, n, before, values)
 
 
-def diagnose(lines: Iterable[str], table: tuple[FailureSignature, ...] = SIGNATURES) -> Diagnosis | None:
+def diagnose(
+    lines: Iterable[str], table: tuple[FailureSignature, ...] = SIGNATURES, words: dict[str, str] | None = None,
+) -> Diagnosis | None:
     """Diagnose a whole log: the first fatal cause, else the first fatal symptom, else the
     first non-fatal finding, else None."""
-    d = LogDiagnoser(table=table)
+    d = LogDiagnoser(table=table, words=words)
     for line in lines:
         d.feed(line)
     return d.diagnosis

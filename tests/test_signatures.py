@@ -14,6 +14,7 @@ from cluster.signatures import (
     Diagnosis,
     FailureSignature,
     LogDiagnoser,
+    cluster_words,
     diagnose,
     match_line,
     unrecognised,
@@ -586,3 +587,14 @@ def test_is_nccl_line():
         "",
     ):
         assert not is_nccl_line(line), line
+
+
+def test_texts_speak_of_this_clusters_nodes_and_gpus():
+    line = "ValueError: Cannot provide a placement group of placement_group_specs=[{'GPU': 1.0}] within 1800 seconds."
+    three = diagnose([line], words=cluster_words(3, 3))
+    assert "it must list 3 nodes and 3.0 GPU" in three.fix and "TP x PP (3)" in three.cause
+    general = diagnose([line])
+    assert "it must list every node and TP x PP GPUs" in general.fix
+    assert "{" not in general.fix + general.cause
+    hca = diagnose(["ibv_modify_qp failed with 110 (Connection timed out)"], words=cluster_words(3, 3))
+    assert "all 3 nodes" in hca.fix and "both nodes" not in hca.fix
