@@ -3,7 +3,6 @@ appears, and turn a fatal line, a container death, a stall or a phase timeout in
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.logtext import ray_repeats, strip_prefixes
 from cluster.monitor import ClusterMonitor, ContainerExited, FollowLost, LogLine, MonitorItem, StopRequested
 from cluster.report import Report
-from cluster.signatures import Diagnosis, LogDiagnoser, cluster_words, diagnose, unrecognised, with_knowledge
+from cluster.signatures import Diagnosis, LogDiagnoser, diagnose, for_cluster, unrecognised
 
 
 @dataclass
@@ -29,17 +28,16 @@ class Expectation:
     seen: dict[int, list[LogLine]] = field(default_factory=dict)  # per spelling index
     tally: dict[int, int] = field(default_factory=dict)  # lines per spelling, Ray's repeats included
 
-    def offer(self, line: LogLine) -> bool:
-        """Record `line` if it is one of this checkpoint's lines; True if it was."""
+    def offer(self, line: LogLine) -> None:
+        """Record `line` if it is one of this checkpoint's lines (its first matching spelling)."""
         if self.done or (self.nodes is not None and line.node not in self.nodes):
-            return False
+            return
         message = strip_prefixes(line.text)
         for index, spelling in enumerate(self.spellings):
             if spelling.pattern.search(message):
                 self.seen.setdefault(index, []).append(line)
                 self.tally[index] = self.tally.get(index, 0) + 1 + ray_repeats(line.text)
-                return True
-        return False
+                return
 
     @property
     def lines(self) -> list[LogLine]:
@@ -61,6 +59,10 @@ class Expectation:
         return any(seen >= self.count for seen in self.tally.values())
 
 
+# A later checkpoint's line proves the earlier ones happened; their own lines, when they come
+# at all, may trail it by moments (another node's log stream): wait this long for them.
+PROOF_GRACE_S = 1.0
+
 @dataclass
 class _Proof:
     """A later checkpoint done before earlier ones: the earlier lines get until `deadline`."""
@@ -70,10 +72,6 @@ class _Proof:
     evidence: str
     deadline: float = field(default_factory=lambda: time.monotonic() + PROOF_GRACE_S)
 
-
-# A later checkpoint's line proves the earlier ones happened; their own lines, when they come
-# at all, may trail it by moments (another node's log stream): wait this long for them.
-PROOF_GRACE_S = 1.0
 
 # A fatal symptom ("EngineCore failed to start.") is often printed before the traceback that
 # holds its cause; wait this long for the cause before reporting the symptom.
@@ -91,8 +89,7 @@ class LogFollower:
         self._symptom: tuple[str, float] | None = None  # node, deadline for its cause
         self._reported_findings: set[str] = set()
         self._stop: tuple[str, str] | None = None  # node, what stopped it, once a stop is asked
-        self._table = with_knowledge(config.knowledge)
-        self._words = cluster_words(len(config.nodes), config.serve.world_size)
+        self._table, self._words = for_cluster(config)
 
     async def _next(self, timeout: float | None) -> MonitorItem | None:
         """The next item; None when a pending symptom's grace ran out first."""

@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cluster.config import Knowledge
+from cluster.config import ClusterConfig, Knowledge
 from cluster.logtext import clean_line, is_nccl_line, strip_prefixes
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "match_line",
     "with_knowledge",
     "cluster_words",
+    "for_cluster",
     "diagnose",
     "LogDiagnoser",
     "unrecognised",
@@ -558,6 +559,12 @@ def cluster_words(nodes: int | None = None, world_size: int | None = None) -> di
         "gpus": "TP x PP GPUs" if world_size is None else f"{world_size:.1f} GPU",
         "world_size": "TP x PP" if world_size is None else f"TP x PP ({world_size})",
     }
+
+
+def for_cluster(config: ClusterConfig) -> tuple[tuple[FailureSignature, ...], dict[str, str]]:
+    """This cluster's failure table (its knowledge file's rows first) and the words its texts
+    use, as `LogDiagnoser` and `diagnose` take them."""
+    return with_knowledge(config.knowledge), cluster_words(len(config.nodes), config.serve.world_size)
 
 
 def _diagnosis(

@@ -18,7 +18,7 @@ from cluster.launch import api_base_url
 from cluster.nodes import ClusterConnection
 from cluster.ray_status import parse_ray_status, shortfall
 from cluster.report import Report
-from cluster.signatures import FailureSignature, cluster_words, diagnose, with_knowledge
+from cluster.signatures import diagnose, for_cluster
 
 
 async def verify(
@@ -46,7 +46,7 @@ async def verify(
     down = [s for s in states if not s.running]
     if down:
         state = down[0]
-        diagnosis = diagnose(tails[state.node], *_knowledge(config)) if state.present else None
+        diagnosis = diagnose(tails[state.node], *for_cluster(config)) if state.present else None
         yield failed(
             "containers",
             f"{name} on {state.node} is {state.status}" + (f" (exit code {state.exit_code})" if state.exit_code is not None else ""),
@@ -86,7 +86,7 @@ async def verify(
     async with api.api_client(base_url, read_timeout=config.timeouts.api) as client:
         ok, detail = await api.health(client)
         if not ok:
-            diagnosis = diagnose(tails[head.name], *_knowledge(config))
+            diagnosis = diagnose(tails[head.name], *for_cluster(config))
             yield failed("health", detail, diagnosis.cause if diagnosis else "the API server is not healthy",
                          diagnosis.fix if diagnosis else "read the head's log tail; `down` then `up` relaunches",
                          node=head.name, tail=tails[head.name],
@@ -125,7 +125,3 @@ def _duration(delta) -> str:
     minutes, seconds = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
 
-
-def _knowledge(config: ClusterConfig) -> tuple[tuple[FailureSignature, ...], dict[str, str]]:
-    """The failure table and the words for this cluster, as `diagnose` takes them."""
-    return with_knowledge(config.knowledge), cluster_words(len(config.nodes), config.serve.world_size)
