@@ -65,6 +65,9 @@ class SSHConfig(_Model):
     known_hosts: Path = Field(Path("~/.ssh/known_hosts"))
     jump: Name | None = Field(None, description="name of the node to tunnel through")
     keepalive_interval: Seconds = 15
+    config_file: Path | None = Field(
+        None, description="an OpenSSH client config to honour (Host aliases, ProxyCommand...); "
+        "none is read unless named, and agent forwarding stays off either way")
 
 
 class NodeConfig(_Model):
@@ -221,6 +224,8 @@ class Knowledge(_Model):
 
 class Timeouts(_Model):
     connect: Seconds = 10
+    docker: Seconds = Field(30, description="bound on each Docker API request (inspect, create, "
+                            "exec...); followed logs and events are bounded by the phase timeouts")
     preflight: Seconds = 60
     containers: Seconds = 180
     ray: Seconds = 180
@@ -277,7 +282,7 @@ class ClusterConfig(_Model):
         raise KeyError(name)
 
     def with_paths_relative_to(self, base: Path) -> ClusterConfig:
-        """Resolve `~` and relative key/known_hosts/mount paths against the config's folder."""
+        """Resolve `~` and relative key/known_hosts/ssh config/mount paths against the config's folder."""
 
         def resolve(path: Path | None) -> Path | None:
             if path is None:
@@ -289,7 +294,8 @@ class ClusterConfig(_Model):
             node.model_copy(
                 update={
                     "ssh": node.ssh.model_copy(
-                        update={"key": resolve(node.ssh.key), "known_hosts": resolve(node.ssh.known_hosts)}
+                        update={"key": resolve(node.ssh.key), "known_hosts": resolve(node.ssh.known_hosts),
+                                "config_file": resolve(node.ssh.config_file)}
                     )
                 }
             )

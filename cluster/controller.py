@@ -71,7 +71,7 @@ class Controller:
             healthy, detail = None, "not asked: the head is unreachable or its container is not running"
             version = None
             head_running = any(s.running for s in states if s.node == self.config.head.name)
-            if self.config.head.name in connection.nodes and head_running:
+            if head_running:
                 base_url = await api_base_url(self.config, connection.head)
                 async with api.api_client(base_url, read_timeout=10) as client:
                     healthy, detail = await api.health(client)
@@ -147,7 +147,7 @@ class Controller:
                 if isinstance(result, BaseException):
                     if not isinstance(result, Exception):
                         raise result
-                    removed, detail = False, f"could not remove {name} from {node.name}: {result!r}"
+                    removed, detail = False, f"could not remove {name} from {node.name}: {result}"
                 else:
                     removed, detail = result
                 yield Removed(elapsed_s=report.elapsed(), node=node.name, container=name,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from cluster.errors import InterfaceProblem
+
 _IBDEV_LINE = re.compile(r"^(?P<dev>\S+) port \d+ ==> (?P<netdev>\S+) \((?P<state>\w+)\)")
 _IP_ADDR_LINE = re.compile(r"^\d+:\s+(?P<ifname>[^\s:@]+)\S*\s+inet\s+(?P<ip>[\d.]+)/\d+")
 
@@ -44,10 +46,6 @@ def ipv4_addresses(ip_addr_output: str) -> dict[str, list[str]]:
         if match:
             addresses.setdefault(match["ifname"], []).append(match["ip"])
     return addresses
-
-
-class InterfaceProblem(ValueError):
-    """The node's interfaces do not match what the config asks for."""
 
 
 def resolve_interfaces(

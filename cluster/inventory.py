@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-import aiodocker
-
 from cluster.config import Secrets
 from cluster.containers import LABEL_CLUSTER
+from cluster.errors import ContainerMissing
 from cluster.events import ContainerState
 from cluster.logtext import clean_line
 from cluster.nodes import NodeConnection
@@ -15,12 +14,9 @@ from cluster.timestamps import parse_docker_timestamp
 
 
 async def container_state(node: NodeConnection, name: str) -> ContainerState:
-    try:
-        info = await node.docker.containers.container(name).show()
-    except aiodocker.DockerError as error:
-        if error.status == 404:
-            return ContainerState(node=node.name, container=name, present=False)
-        raise
+    info = await node.docker.find_container(name)
+    if info is None:
+        return ContainerState(node=node.name, container=name, present=False)
     state = info["State"]
     return ContainerState(
         node=node.name,
@@ -41,12 +37,10 @@ async def container_states(nodes: list[NodeConnection], name: str) -> list[Conta
 async def read_log_tail(node: NodeConnection, name: str, lines: int, secrets: Secrets) -> list[str]:
     """The last `lines` lines of our container's log, cleaned and redacted; [] if it is gone."""
     try:
-        raw = await node.docker.containers.container(name).log(stdout=True, stderr=True, tail=str(lines))
-    except aiodocker.DockerError as error:
-        if error.status == 404:
-            return []
-        raise
-    return [secrets.redact(clean_line(line)) for line in "".join(raw).splitlines()][-lines:]
+        raw = await node.docker.log_tail(name, lines)
+    except ContainerMissing:
+        return []
+    return [secrets.redact(clean_line(line)) for line in raw.splitlines()][-lines:]
 
 
 async def remove_container(
@@ -54,14 +48,10 @@ async def remove_container(
 ) -> tuple[bool, str]:
     """Stop and remove `name` on `node`; with `owner`, only if spark-bot started it for that
     cluster (a container someone started by hand under the same name is left alone)."""
-    container = node.docker.containers.container(name)
     async with asyncio.timeout(timeout):
-        try:
-            info = await container.show()
-        except aiodocker.DockerError as error:
-            if error.status == 404:
-                return False, f"no container {name} on {node.name}"
-            raise
+        info = await node.docker.find_container(name)
+        if info is None:
+            return False, f"no container {name} on {node.name}"
         labels = info["Config"].get("Labels") or {}
         if owner is not None and labels.get(LABEL_CLUSTER) != owner:
             return False, (
@@ -71,6 +61,6 @@ async def remove_container(
         status = info["State"]["Status"]
         if info["State"].get("Running"):
             # SIGTERM, then SIGKILL after the grace: half the time allowed, the delete needs the rest
-            await container.stop(t=max(1, int(min(timeout / 2, 30))))
-        await container.delete(force=True)
+            await node.docker.stop(name, grace_s=max(1, int(min(timeout / 2, 30))))
+        await node.docker.remove(name)
     return True, f"removed {name} ({info['Id'][:12]}, was {status}) from {node.name}"

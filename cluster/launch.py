@@ -11,14 +11,12 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-import aiodocker
 import httpx
 
 from cluster import api
 from cluster.bench.stream import sample_completion
 from cluster.checkpoints import BY_ID, RAY_RUNTIME_STARTED, launch_plan, spellings_for
 from cluster.config import ClusterConfig, Secrets
-from cluster.container_exec import exec_output
 from cluster.containers import (
     Role,
     create_body,
@@ -28,7 +26,7 @@ from cluster.containers import (
     ray_worker_command,
     serve_command,
 )
-from cluster.errors import NodeError
+from cluster.errors import DockerRefused, NodeError
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
 from cluster.follow import Expectation, LogFollower
 from cluster.inventory import remove_container
@@ -46,14 +44,6 @@ from cluster.report import Report
 log = logging.getLogger(__name__)
 RAY_STARTED = BY_ID["containers"]
 HEALTH_PROBE_TIMEOUT_S = 5.0
-_AIODOCKER_CONNECTION_ERROR = 900  # aiodocker's status for "cannot connect to the engine"
-
-
-class ContainerStartFailed(Exception):
-    def __init__(self, node: str, error: aiodocker.DockerError):
-        super().__init__(f"{node}: {error}")
-        self.node = node
-        self.error = error
 
 
 class Launch:
@@ -144,9 +134,7 @@ class Launch:
         assert facts.interfaces is not None
         env = node_environment(self.config, facts.interfaces, self.secrets)
         body = create_body(self.config, node.config, role, command, env, facts.home)
-        container = await node.docker.containers.create(body, name=self.config.container.name)
-        await container.start()
-        return container.id
+        return await node.docker.create_and_start(body, self.config.container.name)
 
     def _head_ip(self) -> str:
         interfaces = self.preflight.facts[self.config.head.name].interfaces
@@ -154,29 +142,27 @@ class Launch:
         return interfaces.local_ip
 
     async def _start_all(self, roles: list[tuple[NodeConnection, Role, list[str]]]) -> dict[str, str]:
-        """Start containers on several nodes at once; ContainerStartFailed names the node."""
+        """Start containers on several nodes at once; a NodeError names the first node that failed."""
         results = await asyncio.gather(
             *(self._start_container(n, r, c) for n, r, c in roles), return_exceptions=True
         )
-        for (node, _, _), result in zip(roles, results, strict=True):
-            if isinstance(result, aiodocker.DockerError):
-                raise ContainerStartFailed(node.name, result)
+        for result in results:
             if isinstance(result, BaseException):
                 raise result
         return {node.name: cid for (node, _, _), cid in zip(roles, results, strict=True)}
 
-    def _containers_failed(self, failure: ContainerStartFailed) -> Failed:
-        node, error = failure.node, failure.error
-        if error.status == _AIODOCKER_CONNECTION_ERROR:
-            summary = f"lost the connection to the Docker engine on {node}: {error.message}"
-            cause = "the node's Docker engine or the SSH connection carrying it went away"
-            fix = f"check `systemctl status docker` and SSH on {node}, then `up` again"
-        else:
+    def _containers_failed(self, error: NodeError) -> Failed:
+        node = error.node
+        if isinstance(error, DockerRefused):
             summary = f"Docker refused to create or start the container on {node}: {error.message}"
             cause = "the container settings are not accepted by this node's Docker engine"
             fix = ("check the container section of the config (devices, GPU request, mounts, "
                    "ulimits) against the node (`docker info`; NVIDIA container toolkit for gpus: true)")
-        return self.report.failed(RAY_STARTED, summary, cause=cause, fix=fix, node=node, evidence=str(error))
+            evidence = f"{error.status}: {error.message}"
+        else:
+            summary = f"{node}: {error.problem}"
+            cause, fix, evidence = error.cause, error.fix, error.problem
+        return self.report.failed(RAY_STARTED, summary, cause=cause, fix=fix, node=node, evidence=evidence)
 
     async def _ray_steps(self) -> AsyncIterator[Event]:
         head = self.connection.head
@@ -188,8 +174,8 @@ class Launch:
         )
         try:
             ids = await self._start_all([(head, "head", ray_head_command(self.config, head_facts.interfaces))])
-        except ContainerStartFailed as failure:
-            yield self._containers_failed(failure)
+        except NodeError as error:
+            yield self._containers_failed(error)
             return
         yield Progress(elapsed_s=self.report.elapsed(), phase="containers", node=head.name,
                        message=f"head container {ids[head.name][:12]} started: ray start --head")
@@ -203,8 +189,8 @@ class Launch:
         ]
         try:
             ids.update(await self._start_all(roles))
-        except ContainerStartFailed as failure:
-            yield self._containers_failed(failure)
+        except NodeError as error:
+            yield self._containers_failed(error)
             return
         joined = [
             Expectation(BY_ID["containers"], RAY_RUNTIME_STARTED, nodes=frozenset({w.name}), node=w.name)
@@ -235,9 +221,7 @@ class Launch:
             if isinstance(event, Failed):
                 return
         serve = into_container_log(serve_command(self.config))
-        container = head.docker.containers.container(self.config.container.name)
-        execution = await container.exec(serve)
-        await execution.start(detach=True)
+        await head.docker.exec_detached(self.config.container.name, serve)
         yield Progress(elapsed_s=self.report.elapsed(), phase="weights", node=head.name,
                        message="vllm serve started on the head: " + " ".join(serve_command(self.config)))
 
@@ -251,12 +235,12 @@ class Launch:
         """
         want_nodes = len(self.config.nodes)
         want_gpus = self.config.serve.world_size
-        container = head.docker.containers.container(self.config.container.name)
         timeout = self.config.timeouts.ray if timeout is None else timeout
         deadline = time.monotonic() + timeout
         delay = 0.2
         while True:
-            output = await exec_output(container, ["ray", "status"], timeout=self.config.timeouts.ray)
+            output = await head.docker.exec_output(self.config.container.name, ["ray", "status"],
+                                                   timeout=self.config.timeouts.ray)
             state = parse_ray_status(output)
             lacking = shortfall(state, want_nodes, want_gpus)
             tail = output.splitlines()[-20:]
@@ -285,8 +269,8 @@ class Launch:
         try:
             ids = await self._start_all([r for r in roles if r[0] is not head])
             ids.update(await self._start_all([r for r in roles if r[0] is head]))
-        except ContainerStartFailed as failure:
-            yield self._containers_failed(failure)
+        except NodeError as error:
+            yield self._containers_failed(error)
             return
         yield self.report.passed(
             RAY_STARTED,

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 
-import aiodocker
-import aiohttp
-
 from cluster.config import Secrets
+from cluster.errors import ContainerMissing, NodeError
 from cluster.logtext import clean_line
 from cluster.nodes import NodeConnection
 from cluster.timestamps import parse_docker_timestamp
@@ -93,12 +90,10 @@ class ClusterMonitor:
             return await self._queue.get()
 
     async def _follow_log(self, node: NodeConnection, backlog: int | str) -> None:
-        container = node.docker.containers.container(self.container_name)
+        name = self.container_name
         pending = ""
-        stream = container.log(
-            stdout=True, stderr=True, follow=True, tail=str(backlog), timestamps=True
-        )
         try:
+            stream = node.docker.follow_log(name, backlog=backlog, timestamps=True)
             async with contextlib.aclosing(stream):
                 async for chunk in stream:
                     pending += chunk
@@ -109,20 +104,19 @@ class ClusterMonitor:
                 self._publish_line(node.name, pending)
             # The stream ends when the container stops: say how it ended, in case the
             # event stream (subscribed after the start) missed the `die`.
-            state = (await container.show())["State"]
+            state = (await node.docker.inspect_container(name))["State"]
             if not state.get("Running"):
                 self._queue.put_nowait(
                     ContainerExited(node.name, state.get("ExitCode"), bool(state.get("OOMKilled")))
                 )
-        except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
-            if isinstance(exc, aiodocker.DockerError) and exc.status == 404:
-                self._queue.put_nowait(FollowLost(
-                    node.name, f"container {self.container_name} no longer exists on {node.name}",
-                    cause="the container was removed (by hand, or by another spark-bot or launcher)",
-                    fix="find out who removed it (`docker events` on the node); `up` launches again",
-                ))
-            else:
-                self._queue.put_nowait(FollowLost(node.name, f"log stream broke: {exc}"))
+        except ContainerMissing:
+            self._queue.put_nowait(FollowLost(
+                node.name, f"container {name} no longer exists on {node.name}",
+                cause="the container was removed (by hand, or by another spark-bot or launcher)",
+                fix="find out who removed it (`docker events` on the node); `up` launches again",
+            ))
+        except NodeError as exc:
+            self._queue.put_nowait(FollowLost(node.name, f"log stream broke: {exc.problem}"))
 
     def _publish_line(self, node: str, raw: str) -> None:
         stamp, _, line = raw.partition(" ")
@@ -132,29 +126,27 @@ class ClusterMonitor:
         self._queue.put_nowait(LogLine(node, text, logged_at))
 
     async def _watch_events(self, node: NodeConnection) -> None:
-        filters = json.dumps({"container": [self.container_name], "event": ["die", "oom", "kill"]})
-        subscriber = node.docker.events.subscribe(filters=filters)
         oom = False
         try:
-            while True:
-                event = await subscriber.get()
-                if event is None:
-                    self._queue.put_nowait(FollowLost(node.name, "Docker event stream ended"))
-                    return
-                attributes = event.get("Actor", {}).get("Attributes", {})
-                if event.get("Action") == "oom":
-                    oom = True
-                elif event.get("Action") == "kill":
-                    signal = int(attributes.get("signal") or 0)
-                    if signal in GRACEFUL_SIGNALS:
-                        self._queue.put_nowait(StopRequested(node.name, signal))
-                elif event.get("Action") == "die":
-                    code = attributes.get("exitCode")
-                    self._queue.put_nowait(
-                        ContainerExited(node.name, int(code) if code is not None else None, oom)
-                    )
-        finally:
-            await node.docker.events.stop()
+            events = node.docker.events(self.container_name, ["die", "oom", "kill"])
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    attributes = event.get("Actor", {}).get("Attributes", {})
+                    if event.get("Action") == "oom":
+                        oom = True
+                    elif event.get("Action") == "kill":
+                        signal = int(attributes.get("signal") or 0)
+                        if signal in GRACEFUL_SIGNALS:
+                            self._queue.put_nowait(StopRequested(node.name, signal))
+                    elif event.get("Action") == "die":
+                        code = attributes.get("exitCode")
+                        self._queue.put_nowait(
+                            ContainerExited(node.name, int(code) if code is not None else None, oom)
+                        )
+        except NodeError as exc:
+            self._queue.put_nowait(FollowLost(node.name, f"Docker event stream broke: {exc.problem}"))
+            return
+        self._queue.put_nowait(FollowLost(node.name, "Docker event stream ended"))
 
     async def aclose(self) -> None:
         for task in self._tasks:

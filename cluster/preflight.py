@@ -8,8 +8,6 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-import aiodocker
-
 from cluster.checkpoints import BY_ID, PREFLIGHT
 from cluster.config import ClusterConfig
 from cluster.containers import LABEL_CLUSTER
@@ -63,16 +61,8 @@ class Preflight:
                     if isinstance(event, CheckpointPassed):
                         passed.add(event.checkpoint)
                     yield event
-        except (NodeError, aiodocker.DockerError) as error:
-            step = next(c for c in PREFLIGHT if c.id not in passed)
-            if isinstance(error, NodeError):
-                yield self.report.unreachable(error, step)
-            else:
-                yield self._failed(
-                    step.id, None, f"a Docker engine answered an error during {step.title}: {error.message}",
-                    "the node's Docker engine failed the request",
-                    "check `docker info` and `journalctl -u docker` on the nodes, then try again",
-                )
+        except NodeError as error:
+            yield self.report.unreachable(error, next(c for c in PREFLIGHT if c.id not in passed))
 
     async def _checks(self) -> AsyncIterator[Event]:
         config = self.config
@@ -176,7 +166,7 @@ class Preflight:
             )
             return
         for node, _ in stale:
-            await node.docker.containers.container(config.container.name).delete(force=True)
+            await node.docker.remove(config.container.name)
         yield self._passed(
             "no_stale_container",
             "replaced: " + ", ".join(f"{n.name} ({state})" for n, state in stale)
@@ -222,17 +212,9 @@ class Preflight:
         match = _MEM_AVAILABLE.search(meminfo.stdout)
         facts.mem_available_gib = int(match[1]) / 1024**2 if match else 0.0
         facts.home = home.stdout.strip() or "/root"
-        try:
-            facts.image_id = (await node.docker.images.inspect(config.container.image))["Id"]
-        except aiodocker.DockerError as error:
-            if error.status != 404:
-                raise
-        try:
-            info = await node.docker.containers.container(config.container.name).show()
-        except aiodocker.DockerError as error:
-            if error.status != 404:
-                raise
-        else:
+        facts.image_id = await node.docker.image_id(config.container.image)
+        info = await node.docker.find_container(config.container.name)
+        if info is not None:
             ours = (info["Config"].get("Labels") or {}).get(LABEL_CLUSTER) == config.name
             facts.stale_container = info["State"]["Status"] + ("" if ours else ", not started by spark-bot")
         return facts

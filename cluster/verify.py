@@ -11,7 +11,6 @@ from cluster import api
 from cluster.bench.stream import sample_completion
 from cluster.checkpoints import verify_plan
 from cluster.config import ClusterConfig, Secrets
-from cluster.container_exec import exec_output
 from cluster.events import Event
 from cluster.inventory import container_states, read_log_tail
 from cluster.launch import api_base_url
@@ -70,8 +69,7 @@ async def verify(
 
     head = connection.head
     if "ray_cluster" in plan:
-        output = await exec_output(head.docker.containers.container(name), ["ray", "status"],
-                                   timeout=config.timeouts.ray)
+        output = await head.docker.exec_output(name, ["ray", "status"], timeout=config.timeouts.ray)
         state = parse_ray_status(output)
         lacking = shortfall(state, len(nodes), config.serve.world_size)
         if lacking is not None:

@@ -6,10 +6,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import aiodocker
-
 from cluster.config import NodeConfig
-from cluster.errors import NodeError
+from cluster.nodes.docker_engine import DockerEngine
 
 
 @dataclass(frozen=True)
@@ -23,19 +21,10 @@ class CommandResult:
         return self.exit_status == 0
 
 
-def command_failed(node: str, argv: Sequence[str], timeout: float, error: BaseException) -> NodeError:
-    """A command that could not run on the node (a timeout, a broken connection) as a NodeError."""
-    if isinstance(error, TimeoutError):
-        problem = f"`{argv[0]}` did not finish within {timeout:g} s"
-    else:
-        problem = f"`{argv[0]}` could not run ({type(error).__name__}: {error})"
-    return NodeError(node, problem, f"check that {node} is responsive (load, disk, sshd) and try again")
-
-
 class NodeConnection(ABC):
     """An open connection to one node; opened once per operation and always closed."""
 
-    def __init__(self, config: NodeConfig, docker: aiodocker.Docker, connect_s: float):
+    def __init__(self, config: NodeConfig, docker: DockerEngine, connect_s: float):
         self.config = config
         self.docker = docker
         self.connect_s = connect_s
@@ -46,7 +35,8 @@ class NodeConnection(ABC):
 
     @abstractmethod
     async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
-        """Run a command on the node (not in a container). argv is quoted by the driver."""
+        """Run a command on the node (not in a container). argv is quoted by the driver.
+        NodeTimedOut after `timeout`; NodeUnreachable when it cannot run at all."""
 
     @abstractmethod
     async def api_base_url(self, port: int) -> str:

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from cluster.config import ClusterConfig, NodeConfig
-from cluster.errors import NodeError
+from cluster.config import ClusterConfig, NodeConfig, Timeouts
+from cluster.errors import NodeError, NodeUnreachable
 from cluster.nodes.base import NodeConnection
 from cluster.nodes.local import LocalNode
 from cluster.nodes.ssh import SSHNode
@@ -31,13 +31,13 @@ class ClusterConnection:
 
 
 async def _connect_one(
-    config: NodeConfig, timeout: float, via: NodeConnection | None
+    config: NodeConfig, timeouts: Timeouts, via: NodeConnection | None
 ) -> NodeConnection:
     if config.driver == "local":
-        return await LocalNode.connect(config, timeout=timeout)
+        return await LocalNode.connect(config, timeout=timeouts.connect, call_timeout=timeouts.docker)
     if via is not None and not isinstance(via, SSHNode):
         raise NodeError(config.name, f"jump node {via.name} uses the local driver", "Give the jump node driver: ssh.")
-    return await SSHNode.connect(config, timeout=timeout, via=via)
+    return await SSHNode.connect(config, timeout=timeouts.connect, call_timeout=timeouts.docker, via=via)
 
 
 @asynccontextmanager
@@ -51,8 +51,8 @@ async def connect_cluster(config: ClusterConfig) -> AsyncIterator[ClusterConnect
         if node.ssh is not None and node.ssh.jump is not None:
             via = await opened[node.ssh.jump]
             if isinstance(via, NodeError):
-                raise NodeError(node.name, f"unreachable through {node.ssh.jump}", via.fix)
-        return await _connect_one(node, config.timeouts.connect, via)
+                raise NodeUnreachable(node.name, f"unreachable through {node.ssh.jump}", via.fix)
+        return await _connect_one(node, config.timeouts, via)
 
     try:
         async with asyncio.TaskGroup() as group:

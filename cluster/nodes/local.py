@@ -8,36 +8,35 @@ import time
 from collections.abc import Sequence
 
 from cluster.config import NodeConfig
-from cluster.nodes.base import CommandResult, NodeConnection, command_failed
-from cluster.nodes.docker_client import open_docker
+from cluster.nodes.base import CommandResult, NodeConnection
+from cluster.nodes.docker_engine import DockerEngine
+from cluster.nodes.seam import command_errors
 
 
 class LocalNode(NodeConnection):
     @classmethod
-    async def connect(cls, config: NodeConfig, *, timeout: float) -> LocalNode:
+    async def connect(cls, config: NodeConfig, *, timeout: float, call_timeout: float) -> LocalNode:
         started = time.monotonic()
-        docker = await open_docker(config, f"unix://{config.docker_socket}", timeout=timeout)
+        docker = await DockerEngine.open(config, f"unix://{config.docker_socket}",
+                                         connect_timeout=timeout, call_timeout=call_timeout)
         return cls(config, docker, time.monotonic() - started)
 
     async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
         env = {**os.environ, **self.config.local_env} if self.config.local_env else None
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
-            )
-        except FileNotFoundError:
-            return CommandResult(127, "", f"{argv[0]}: command not found")  # as a shell says it
-        except OSError as error:
-            raise command_failed(self.name, argv, timeout, error) from error
-        try:
-            async with asyncio.timeout(timeout):
-                stdout, stderr = await process.communicate()
-        except BaseException as error:  # a timeout or a cancel: the command must not outlive us
-            process.kill()
-            await process.wait()
-            if isinstance(error, TimeoutError):
-                raise command_failed(self.name, argv, timeout, error) from error
-            raise
+        with command_errors(self.name, argv, timeout):
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+                )
+            except FileNotFoundError:
+                return CommandResult(127, "", f"{argv[0]}: command not found")  # as a shell says it
+            try:
+                async with asyncio.timeout(timeout):
+                    stdout, stderr = await process.communicate()
+            except BaseException:  # a timeout or a cancel: the command must not outlive us
+                process.kill()
+                await process.wait()
+                raise
         return CommandResult(process.returncode or 0, stdout.decode(errors="replace"),
                              stderr.decode(errors="replace"))
 

@@ -8,14 +8,14 @@ import shlex
 import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import asyncssh
 
 from cluster.config import NodeConfig
-from cluster.errors import HostKeyMismatch, NodeError
-from cluster.nodes.base import CommandResult, NodeConnection, command_failed
-from cluster.nodes.docker_client import open_docker
+from cluster.errors import NodeError
+from cluster.nodes.base import CommandResult, NodeConnection
+from cluster.nodes.docker_engine import DockerEngine
+from cluster.nodes.seam import command_errors, ssh_login_errors
 
 
 class SSHNode(NodeConnection):
@@ -27,15 +27,17 @@ class SSHNode(NodeConnection):
 
     @classmethod
     async def connect(
-        cls, config: NodeConfig, *, timeout: float, via: SSHNode | None = None
+        cls, config: NodeConfig, *, timeout: float, call_timeout: float, via: SSHNode | None = None
     ) -> SSHNode:
         started = time.monotonic()
         connection = await _open_ssh(config, timeout=timeout, via=via)
         socket_dir = tempfile.mkdtemp(prefix=f"spark-bot-{config.name}-")
         try:
             local_socket = os.path.join(socket_dir, "docker.sock")
-            await connection.forward_local_path(local_socket, config.docker_socket)
-            docker = await open_docker(config, f"unix://{local_socket}", timeout=timeout)
+            with command_errors(config.name, ["forward the Docker socket"], timeout):
+                await connection.forward_local_path(local_socket, config.docker_socket)
+            docker = await DockerEngine.open(config, f"unix://{local_socket}",
+                                             connect_timeout=timeout, call_timeout=call_timeout)
         except BaseException:
             connection.close()
             _remove_socket_dir(socket_dir)
@@ -43,10 +45,8 @@ class SSHNode(NodeConnection):
         return cls(config, docker, time.monotonic() - started, connection, socket_dir)
 
     async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
-        try:
+        with command_errors(self.name, argv, timeout):
             result = await self.connection.run(shlex.join(argv), check=False, timeout=timeout)
-        except (asyncssh.Error, OSError, TimeoutError) as error:
-            raise command_failed(self.name, argv, timeout, error) from error
         return CommandResult(
             result.exit_status if result.exit_status is not None else -1,
             _text(result.stdout),
@@ -55,7 +55,8 @@ class SSHNode(NodeConnection):
 
     async def api_base_url(self, port: int) -> str:
         if port not in self._api_urls:
-            listener = await self.connection.forward_local_port("127.0.0.1", 0, "127.0.0.1", port)
+            with command_errors(self.name, [f"forward port {port}"], self.docker.call_timeout):
+                listener = await self.connection.forward_local_port("127.0.0.1", 0, "127.0.0.1", port)
             self._api_urls[port] = f"http://127.0.0.1:{listener.get_port()}"
         return self._api_urls[port]
 
@@ -81,47 +82,18 @@ async def _open_ssh(
         connect_timeout=timeout,
         keepalive_interval=ssh.keepalive_interval,
         tunnel=via.connection if via else (),
+        # The node never gets the bot's agent, whatever an OpenSSH config says; such a config
+        # is read only when the node's config names one.
+        agent_forwarding=False,
+        config=[str(ssh.config_file)] if ssh.config_file else None,
     )
     if ssh.key is not None:
         options["client_keys"] = [str(ssh.key)]
     missing = await asyncio.to_thread(_missing_local_file, config)
     if missing is not None:
         raise missing
-    try:
+    async with ssh_login_errors(config, where):
         return await asyncssh.connect(ssh.host, **options)
-    except asyncssh.HostKeyNotVerifiable as exc:
-        if not await asyncio.to_thread(_is_known, ssh.known_hosts, ssh.host, ssh.port):
-            raise HostKeyMismatch(
-                config.name,
-                f"{ssh.host} is not in {ssh.known_hosts}, so its host key cannot be checked",
-                f"Record it once from a trusted network: `ssh -p {ssh.port} {ssh.user}@{ssh.host}` "
-                f"(compare the fingerprint with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` "
-                f"on the node) or `ssh-keyscan -p {ssh.port} {ssh.host} >> {ssh.known_hosts}`",
-            ) from exc
-        raise HostKeyMismatch(
-            config.name,
-            f"SSH host key of {ssh.host} is not the one recorded in {ssh.known_hosts}, so the "
-            f"connection was refused ({exc.reason})",
-            "If the node was reinstalled, compare its "
-            f"key out of band (on the node: `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`; "
-            f"here: `ssh-keygen -F {ssh.host} -lf {ssh.known_hosts}`) and update known_hosts. "
-            "Host key checking stays on.",
-        ) from exc
-    except asyncssh.PermissionDenied as exc:
-        key = ssh.key or "the SSH agent's keys"
-        raise NodeError(
-            config.name,
-            f"SSH login as {where} was refused with {key}",
-            f"Add its public key to ~{ssh.user}/.ssh/authorized_keys on the node.",
-        ) from exc
-    except (OSError, asyncssh.Error, TimeoutError) as exc:
-        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or type(exc).__name__
-        raise NodeError(
-            config.name,
-            f"cannot reach sshd at {where} ({reason})",
-            "Is the node up and sshd running? "
-            f"Try `ssh -p {ssh.port} {ssh.user}@{ssh.host}` from the bot's machine.",
-        ) from exc
 
 
 def _missing_local_file(config: NodeConfig) -> NodeError | None:
@@ -135,10 +107,6 @@ def _missing_local_file(config: NodeConfig) -> NodeError | None:
                          f"Record the node's host key once from a trusted network (`ssh {ssh.user}@"
                          f"{ssh.host}`, checking the fingerprint) or point ssh.known_hosts at yours")
     return None
-
-
-def _is_known(known_hosts: Path, host: str, port: int) -> bool:
-    return bool(asyncssh.read_known_hosts(str(known_hosts)).match(host, host, port)[0])
 
 
 def _text(value: str | bytes | None) -> str:

@@ -15,8 +15,8 @@ from typing import Any
 import aiodocker
 import aiohttp
 
-from cluster.container_exec import exec_output
 from cluster.containers import into_container_log
+from cluster.nodes.docker_engine import DockerEngine
 
 API = "/v1.41"
 _HEX_ID = re.compile(r"\b[0-9a-f]{64}\b")
@@ -163,7 +163,11 @@ async def _scenario(t: Transcript, session: aiohttp.ClientSession, docker: aiodo
                                       "ExitCode": exec_info["ExitCode"], "ProcessConfig": exec_info["ProcessConfig"]})
         status, headers, raw = await _hijacked(socket_path, f"{API}/exec/{exec_id}/start", {"Detach": False, "Tty": False})
         t.add("exec start attached (hijacked)", {"status": status, "headers": headers, "frames": sorted(frames(raw))})
-        t.add("exec_output (controller)", await exec_output(container, ["echo", "hi"], timeout=30))
+        engine = DockerEngine("node", docker, call_timeout=30)
+        t.add("exec_output (controller)", await engine.exec_output(name, ["echo", "hi"], timeout=30))
+        followed = engine.follow_log(name, backlog=2, timestamps=False)
+        t.add("follow_log backlog (controller)", sorted([await anext(followed), await anext(followed)]))
+        await followed.aclose()
 
         # The controller's way of putting `vllm serve` output in the container log.
         execution = await container.exec(into_container_log(["sh", "-c", "echo via-exec; echo via-exec-err >&2"]))

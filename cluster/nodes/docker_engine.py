@@ -1,0 +1,157 @@
+"""One node's Docker engine, as the controller uses it: every request bounded, every error ours.
+
+A thin facade over aiodocker: each call runs under `timeouts.docker` (a hung engine becomes a
+NodeTimedOut naming the node, not a wait without end) and inside the error seam. Streams (a
+followed log, the event stream) have no overall bound; the phases that read them do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+import aiodocker
+import aiohttp
+from aiodocker.multiplexed import multiplexed_result_stream
+
+from cluster.config import NodeConfig
+from cluster.errors import ContainerMissing, ImageMissing
+from cluster.nodes.seam import docker_errors, opening_engine
+
+_UNBOUNDED = aiohttp.ClientTimeout(total=None, sock_read=None)
+
+
+class DockerEngine:
+    def __init__(self, node: str, client: aiodocker.Docker, call_timeout: float):
+        self.node = node
+        self.call_timeout = call_timeout
+        self._client = client
+
+    @classmethod
+    async def open(cls, config: NodeConfig, url: str, *, connect_timeout: float,
+                   call_timeout: float) -> DockerEngine:
+        """A client for the engine at `url`, proven to answer `/version`."""
+        client = aiodocker.Docker(url=url)
+        try:
+            with opening_engine(config):
+                async with asyncio.timeout(connect_timeout):
+                    await client.version()
+        except BaseException:
+            await client.close()
+            raise
+        return cls(config.name, client, call_timeout)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def _bounded(self, doing: str, call, *, container: str | None = None,
+                       image: str | None = None, extra_s: float = 0.0) -> Any:
+        timeout = self.call_timeout + extra_s
+        with docker_errors(self.node, doing, timeout=timeout, container=container, image=image):
+            async with asyncio.timeout(timeout):
+                return await call
+
+    async def version(self) -> dict:
+        return await self._bounded("answering /version", self._client.version())
+
+    async def inspect_container(self, name: str) -> dict:
+        """`docker inspect` of a container; ContainerMissing if there is none by that name."""
+        return await self._bounded(f"inspecting container {name}",
+                                   self._container(name).show(), container=name)
+
+    async def find_container(self, name: str) -> dict | None:
+        try:
+            return await self.inspect_container(name)
+        except ContainerMissing:
+            return None
+
+    async def image_id(self, reference: str) -> str | None:
+        """The ID of the image `reference` on this node, None when the node does not have it."""
+        try:
+            info = await self._bounded(f"inspecting image {reference}",
+                                       self._client.images.inspect(reference), image=reference)
+        except ImageMissing:
+            return None
+        return info["Id"]
+
+    async def create_and_start(self, body: dict, name: str) -> str:
+        async def create_and_start() -> str:
+            container = await self._client.containers.create(body, name=name)
+            await container.start()
+            return container.id
+
+        return await self._bounded(f"creating and starting container {name}", create_and_start())
+
+    async def stop(self, name: str, *, grace_s: int) -> None:
+        """SIGTERM, then SIGKILL after `grace_s` seconds."""
+        await self._bounded(f"stopping container {name}", self._container(name).stop(t=grace_s),
+                            container=name, extra_s=grace_s)
+
+    async def remove(self, name: str) -> None:
+        await self._bounded(f"removing container {name}", self._container(name).delete(force=True),
+                            container=name)
+
+    async def log_tail(self, name: str, lines: int) -> str:
+        chunks = await self._bounded(
+            f"reading container {name}'s log",
+            self._container(name).log(stdout=True, stderr=True, tail=str(lines)), container=name,
+        )
+        return "".join(chunks)
+
+    async def exec_output(self, name: str, argv: list[str], *, timeout: float) -> str:
+        """What `argv`, run inside container `name`, printed; NodeTimedOut after `timeout`."""
+        async def run() -> str:
+            execution = await self._container(name).exec(argv)
+            chunks = []
+            async with execution.start(detach=False) as stream:
+                while (message := await stream.read_out()) is not None:
+                    chunks.append(message.data.decode(errors="replace"))
+            return "".join(chunks)
+
+        return await self._bounded(f"running `{argv[0]}` in container {name}", run(), container=name,
+                                   extra_s=max(0.0, timeout - self.call_timeout))
+
+    async def exec_detached(self, name: str, argv: list[str]) -> None:
+        async def start() -> None:
+            execution = await self._container(name).exec(argv)
+            await execution.start(detach=True)
+
+        await self._bounded(f"starting `{argv[0]}` in container {name}", start(), container=name)
+
+    async def follow_log(self, name: str, *, backlog: int | str, timestamps: bool) -> AsyncIterator[str]:
+        """The container's log as it is written, from `backlog` lines back, until it stops."""
+        info = await self.inspect_container(name)
+        doing = f"following container {name}'s log"
+        with docker_errors(self.node, doing, timeout=None, container=name):
+            # Requested here rather than through aiodocker's `log(follow=True)`, whose response
+            # is never released when the follower stops early (Python then warns of an
+            # unclosed connection); this one is closed on every way out.
+            response = await self._client._do_query(
+                f"containers/{name}/logs", method="GET", timeout=_UNBOUNDED,
+                params={"stdout": True, "stderr": True, "follow": True, "tail": str(backlog),
+                        "timestamps": timestamps},
+            )
+            try:
+                stream = multiplexed_result_stream(response, is_tty=bool(info["Config"].get("Tty")))
+                async with aclosing(stream):
+                    async for chunk in stream:
+                        yield chunk
+            finally:
+                response.close()
+
+    async def events(self, container: str, actions: list[str]) -> AsyncIterator[dict]:
+        """The engine's events for `container` (only `actions`), until the stream ends."""
+        filters = json.dumps({"container": [container], "event": actions})
+        with docker_errors(self.node, "following the engine's events", timeout=None):
+            subscriber = self._client.events.subscribe(filters=filters)
+            try:
+                while (event := await subscriber.get()) is not None:
+                    yield event
+            finally:
+                await self._client.events.stop()
+
+    def _container(self, name: str) -> aiodocker.containers.DockerContainer:
+        return self._client.containers.container(name)

@@ -1,0 +1,124 @@
+"""The error seam: library errors become ours, and a hung Docker engine is a bounded,
+per-node error, not a wait without end (no lab: stand-in engines on unix sockets)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from pathlib import Path
+
+import aiodocker
+import aiohttp
+import pytest
+
+from cluster.config import ClusterConfig, ContainerConfig, NodeConfig, Secrets, ServeConfig, Timeouts
+from cluster.controller import Controller
+from cluster.errors import (
+    ContainerMissing,
+    DockerRefused,
+    DockerUnavailable,
+    ImageMissing,
+    NodeTimedOut,
+    NodeUnreachable,
+)
+from cluster.events import Failed
+from cluster.nodes.seam import command_error, docker_error
+from tests.controller.helpers import collect
+from tests.docker_standin import docker_standin, hanging
+
+pytestmark = pytest.mark.timeout(60)
+ROOT = Path(__file__).resolve().parents[2]
+CALL_TIMEOUT = 0.5
+
+
+@pytest.mark.parametrize(("error", "about", "expected", "says"), [
+    (aiodocker.DockerError(404, "No such container: vllm"), {"container": "vllm"},
+     ContainerMissing, "no container vllm on spark-a"),
+    (aiodocker.DockerError(404, "No such image: vllm:x"), {"image": "vllm:x"},
+     ImageMissing, "image vllm:x is not on spark-a"),
+    (aiodocker.DockerError(409, "Conflict. The name is in use"), {"container": "vllm"},
+     DockerRefused, "refused creating it: Conflict. The name is in use"),
+    (aiodocker.DockerError(900, "Cannot connect to Docker Engine"), {},
+     DockerUnavailable, "lost the connection to the Docker engine while creating it"),
+    (aiohttp.ServerDisconnectedError(), {}, DockerUnavailable, "lost the connection"),
+    (ConnectionResetError(104, "Connection reset by peer"), {}, DockerUnavailable, "Connection reset by peer"),
+    (TimeoutError(), {}, NodeTimedOut, "did not finish creating it within 2.5 s"),
+])
+def test_docker_library_errors_map_to_node_errors_with_a_fix(error, about, expected, says):
+    mapped = docker_error("spark-a", "creating it", error, timeout=2.5, **about)
+    assert type(mapped) is expected
+    assert mapped.node == "spark-a" and says in mapped.problem and mapped.fix
+    if isinstance(mapped, DockerRefused):
+        assert mapped.status == 409
+
+
+@pytest.mark.parametrize(("error", "expected"), [
+    (TimeoutError(), NodeTimedOut),
+    (ConnectionResetError(104, "Connection reset by peer"), NodeUnreachable),
+])
+def test_a_command_that_cannot_run_names_the_node_and_the_command(error, expected):
+    mapped = command_error("spark-b", ["ibdev2netdev"], 7, error)
+    assert type(mapped) is expected and "`ibdev2netdev`" in mapped.problem and mapped.node == "spark-b"
+
+
+def test_no_library_error_is_caught_outside_the_seam():
+    """asyncssh, aiohttp and aiodocker errors are caught in cluster/nodes/seam.py only, and no
+    code above the drivers tests an aiodocker status."""
+    libraries = {"asyncssh", "aiohttp", "aiodocker"}
+    offenders = []
+    for folder in ("cluster", "handlers"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path == ROOT / "cluster/nodes/seam.py":
+                continue
+            source = path.read_text()
+            if ".status == 900" in source or "status == 404" in source:
+                offenders.append(f"{path.relative_to(ROOT)}: tests a Docker status")
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                    named = {n.value.id for n in ast.walk(node.type)
+                             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+                    if named & libraries:
+                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} catches {sorted(named & libraries)}")
+    assert offenders == []
+
+
+def hung_cluster(socket: Path) -> ClusterConfig:
+    return ClusterConfig(
+        name="hung",
+        nodes=[NodeConfig(name="spark-a", driver="local", fabric_ip="127.0.0.1", docker_socket=str(socket))],
+        container=ContainerConfig(image="vllm:test", name="vllm_hung", privileged=False, gpus=False,
+                                  shm_size=None, ulimits={}, env={}),
+        serve=ServeConfig(model="org/model", served_model_name="model", backend="mp", tensor_parallel_size=1,
+                          max_model_len=8192, port=18000, master_port=29500),
+        timeouts=Timeouts(connect=5, docker=CALL_TIMEOUT, down=5),
+    )
+
+
+@pytest.fixture
+async def hung_engine(tmp_path):
+    """An engine that answers /version and hangs on everything else (as a wedged dockerd does)."""
+    reached = asyncio.Event()
+    async with docker_standin(Path("/tmp") / f"spark-hung-{tmp_path.name[-20:]}.sock", hanging(reached)) as socket:
+        yield socket, reached
+
+
+async def test_a_hung_engine_is_a_bounded_node_error_in_status_logs_preflight_and_down(hung_engine):
+    socket, reached = hung_engine
+    controller = Controller(hung_cluster(socket), Secrets({}))
+
+    async with asyncio.timeout(20):
+        with pytest.raises(NodeTimedOut) as timed_out:
+            await collect(controller.status())
+        assert reached.is_set() and timed_out.value.node == "spark-a"
+        assert "the Docker engine did not finish inspecting container vllm_hung within 0.5 s" in str(timed_out.value)
+
+        with pytest.raises(NodeTimedOut, match="reading container vllm_hung's log within 0.5 s"):
+            await collect(controller.logs())
+
+        events = await collect(controller.preflight())
+        failed = events[-1]
+        assert isinstance(failed, Failed) and failed.node == "spark-a"
+        assert "within 0.5 s" in failed.summary and "raise timeouts.docker" in failed.fix
+
+        [removed] = await collect(controller.down())
+        assert not removed.removed and "within 0.5 s" in removed.detail
