@@ -14,6 +14,7 @@ from contextlib import aclosing
 import httpx
 
 from cluster import api
+from cluster.aio import finish_uncancelled
 from cluster.bench.stream import sample_completion
 from cluster.checkpoints import BY_ID, RAY_RUNTIME_STARTED, launch_plan, spellings_for
 from cluster.config import ClusterConfig, Secrets
@@ -40,6 +41,7 @@ from cluster.ray_status import (
     shortfall,
 )
 from cluster.report import Report
+from cluster.steps import Step, run_steps
 
 log = logging.getLogger(__name__)
 RAY_STARTED = BY_ID["containers"]
@@ -66,41 +68,45 @@ class Launch:
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []
         self._in_flight: list[asyncio.Future[str]] = []
+        self._ids: dict[str, str] = {}  # node -> the container started there
 
     async def run(self) -> AsyncIterator[Event]:
         try:
-            async for event in self._run():
-                yield event
+            async with aclosing(run_steps(self._steps(), self.report)) as events:
+                async for event in events:
+                    yield event
         except BaseException:
-            # Cancelled or broken mid-launch: leave no container behind.
-            await asyncio.shield(self._remove_started())
+            # Cancelled or broken mid-launch: leave no container behind, even if cancelled again.
+            await finish_uncancelled(self._remove_started())
             raise
         finally:
             await self.monitor.aclose()
 
-    async def _run(self) -> AsyncIterator[Event]:
-        async for event in self.preflight.run():
-            yield event
-            if isinstance(event, Failed):
-                return
+    def _steps(self) -> list[Step]:
+        if self.config.serve.backend == "ray":
+            containers = [
+                Step(RAY_STARTED, self._ray_head),
+                Step(RAY_STARTED, self._ray_workers),
+                Step(BY_ID["ray_cluster"], self._ray_cluster),
+                Step(BY_ID["weights"], self._start_serve),
+            ]
+        else:
+            containers = [Step(RAY_STARTED, self._mp_containers)]
+        return [
+            Step(BY_ID["ssh"], self.preflight.run),
+            *containers,
+            Step(BY_ID["weights"], self._logged_checkpoints),
+            Step(BY_ID["health"], self._api_checks),
+        ]
+
+    async def _logged_checkpoints(self) -> AsyncIterator[Event]:
         plan = [c.id for c in launch_plan(self.config)]
-        steps = self._ray_steps() if self.config.serve.backend == "ray" else self._mp_steps()
-        async for event in steps:
-            yield event
-            if isinstance(event, Failed):
-                return
         expectations = [self._expectation(cid) for cid in plan if BY_ID[cid].logged]
         # Silence is no failure when the server answers: the lines were worded differently
         # (or never printed), and the API proves the stages before it.
         async with aclosing(self.follower.expect(expectations, prove=self._api_health)) as logged:
             async for event in logged:
                 yield event
-                if isinstance(event, Failed):
-                    return
-        async for event in self._api_checks():
-            yield event
-            if isinstance(event, Failed):
-                return
 
     def _expectation(self, checkpoint_id: str) -> Expectation:
         checkpoint = BY_ID[checkpoint_id]
@@ -164,31 +170,34 @@ class Launch:
             cause, fix, evidence = error.cause, error.fix, error.problem
         return self.report.failed(RAY_STARTED, summary, cause=cause, fix=fix, node=node, evidence=evidence)
 
-    async def _ray_steps(self) -> AsyncIterator[Event]:
+    async def _ray_head(self) -> AsyncIterator[Event]:
         head = self.connection.head
-        workers = [n for n in self.connection.ordered() if n is not head]
         head_facts = self.preflight.facts[head.name]
         assert head_facts.interfaces is not None
-        ray_started = Expectation(
-            BY_ID["containers"], RAY_RUNTIME_STARTED, count=1, nodes=frozenset({head.name}), node=head.name
-        )
         try:
-            ids = await self._start_all([(head, "head", ray_head_command(self.config, head_facts.interfaces))])
+            self._ids = await self._start_all([(head, "head", ray_head_command(self.config, head_facts.interfaces))])
         except NodeError as error:
             yield self._containers_failed(error)
             return
         yield Progress(elapsed_s=self.report.elapsed(), phase="containers", node=head.name,
-                       message=f"head container {ids[head.name][:12]} started: ray start --head")
+                       message=f"head container {self._ids[head.name][:12]} started: ray start --head")
+        ray_started = Expectation(
+            BY_ID["containers"], RAY_RUNTIME_STARTED, count=1, nodes=frozenset({head.name}), node=head.name
+        )
         async for event in self.follower.expect([ray_started]):
             if isinstance(event, Failed):
                 yield event
                 return
+
+    async def _ray_workers(self) -> AsyncIterator[Event]:
+        head = self.connection.head
+        workers = [n for n in self.connection.ordered() if n is not head]
         roles = [
             (w, "worker", ray_worker_command(self.config, self.preflight.facts[w.name].interfaces, self._head_ip()))
             for w in workers
         ]
         try:
-            ids.update(await self._start_all(roles))
+            self._ids.update(await self._start_all(roles))
         except NodeError as error:
             yield self._containers_failed(error)
             return
@@ -213,13 +222,16 @@ class Launch:
                     return
         yield self.report.passed(
             RAY_STARTED,
-            "\n".join(f"{name}: container {cid[:12]} up, Ray runtime started" for name, cid in ids.items()),
+            "\n".join(f"{name}: container {cid[:12]} up, Ray runtime started" for name, cid in self._ids.items()),
             log_tail=self.monitor.tail(head.name),
         )
-        async for event in self._wait_for_ray_cluster(head):
+
+    async def _ray_cluster(self) -> AsyncIterator[Event]:
+        async for event in self._wait_for_ray_cluster(self.connection.head):
             yield event
-            if isinstance(event, Failed):
-                return
+
+    async def _start_serve(self) -> AsyncIterator[Event]:
+        head = self.connection.head
         serve = into_container_log(serve_command(self.config))
         await head.docker.exec_detached(self.config.container.name, serve)
         yield Progress(elapsed_s=self.report.elapsed(), phase="weights", node=head.name,
@@ -255,7 +267,7 @@ class Launch:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    async def _mp_steps(self) -> AsyncIterator[Event]:
+    async def _mp_containers(self) -> AsyncIterator[Event]:
         head = self.connection.head
         head_ip = self._head_ip()
         nodes = self.connection.ordered()

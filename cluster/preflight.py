@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-from cluster.checkpoints import BY_ID, PREFLIGHT
+from cluster.checkpoints import BY_ID
 from cluster.config import ClusterConfig
 from cluster.containers import LABEL_CLUSTER
-from cluster.errors import NodeError
 from cluster.events import CheckpointPassed, Event, Failed
 from cluster.interfaces import InterfaceProblem, NodeInterfaces, resolve_interfaces
 from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.report import Report
+from cluster.steps import Step, run_steps
 
 _MEM_AVAILABLE = re.compile(r"^MemAvailable:\s+(\d+) kB", re.MULTILINE)
 
@@ -49,39 +49,43 @@ class Preflight:
                                   evidence=evidence)
 
     async def run(self) -> AsyncIterator[Event]:
-        """Yield one checkpoint per check; stop after the first Failed.
+        """One checkpoint per check; nothing after the first Failed. A node that stops
+        answering in the middle fails the check in progress, naming the node and what to try."""
+        steps = [
+            Step(BY_ID["ssh"], self._reachable),
+            Step(BY_ID["docker"], self._engines),
+            Step(BY_ID["image"], self._same_image),
+            Step(BY_ID["interfaces"], self._interfaces),
+            Step(BY_ID["memory"], self._memory),
+            Step(BY_ID["no_stale_container"], self._no_stale_container),
+            Step(BY_ID["api_port"], self._ports_free),
+        ]
+        async with aclosing(run_steps(steps, self.report)) as events:
+            async for event in events:
+                yield event
 
-        A node that stops answering in the middle (a command times out, the engine errs) fails
-        the check in progress, naming the node and what to try.
-        """
-        passed: set[str] = set()
-        try:
-            async with aclosing(self._checks()) as checks:
-                async for event in checks:
-                    if isinstance(event, CheckpointPassed):
-                        passed.add(event.checkpoint)
-                    yield event
-        except NodeError as error:
-            yield self.report.unreachable(error, next(c for c in PREFLIGHT if c.id not in passed))
+    @property
+    def _nodes(self) -> list[NodeConnection]:
+        return self.connection.ordered()
 
-    async def _checks(self) -> AsyncIterator[Event]:
-        config = self.config
-        errors = self.connection.errors
-        for error in errors.values():
+    async def _reachable(self) -> AsyncIterator[Event]:
+        for error in self.connection.errors.values():
             yield self.report.unreachable(error, BY_ID[error.checkpoint])
             return
-        nodes = self.connection.ordered()
         yield self._passed(
-            "ssh",
-            "; ".join(f"{n.name}: connected in {n.connect_s * 1000:.0f} ms" for n in nodes),
+            "ssh", "; ".join(f"{n.name}: connected in {n.connect_s * 1000:.0f} ms" for n in self._nodes),
         )
+
+    async def _engines(self) -> AsyncIterator[Event]:
+        nodes = self._nodes
         gathered = await asyncio.gather(*(self._inspect(node) for node in nodes))
         self.facts = {node.name: facts for node, facts in zip(nodes, gathered, strict=True)}
         yield self._passed(
             "docker", "; ".join(f"{n.name}: Docker {self.facts[n.name].docker_version}" for n in nodes)
         )
 
-        image = config.container.image
+    async def _same_image(self) -> AsyncIterator[Event]:
+        nodes, image = self._nodes, self.config.container.image
         missing = [n.name for n in nodes if self.facts[n.name].image_id is None]
         if missing:
             yield self._failed(
@@ -106,25 +110,9 @@ class Preflight:
             "image", f"Docker image consistency check passed: {image} = {next(iter(ids.values()))[:19]} on every node"
         )
 
-        async def interfaces(node: NodeConnection) -> NodeInterfaces | str:
-            ibdev, addrs = await asyncio.gather(
-                node.run(["ibdev2netdev"], timeout=config.timeouts.preflight),
-                node.run(["ip", "-o", "-f", "inet", "addr", "show"], timeout=config.timeouts.preflight),
-            )
-            if not ibdev.ok and config.network.ib_if == "auto":
-                return f"`ibdev2netdev` failed (exit {ibdev.exit_status}): {ibdev.stderr.strip()[:200]}"
-            try:
-                return resolve_interfaces(
-                    fabric_ip=node.config.fabric_ip,
-                    eth_choice=config.network.eth_if,
-                    ib_choice=config.network.ib_if,
-                    ibdev2netdev_output=ibdev.stdout,
-                    ip_addr_output=addrs.stdout,
-                )
-            except InterfaceProblem as problem:
-                return str(problem)
-
-        found = await asyncio.gather(*(interfaces(n) for n in nodes))
+    async def _interfaces(self) -> AsyncIterator[Event]:
+        nodes = self._nodes
+        found = await asyncio.gather(*(self._node_interfaces(n) for n in nodes))
         for node, result in zip(nodes, found, strict=True):
             if isinstance(result, str):
                 yield self._failed(
@@ -140,7 +128,27 @@ class Preflight:
             "\n".join(f"{n.name}: {self.facts[n.name].interfaces.describe()}" for n in nodes),
         )
 
-        need = config.serve.min_free_memory_gib
+    async def _node_interfaces(self, node: NodeConnection) -> NodeInterfaces | str:
+        config = self.config
+        ibdev, addrs = await asyncio.gather(
+            node.run(["ibdev2netdev"], timeout=config.timeouts.preflight),
+            node.run(["ip", "-o", "-f", "inet", "addr", "show"], timeout=config.timeouts.preflight),
+        )
+        if not ibdev.ok and config.network.ib_if == "auto":
+            return f"`ibdev2netdev` failed (exit {ibdev.exit_status}): {ibdev.stderr.strip()[:200]}"
+        try:
+            return resolve_interfaces(
+                fabric_ip=node.config.fabric_ip,
+                eth_choice=config.network.eth_if,
+                ib_choice=config.network.ib_if,
+                ibdev2netdev_output=ibdev.stdout,
+                ip_addr_output=addrs.stdout,
+            )
+        except InterfaceProblem as problem:
+            return str(problem)
+
+    async def _memory(self) -> AsyncIterator[Event]:
+        nodes, need = self._nodes, self.config.serve.min_free_memory_gib
         short = [n.name for n in nodes if self.facts[n.name].mem_available_gib < need]
         memory = "; ".join(f"{n.name}: MemAvailable {self.facts[n.name].mem_available_gib:.1f} GiB" for n in nodes)
         if short:
@@ -154,25 +162,29 @@ class Preflight:
             return
         yield self._passed("memory", memory + (f" (need {need:g} GiB)" if need else ""))
 
-        stale = [(n, self.facts[n.name].stale_container) for n in nodes if self.facts[n.name].stale_container]
+    async def _no_stale_container(self) -> AsyncIterator[Event]:
+        name = self.config.container.name
+        stale = [(n, self.facts[n.name].stale_container) for n in self._nodes if self.facts[n.name].stale_container]
         if stale and not self.replace:
             listing = "; ".join(f"{n.name}: {state}" for n, state in stale)
             yield self._failed(
                 "no_stale_container", stale[0][0].name,
-                f"a container named {config.container.name} already exists ({listing})",
+                f"a container named {name} already exists ({listing})",
                 "a previous launch is still there (running or stopped)",
                 "run `down` first, or `up --replace` to remove it and launch again",
                 evidence=listing,
             )
             return
         for node, _ in stale:
-            await node.docker.remove(config.container.name)
+            await node.docker.remove(name)
         yield self._passed(
             "no_stale_container",
             "replaced: " + ", ".join(f"{n.name} ({state})" for n, state in stale)
-            if stale else f"no container named {config.container.name} on any node",
+            if stale else f"no container named {name} on any node",
         )
 
+    async def _ports_free(self) -> AsyncIterator[Event]:
+        config = self.config
         head = self.connection.head
         ports = [config.serve.port]
         ports.append(config.serve.ray_port if config.serve.backend == "ray" else config.serve.master_port)

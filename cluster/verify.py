@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from datetime import UTC, datetime
 
 import httpx
@@ -11,110 +13,139 @@ from cluster import api
 from cluster.bench.stream import sample_completion
 from cluster.checkpoints import verify_plan
 from cluster.config import ClusterConfig, Secrets
-from cluster.events import Event
+from cluster.events import ContainerState, Event
 from cluster.inventory import container_states, read_log_tail
 from cluster.launch import api_base_url
 from cluster.nodes import ClusterConnection
 from cluster.ray_status import parse_ray_status, shortfall
 from cluster.report import Report
 from cluster.signatures import diagnose, for_cluster
+from cluster.steps import Step, run_steps
 
 
 async def verify(
     config: ClusterConfig, secrets: Secrets, connection: ClusterConnection, *, sample_max_tokens: int = 32
 ) -> AsyncIterator[Event]:
-    report = Report()
-    plan = {c.id: c for c in verify_plan(config)}
-    name = config.container.name
+    checks = Verify(config, secrets, connection, sample_max_tokens)
+    async with aclosing(run_steps(checks.steps(), checks.report)) as events:
+        async for event in events:
+            yield event
 
-    def passed(checkpoint: str, evidence: str, node: str | None = None, tail: Sequence[str] = ()):
-        return report.passed(plan[checkpoint], evidence, node=node, log_tail=tail)
 
-    def failed(checkpoint: str, summary: str, cause: str, fix: str, node: str | None = None,
-               evidence: str | None = None, tail: Sequence[str] = (), signature: str | None = None):
-        return report.failed(plan[checkpoint], summary, cause=cause, fix=fix, node=node,
-                             evidence=evidence, log_tail=tail, signature=signature)
+class Verify:
+    """The checks of a running cluster, each a step; the log tails read first are their evidence."""
 
-    for error in connection.errors.values():
-        yield report.unreachable(error, plan["containers"])
-        return
-    nodes = connection.ordered()
-    tails = {n.name: await read_log_tail(n, name, config.log_tail_lines, secrets) for n in nodes}
-    states = await container_states(nodes, name)
-    now = datetime.now(UTC)
-    down = [s for s in states if not s.running]
-    if down:
-        state = down[0]
-        diagnosis = diagnose(tails[state.node], *for_cluster(config)) if state.present else None
-        yield failed(
-            "containers",
-            f"{name} on {state.node} is {state.status}" + (f" (exit code {state.exit_code})" if state.exit_code is not None else ""),
-            diagnosis.cause if diagnosis else "the container is not running",
-            diagnosis.fix if diagnosis else "`up` launches the cluster (`down` first if a stopped container remains)",
-            node=state.node, evidence=diagnosis.evidence if diagnosis else None, tail=tails[state.node],
-            signature=diagnosis.signature_id if diagnosis else None,
-        )
-        return
-    yield passed("containers", "\n".join(
-        f"{s.node}: {s.container} running, up {_duration(now - s.started_at) if s.started_at else '?'}"
-        for s in states))
-    images = {s.node: s.image_id or "?" for s in states}
-    if len(set(images.values())) > 1:
-        listing = "; ".join(f"{node}: {image[:19]}" for node, image in images.items())
-        yield failed("image", f"the containers run different images: {listing}",
-                     "the nodes had different images when launched",
-                     "make the image identical on every node, then `down` and `up`")
-        return
-    yield passed("image", f"every container runs {next(iter(images.values()))[:19]}")
+    def __init__(self, config: ClusterConfig, secrets: Secrets, connection: ClusterConnection,
+                 sample_max_tokens: int):
+        self.config = config
+        self.secrets = secrets
+        self.connection = connection
+        self.sample_max_tokens = sample_max_tokens
+        self.report = Report()
+        self.plan = {c.id: c for c in verify_plan(config)}
+        self.tails: dict[str, list[str]] = {}
+        self.states: list[ContainerState] = []
 
-    head = connection.head
-    if "ray_cluster" in plan:
-        output = await head.docker.exec_output(name, ["ray", "status"], timeout=config.timeouts.ray)
+    def steps(self) -> list[Step]:
+        steps = [Step(self.plan["containers"], self._containers), Step(self.plan["image"], self._same_image)]
+        if "ray_cluster" in self.plan:
+            steps.append(Step(self.plan["ray_cluster"], self._ray_cluster))
+        return [*steps, Step(self.plan["health"], self._api)]
+
+    def _passed(self, checkpoint: str, evidence: str, node: str | None = None, tail: Sequence[str] = ()):
+        return self.report.passed(self.plan[checkpoint], evidence, node=node, log_tail=tail)
+
+    def _failed(self, checkpoint: str, summary: str, cause: str, fix: str, node: str | None = None,
+                evidence: str | None = None, tail: Sequence[str] = (), signature: str | None = None):
+        return self.report.failed(self.plan[checkpoint], summary, cause=cause, fix=fix, node=node,
+                                  evidence=evidence, log_tail=tail, signature=signature)
+
+    async def _containers(self) -> AsyncIterator[Event]:
+        for error in self.connection.errors.values():
+            yield self.report.unreachable(error, self.plan["containers"])
+            return
+        name, nodes = self.config.container.name, self.connection.ordered()
+        tails = await asyncio.gather(
+            *(read_log_tail(n, name, self.config.log_tail_lines, self.secrets) for n in nodes))
+        self.tails = {n.name: tail for n, tail in zip(nodes, tails, strict=True)}
+        self.states = await container_states(nodes, name)
+        now = datetime.now(UTC)
+        down = [s for s in self.states if not s.running]
+        if down:
+            state = down[0]
+            diagnosis = diagnose(self.tails[state.node], *for_cluster(self.config)) if state.present else None
+            yield self._failed(
+                "containers",
+                f"{name} on {state.node} is {state.status}" + (f" (exit code {state.exit_code})" if state.exit_code is not None else ""),
+                diagnosis.cause if diagnosis else "the container is not running",
+                diagnosis.fix if diagnosis else "`up` launches the cluster (`down` first if a stopped container remains)",
+                node=state.node, evidence=diagnosis.evidence if diagnosis else None, tail=self.tails[state.node],
+                signature=diagnosis.signature_id if diagnosis else None,
+            )
+            return
+        yield self._passed("containers", "\n".join(
+            f"{s.node}: {s.container} running, up {_duration(now - s.started_at) if s.started_at else '?'}"
+            for s in self.states))
+
+    async def _same_image(self) -> AsyncIterator[Event]:
+        images = {s.node: s.image_id or "?" for s in self.states}
+        if len(set(images.values())) > 1:
+            listing = "; ".join(f"{node}: {image[:19]}" for node, image in images.items())
+            yield self._failed("image", f"the containers run different images: {listing}",
+                               "the nodes had different images when launched",
+                               "make the image identical on every node, then `down` and `up`")
+            return
+        yield self._passed("image", f"every container runs {next(iter(images.values()))[:19]}")
+
+    async def _ray_cluster(self) -> AsyncIterator[Event]:
+        head = self.connection.head
+        output = await head.docker.exec_output(self.config.container.name, ["ray", "status"],
+                                               timeout=self.config.timeouts.ray)
         state = parse_ray_status(output)
-        lacking = shortfall(state, len(nodes), config.serve.world_size)
+        lacking = shortfall(state, len(self.connection.ordered()), self.config.serve.world_size)
         if lacking is not None:
-            yield failed("ray_cluster", lacking, "a node left the Ray cluster",
-                         "check the worker's log (`logs worker`); `down` then `up` relaunches",
-                         node=head.name, evidence=state.describe(), tail=output.splitlines()[-20:])
+            yield self._failed("ray_cluster", lacking, "a node left the Ray cluster",
+                               "check the worker's log (`logs worker`); `down` then `up` relaunches",
+                               node=head.name, evidence=state.describe(), tail=output.splitlines()[-20:])
             return
-        yield passed("ray_cluster", state.describe(), head.name, output.splitlines()[-20:])
+        yield self._passed("ray_cluster", state.describe(), head.name, output.splitlines()[-20:])
 
-    base_url = await api_base_url(config, head)
-    model = config.serve.api_model_name
-    async with api.api_client(base_url, read_timeout=config.timeouts.api) as client:
-        ok, detail = await api.health(client)
-        if not ok:
-            diagnosis = diagnose(tails[head.name], *for_cluster(config))
-            yield failed("health", detail, diagnosis.cause if diagnosis else "the API server is not healthy",
-                         diagnosis.fix if diagnosis else "read the head's log tail; `down` then `up` relaunches",
-                         node=head.name, tail=tails[head.name],
-                         signature=diagnosis.signature_id if diagnosis else None)
-            return
-        yield passed("health", detail, head.name, tails[head.name])
-        try:
-            ids = [m.get("id") for m in await api.served_models(client)]
-        except httpx.HTTPError as error:
-            yield failed("models", f"GET /v1/models failed: {error}", "the API server does not answer",
-                         "read the head's log tail; `down` then `up` relaunches", node=head.name,
-                         tail=tails[head.name])
-            return
-        if model not in ids:
-            yield failed("models", f"GET /v1/models lists {ids}, not {model}",
-                         "a different model is being served", "check serve.served_model_name",
-                         node=head.name)
-            return
-        yield passed("models", f"GET /v1/models -> {ids}", head.name)
-        try:
-            sample = await sample_completion(client, model, max_tokens=sample_max_tokens)
-        except (httpx.HTTPError, ValueError) as error:
-            yield failed("sample", f"test completion failed: {error}", "the engine does not answer",
-                         "read the head's log tail; `down` then `up` relaunches", node=head.name,
-                         tail=tails[head.name])
-            return
-        rate = f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else "n/a"
-        yield passed("sample", f"{sample.completion_tokens} tokens in {sample.e2e_s:.2f} s "
-                     f"(TTFT {sample.ttft_s * 1000:.0f} ms, decode {rate}): {(sample.text or sample.reasoning)[:200]!r}",
-                     head.name)
+    async def _api(self) -> AsyncIterator[Event]:
+        head = self.connection.head
+        tail = self.tails[head.name]
+        model = self.config.serve.api_model_name
+        base_url = await api_base_url(self.config, head)
+        async with api.api_client(base_url, read_timeout=self.config.timeouts.api) as client:
+            ok, detail = await api.health(client)
+            if not ok:
+                diagnosis = diagnose(tail, *for_cluster(self.config))
+                yield self._failed("health", detail, diagnosis.cause if diagnosis else "the API server is not healthy",
+                                   diagnosis.fix if diagnosis else "read the head's log tail; `down` then `up` relaunches",
+                                   node=head.name, tail=tail, signature=diagnosis.signature_id if diagnosis else None)
+                return
+            yield self._passed("health", detail, head.name, tail)
+            try:
+                ids = [m.get("id") for m in await api.served_models(client)]
+            except httpx.HTTPError as error:
+                yield self._failed("models", f"GET /v1/models failed: {error}", "the API server does not answer",
+                                   "read the head's log tail; `down` then `up` relaunches", node=head.name, tail=tail)
+                return
+            if model not in ids:
+                yield self._failed("models", f"GET /v1/models lists {ids}, not {model}",
+                                   "a different model is being served", "check serve.served_model_name",
+                                   node=head.name)
+                return
+            yield self._passed("models", f"GET /v1/models -> {ids}", head.name)
+            try:
+                sample = await sample_completion(client, model, max_tokens=self.sample_max_tokens)
+            except (httpx.HTTPError, ValueError) as error:
+                yield self._failed("sample", f"test completion failed: {error}", "the engine does not answer",
+                                   "read the head's log tail; `down` then `up` relaunches", node=head.name, tail=tail)
+                return
+            rate = f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else "n/a"
+            yield self._passed("sample", f"{sample.completion_tokens} tokens in {sample.e2e_s:.2f} s "
+                               f"(TTFT {sample.ttft_s * 1000:.0f} ms, decode {rate}): "
+                               f"{(sample.text or sample.reasoning)[:200]!r}", head.name)
 
 
 def _duration(delta) -> str:

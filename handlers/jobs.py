@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from cluster.aio import finish_uncancelled
 from cluster.checkpoints import Checkpoint
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
@@ -288,23 +289,6 @@ class JobManager:
                     title="⚠ The cluster stopped while the bot was away", tone="warning", mention=watch.user,
                     text=f"<@{watch.user}> cluster now: {describe_state(report)}. `/spark up` relaunches it."),
                     broadcast=True)
-
-
-async def finish_uncancelled(coro: Coroutine[Any, Any, Any]) -> None:
-    """Run `coro` to its end even when the caller is cancelled meanwhile (the cancel is re-raised
-    afterwards): releasing the lock must not stop half-way."""
-    task = asyncio.ensure_future(coro)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.done() and task.cancelled():
-                raise
-            cancelled = True
-    task.result()
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 def describe_state(report: StatusReport | None) -> str:

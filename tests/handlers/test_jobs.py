@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from handlers.jobs import finish_uncancelled
+from cluster.aio import finish_uncancelled
 from handlers.store import Store
 
 

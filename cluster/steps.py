@@ -1,0 +1,37 @@
+"""Checks as steps: small named async generators of events, run in order by one runner that
+stops at the first failure.
+
+A node error raised inside a step (a hung engine, a broken connection) becomes the failure of
+the checkpoint the step proves, naming the node, what was seen and what to try.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import aclosing
+from dataclasses import dataclass
+
+from cluster.checkpoints import Checkpoint
+from cluster.errors import NodeError
+from cluster.events import Event, Failed
+from cluster.report import Report
+
+
+@dataclass(frozen=True)
+class Step:
+    checkpoint: Checkpoint  # what the step proves; it fails if a node errs during the step
+    run: Callable[[], AsyncIterator[Event]]
+
+
+async def run_steps(steps: Iterable[Step], report: Report) -> AsyncIterator[Event]:
+    """Every step's events in order; nothing after the first Failed."""
+    for step in steps:
+        try:
+            async with aclosing(step.run()) as events:
+                async for event in events:
+                    yield event
+                    if isinstance(event, Failed):
+                        return
+        except NodeError as error:
+            yield report.unreachable(error, step.checkpoint)
+            return
