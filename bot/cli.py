@@ -19,7 +19,8 @@ from cluster.config import resolve_secrets
 from cluster.controller import Controller
 from cluster.errors import SparkBotError
 from cluster.events import Failed
-from cluster.signatures import LogDiagnoser, first_error, unrecognised, with_knowledge
+from cluster.diagnosis import LogDiagnoser, first_error, unrecognised
+from cluster.failures import with_knowledge
 from handlers.commands import CommandError, check_bench, parse_concurrency, resolve_node
 
 _SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE", re.IGNORECASE)

@@ -13,7 +13,8 @@ from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.logtext import ray_repeats, strip_prefixes
 from cluster.monitor import ClusterMonitor, ContainerExited, FollowLost, LogLine, MonitorItem, StopRequested
 from cluster.report import Report
-from cluster.signatures import Diagnosis, LogDiagnoser, diagnose, for_cluster, unrecognised
+from cluster.diagnosis import Diagnosis, LogDiagnoser, diagnose, unrecognised
+from cluster.failures import for_cluster
 
 
 @dataclass

@@ -19,7 +19,8 @@ from cluster.launch import api_base_url
 from cluster.nodes import ClusterConnection
 from cluster.ray_status import parse_ray_status, shortfall
 from cluster.report import Report
-from cluster.signatures import diagnose, for_cluster
+from cluster.diagnosis import diagnose
+from cluster.failures import for_cluster
 from cluster.steps import Step, run_steps
 
 

@@ -44,7 +44,7 @@ def test_an_unrecognised_failure_names_its_first_error_and_the_row(tmp_path):
     result = diagnose(str(log))
     assert result.returncode == 1
     assert "evidence (line 5): json.decoder.JSONDecodeError" in result.stdout
-    assert "row:   unrecognised" in result.stdout and "signatures.py" not in result.stdout
+    assert "row:   unrecognised" in result.stdout and "failures.py" not in result.stdout
 
 
 def test_unreadable_file_is_a_clear_error():

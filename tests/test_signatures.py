@@ -1,4 +1,4 @@
-"""Failure knowledge and diagnosis: cluster/logtext.py and cluster/signatures.py."""
+"""Failure knowledge and diagnosis: cluster/logtext.py, cluster/failures.py and cluster/diagnosis.py."""
 
 from __future__ import annotations
 
@@ -8,17 +8,8 @@ from pathlib import Path
 import pytest
 
 from cluster.logtext import clean_line, is_nccl_line, strip_prefixes
-from cluster.signatures import (
-    NCCL_INIT_HANG,
-    SIGNATURES,
-    Diagnosis,
-    FailureSignature,
-    LogDiagnoser,
-    cluster_words,
-    diagnose,
-    match_line,
-    unrecognised,
-)
+from cluster.diagnosis import Diagnosis, LogDiagnoser, diagnose, match_line, unrecognised
+from cluster.failures import NCCL_INIT_HANG, SIGNATURES, FailureSignature, cluster_words
 
 LOGS = Path(__file__).parent / "data" / "logs"
 E = "\x1b"
@@ -516,7 +507,7 @@ def test_unrecognised_says_where_and_attaches_last_lines():
     assert d.signature_id == "unrecognised"
     assert "vLLM on the head node (spark1)" in d.title
     assert "no known failure signature" in d.cause and "the last line is attached" in d.cause
-    assert "signatures.py" not in d.fix and "spark-bot diagnose FILE" in d.fix, "never: edit the source"
+    assert "failures.py" not in d.fix and "spark-bot diagnose FILE" in d.fix, "never: edit the source"
     assert d.evidence == "Segmentation fault (core dumped)" and d.line_number == 51
     assert d.context == [f"line {i}" for i in range(31, 51)]
     assert unrecognised([], "ray start").line_number is None

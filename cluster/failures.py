@@ -1,59 +1,36 @@
-"""What can go wrong in a multi-node vLLM launch, as data, and the engine that finds it in a log.
+"""What can go wrong in a multi-node vLLM launch, as data: the one table of known failures.
 
-`SIGNATURES` is the one table of known failures (from the "Known failure signatures" table of
+`SIGNATURES` are the failures a log line shows (from the "Known failure signatures" table of
 the multi-node reference, plus the launcher's own errors). Each row says which log message
 shows the failure, whether it is the *cause* or only a *symptom* (EngineDeadError and friends
 say the engine died, not why), whether it is *fatal* (the launch or the engine has failed) or a
 finding worth reporting (traffic over NET/Socket instead of RDMA), and, for the operator, what
-failed, why, and what to change.
+failed, why, and what to change. The rows after it are the failures the controller finds
+without a log line (a stall, a missing image, a port in use, a phase timeout): their texts
+live here too, so every cause and fix an operator reads is in this one module.
 
 To add a failure: append a `FailureSignature` to `SIGNATURES` (or, as an operator, list it in
 the knowledge file named by the config's `knowledge:`; `with_knowledge` puts it first). Patterns are searched (not
 anchored) in the message after `logtext.clean_line` + `logtext.strip_prefixes`, so write them
 against the bare message. When several rows match one line, the first row in the table wins:
 keep specific rows above general ones. `title`, `cause` and `fix` may name a pattern's named
-groups as `{name}`; they are filled from the matching line.
+groups, or the cluster's words (`cluster_words`), as `{name}`.
 
-The engine: `diagnose(lines)` for a whole log, `LogDiagnoser` for a stream, `unrecognised`
-for a death no signature explains. A diagnosis prefers the FIRST fatal cause in the log over
-any later symptom (an OOM followed by a traceback and EngineDeadError is an OOM). No I/O.
+The engine that reads logs with this table is `cluster.diagnosis`.
 """
 
 from __future__ import annotations
 
 import re
-from collections import deque
-from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from cluster.config import ClusterConfig, Knowledge
-from cluster.logtext import clean_line, is_nccl_line, strip_prefixes
-
-__all__ = [
-    "Role",
-    "KnownFailure",
-    "FailureSignature",
-    "Diagnosis",
-    "SIGNATURES",
-    "NCCL_INIT_HANG",
-    "STALLED",
-    "UNRECOGNISED",
-    "match_line",
-    "with_knowledge",
-    "cluster_words",
-    "for_cluster",
-    "diagnose",
-    "LogDiagnoser",
-    "unrecognised",
-]
 
 Role = Literal["cause", "symptom"]
 
-CONTEXT_LINES = 5  # cleaned lines kept before the evidence in a Diagnosis
-STALL_WINDOW = 5  # last non-empty lines examined by diagnose_stall
-UNRECOGNISED_TAIL = 20  # last lines attached to an unrecognised failure
+_FIELD = re.compile(r"\{(\w+)\}")
 
 
 class KnownFailure(BaseModel):
@@ -67,6 +44,12 @@ class KnownFailure(BaseModel):
     title: str
     cause: str
     fix: str
+    source: str = Field("", description="where the knowledge comes from: release and file, issue, lab")
+
+    def render(self, values: dict[str, str | None]) -> tuple[str, str, str]:
+        """Title, cause and fix with `{name}` filled from `values`; unknown names stay as they are
+        (no format() surprises with braces in fixes)."""
+        return _render(self.title, values), _render(self.cause, values), _render(self.fix, values)
 
 
 class FailureSignature(KnownFailure):
@@ -80,23 +63,6 @@ class FailureSignature(KnownFailure):
     pattern: re.Pattern[str]
     after: re.Pattern[str] | None = None
     window: int = Field(10, ge=1, le=200)
-    source: str = Field("", description="where the line comes from: release and file, issue, lab")
-
-
-class Diagnosis(BaseModel):
-    """What failed, the log line that shows it, the probable cause and the fix."""
-
-    model_config = ConfigDict(frozen=True)
-
-    signature_id: str
-    title: str
-    cause: str
-    fix: str
-    evidence: str = Field(description="the cleaned line, prefixes kept (shows rank/node)")
-    line_number: int | None = Field(description="1-based line number in the fed log")
-    role: Role
-    fatal: bool = True
-    context: list[str] = Field(default_factory=list, description="cleaned lines before")
 
 
 def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
@@ -502,9 +468,9 @@ RANKS_NOT_JOINED = KnownFailure(
 )
 # vLLM's distributed/parallel_state.py logs this as each rank initialises (every release since
 # 0.6; 0.32: parallel_state.py:1906); the group is formed once "is assigned as DP rank" follows.
-_RANK0_INIT = re.compile(
+RANK0_INIT = re.compile(
     r"world_size=(?P<world>[2-9]|\d{2,}) rank=0 .*distributed_init_method=(?:tcp://)?(?P<address>[\w.:\[\]-]+)")
-_GROUP_FORMED = re.compile(r"is assigned as DP rank|rank 0 in world size")
+GROUP_FORMED = re.compile(r"is assigned as DP rank|rank 0 in world size")
 
 STALLED = KnownFailure(
     id="stalled",
@@ -528,16 +494,6 @@ UNRECOGNISED = KnownFailure(
     "permission); the last lines of the log are attached. To share it: save the container log "
     "(`spark-bot logs NODE --lines 500`) and run `spark-bot diagnose FILE` on it.",
 )
-
-# The first error of a log no signature explains: a Python exception line (`SomethingError:
-# message`, dotted names included), else a line logged at ERROR level (vLLM's, Ray's, glog's).
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s|$)")
-_TRACEBACK_NOISE = re.compile(r"^(?:Traceback \(most recent call last\)|File \"|\^+$|During handling|The above exception)")
-_ERROR_LEVEL = re.compile(r"(?:^|[\s)\]])(?:ERROR|CRITICAL|FATAL)\b|^\[E\d{4} ")
-
-_FIELD = re.compile(r"\{(\w+)\}")
-_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
-
 
 def _render(text: str, values: dict[str, str | None]) -> str:
     """Fill `{name}` from values; unknown names are left as they are (no format() surprises
@@ -567,27 +523,6 @@ def for_cluster(config: ClusterConfig) -> tuple[tuple[FailureSignature, ...], di
     return with_knowledge(config.knowledge), cluster_words(len(config.nodes), config.serve.world_size)
 
 
-def _diagnosis(
-    known: KnownFailure,
-    evidence: str,
-    line_number: int | None,
-    context: Iterable[str],
-    values: dict[str, str | None] | None = None,
-) -> Diagnosis:
-    values = {**cluster_words(), **(values or {})}
-    return Diagnosis(
-        signature_id=known.id,
-        title=_render(known.title, values),
-        cause=_render(known.cause, values),
-        fix=_render(known.fix, values),
-        evidence=evidence,
-        line_number=line_number,
-        role=known.role,
-        fatal=known.fatal,
-        context=list(context),
-    )
-
-
 def with_knowledge(knowledge: Knowledge | None) -> tuple[FailureSignature, ...]:
     """The table an operator's knowledge file extends: its rows first (they are the newer,
     more specific knowledge), then the built-in ones."""
@@ -602,218 +537,3 @@ def with_knowledge(knowledge: Knowledge | None) -> tuple[FailureSignature, ...]:
         for row in knowledge.signatures
     )
     return taught + SIGNATURES
-
-
-def match_line(
-    message: str, previous: Iterable[str] = (), table: tuple[FailureSignature, ...] = SIGNATURES,
-) -> tuple[FailureSignature, re.Match[str]] | None:
-    """The first signature (table order) matching a prefix-stripped message, with its match.
-    `previous` are the prefix-stripped messages before it (newest last), for `after` rows."""
-    prev: list[str] | None = None
-    for sig in table:
-        m = sig.pattern.search(message)
-        if not m:
-            continue
-        if sig.after is not None:
-            if prev is None:
-                prev = list(previous)
-            if not sig.after.search(message) and not any(
-                sig.after.search(p) for p in prev[-sig.window :]
-            ):
-                continue
-        return sig, m
-    return None
-
-
-def _human_seconds(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-class LogDiagnoser:
-    """Incremental diagnosis of a log stream, line by line, in bounded memory.
-
-    `feed` returns a Diagnosis when a fatal line arrives (the same answer `diagnose` would give
-    for everything fed so far: the first fatal cause, else the first fatal symptom), else None.
-    Only the last `keep_lines` non-empty lines, the first fatal cause, the first fatal symptom
-    and the first finding per signature are kept, however long the log."""
-
-    def __init__(
-        self, keep_lines: int = 200, table: tuple[FailureSignature, ...] = SIGNATURES,
-        words: dict[str, str] | None = None,
-    ) -> None:
-        self._table = table
-        self._words = words or cluster_words()
-        self._keep = max(keep_lines, UNRECOGNISED_TAIL + 1, max(s.window for s in table))
-        # (line_number, cleaned line, prefix-stripped message) of recent non-empty lines
-        self._recent: deque[tuple[int, str, str]] = deque(maxlen=self._keep)
-        self._line_number = 0
-        self._first_cause: Diagnosis | None = None
-        self._first_symptom: Diagnosis | None = None
-        self._findings: dict[str, Diagnosis] = {}
-        self._stop: str | None = None
-
-    @property
-    def line_count(self) -> int:
-        """Lines fed so far (including empty ones)."""
-        return self._line_number
-
-    @property
-    def findings(self) -> list[Diagnosis]:
-        """Non-fatal matches seen (first occurrence of each signature), in log order."""
-        return list(self._findings.values())
-
-    @property
-    def diagnosis(self) -> Diagnosis | None:
-        """The current answer: first fatal cause, else first fatal symptom, else first finding."""
-        if self._first_cause is not None:
-            return self._first_cause
-        if self._first_symptom is not None:
-            return self._first_symptom
-        return next(iter(self._findings.values()), None)
-
-    @property
-    def failed(self) -> bool:
-        """True once a fatal line has been seen."""
-        return self._first_cause is not None or self._first_symptom is not None
-
-    @property
-    def stopped_on_request(self) -> str | None:
-        """What showed a requested stop (a shutdown line, or the stop itself), if one came
-        before any failure: everything after it is teardown."""
-        return self._stop
-
-    def request_stop(self, evidence: str) -> None:
-        """The server was asked to stop (e.g. Docker's SIGTERM): what follows is teardown."""
-        if self._stop is None and not self.failed:
-            self._stop = evidence
-
-    def tail(self, n: int = UNRECOGNISED_TAIL) -> list[str]:
-        """The last `n` non-empty cleaned lines (at most `keep_lines`)."""
-        if n <= 0:
-            return []
-        return [cleaned for _, cleaned, _ in list(self._recent)[-n:]]
-
-    def feed(self, line: str) -> Diagnosis | None:
-        self._line_number += 1
-        cleaned = clean_line(line)
-        if not cleaned.strip():
-            return None
-        message = strip_prefixes(cleaned)
-        if self._stop is None and not self.failed and any(
-                marker.search(message) for marker, _ in SHUTDOWN_MARKERS):
-            self._stop = cleaned
-        if self._stop is not None:
-            self._recent.append((self._line_number, cleaned, message))
-            return None
-        # A traceback's source line (indented, right after `File "...", line N`) echoes code
-        # such as `raise RuntimeError(f"NCCL error: ...")`: it shows no failure by itself.
-        is_source = (
-            message[:1].isspace()
-            and bool(self._recent)
-            and _FRAME.match(self._recent[-1][2]) is not None
-        )
-        found = None if is_source else match_line(message, (m for _, _, m in self._recent), self._table)
-        result: Diagnosis | None = None
-        if found is not None:
-            sig, m = found
-            context = [c for _, c, _ in list(self._recent)[-CONTEXT_LINES:]]
-            if sig.fatal:
-                if sig.role == "cause" and self._first_cause is None:
-                    self._first_cause = _diagnosis(
-                        sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
-                    )
-                elif sig.role == "symptom" and self._first_symptom is None:
-                    symptom = _diagnosis(sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()})
-                    earlier = first_error(c for _, c, _ in self._recent)
-                    if earlier is not None:  # no known cause: name the first error before it
-                        symptom = symptom.model_copy(update={"cause": f"{symptom.cause} Likely cause "
-                                 f"(unrecognised), the first error before it: `{strip_prefixes(earlier[1]).strip()[:300]}`"})
-                    self._first_symptom = symptom
-                result = self.diagnosis
-            elif sig.id not in self._findings:
-                self._findings[sig.id] = _diagnosis(
-                    sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
-                )
-        self._recent.append((self._line_number, cleaned, message))
-        return result
-
-    def diagnose_stall(self, phase: str, idle_seconds: float) -> Diagnosis:
-        """Diagnosis for "no output for `idle_seconds` in `phase`": an NCCL initialisation hang
-        when the last lines are NCCL's (the last non-empty line and most of the last
-        STALL_WINDOW are), else a generic stall with the last line as evidence."""
-        values = {**self._words, "phase": phase, "idle": _human_seconds(idle_seconds)}
-        recent = list(self._recent)
-        window = recent[-STALL_WINDOW:]
-        nccl = [is_nccl_line(msg) for _, _, msg in window]
-        if window and nccl[-1] and sum(nccl) * 2 > len(window):
-            n, cleaned, _ = window[-1]
-            before = [c for _, c, _ in recent[:-1][-CONTEXT_LINES:]]
-            d = _diagnosis(NCCL_INIT_HANG, cleaned, n, before, values)
-            return d.model_copy(
-                update={"title": f"{d.title} (no output for {values['idle']} in {phase})"}
-            )
-        for index in range(len(recent) - 1, -1, -1):
-            n, cleaned, message = recent[index]
-            if _GROUP_FORMED.search(message):
-                break
-            waiting = _RANK0_INIT.search(message)
-            if waiting:
-                before = [c for _, c, _ in recent[:index][-CONTEXT_LINES:]]
-                return _diagnosis(RANKS_NOT_JOINED, cleaned, n, before, {**values, **waiting.groupdict()})
-        if recent:
-            n, cleaned, _ = recent[-1]
-            before = [c for _, c, _ in recent[:-1][-CONTEXT_LINES:]]
-        else:
-            n, cleaned, before = None, "(no output at all)", []
-        return _diagnosis(STALLED, cleaned, n, before, values)
-
-
-def diagnose(
-    lines: Iterable[str], table: tuple[FailureSignature, ...] = SIGNATURES, words: dict[str, str] | None = None,
-) -> Diagnosis | None:
-    """Diagnose a whole log: the first fatal cause, else the first fatal symptom, else the
-    first non-fatal finding, else None."""
-    d = LogDiagnoser(table=table, words=words)
-    for line in lines:
-        d.feed(line)
-    return d.diagnosis
-
-
-def first_error(lines: Iterable[str]) -> tuple[int, str] | None:
-    """(line number, cleaned line) of the likely cause of a failure no signature explains: the
-    first exception line, else the first ERROR-level line."""
-    error_level: tuple[int, str] | None = None
-    for n, raw in enumerate(lines, start=1):
-        cleaned = clean_line(raw)
-        message = strip_prefixes(cleaned)
-        if message[:1].isspace():  # a traceback's frame or source line
-            continue
-        if _EXCEPTION_LINE.match(message):
-            return n, cleaned
-        if error_level is None and _ERROR_LEVEL.search(cleaned) and message \
-                and not _TRACEBACK_NOISE.match(message):
-            error_level = n, cleaned
-    return error_level
-
-
-def unrecognised(lines: Iterable[str], where: str, tail: int = UNRECOGNISED_TAIL) -> Diagnosis:
-    """Diagnosis for a death no signature explains: says where it happened and quotes the first
-    error line as the likely cause (the evidence); the last `tail` non-empty cleaned lines are
-    attached as context."""
-    lines = list(lines)
-    recent: deque[tuple[int, str]] = deque(maxlen=tail + 1)
-    for n, raw in enumerate(lines, start=1):
-        cleaned = clean_line(raw)
-        if cleaned.strip():
-            recent.append((n, cleaned))
-    if not recent:
-        return _diagnosis(UNRECOGNISED, "(no output)", None, [], {"where": where, "first_error": "none (no output)"})
-    found = first_error(lines)
-    n, evidence = found if found else recent[-1]
-    first = f"`{strip_prefixes(evidence).strip()[:300]}` (line {n})" if found else "none found; the last line is attached"
-    return _diagnosis(UNRECOGNISED, evidence, n, [c for _, c in list(recent)[:-1]],
-                      {"where": where, "first_error": first})
