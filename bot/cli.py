@@ -20,7 +20,8 @@ from cluster.controller import Controller
 from cluster.errors import SparkBotError
 from cluster.events import Failed
 from cluster.signatures import LogDiagnoser, first_error, unrecognised, with_knowledge
-from handlers.commands import CommandError, check_bench, parse_concurrency, resolve_node
+from handlers.commands import check_bench, parse_concurrency, resolve_node
+from handlers.errors import CommandError
 
 _SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE", re.IGNORECASE)
 
@@ -67,10 +68,7 @@ def _operation(method: str) -> Command:
             kwargs = {"replace": args.replace}
         elif method == "logs":
             if args.node is not None:
-                try:
-                    args.node = resolve_node(args.node, controller.config)
-                except CommandError as error:
-                    raise SparkBotError(str(error)) from None
+                args.node = resolve_node(args.node, controller.config)  # a CommandError is reported by main()
             kwargs = {"node": args.node, "lines": args.lines}
         events = getattr(controller, method)(**kwargs)
         return asyncio.run(_print_events(events, args.json))
@@ -108,10 +106,7 @@ def bench(args: argparse.Namespace) -> int:
     options = BenchOptions(prompt=args.prompt, max_tokens=args.max_tokens, runs=args.runs,
                            concurrency=tuple(args.concurrency or ()), requests_per_level=args.requests,
                            allow_busy=args.allow_busy)
-    try:
-        check_bench(options)  # the same rules and messages as `/spark bench`, the tool's own limits
-    except CommandError as error:
-        raise SparkBotError(str(error)) from None
+    check_bench(options)  # the same rules and messages as `/spark bench`, the tool's own limits
     controller = _controller(args)
     events = controller.bench(
         concurrency=options.concurrency, max_tokens=options.max_tokens, runs=options.runs, prompt=options.prompt,

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cluster.bench.runner import BenchLimits, BenchOptions
 from cluster.config import ClusterConfig
+from handlers.errors import CommandError
 from handlers.settings import CommandsConfig, Level
 
 _SAFE_TOKEN = re.compile(r"^[A-Za-z0-9._=,:-]+$")
@@ -26,10 +27,6 @@ USAGE = """\
 `/spark down` stop and remove the containers (asks for confirmation)
 `/spark cancel` stop the running job and clean up
 `/spark help` this text"""
-
-
-class CommandError(ValueError):
-    """The text is not a valid command: `str(error)` says why; USAGE says what is."""
 
 
 class _Command(BaseModel):

@@ -22,8 +22,8 @@ from cluster.events import BenchResult, Event, LogTail, Ready, StatusReport
 from handlers import commands as c
 from handlers.access import Access
 from handlers.chat import Chat
+from handlers.errors import Busy, CommandError
 from handlers.jobs import (
-    Busy,
     ControllerFactory,
     Job,
     JobManager,
@@ -87,7 +87,7 @@ class Dispatcher:
         user, channel, text = invocation.user, invocation.channel, invocation.text.strip()
         try:
             command = c.parse_command(text, self.cluster, self.settings.commands)
-        except c.CommandError as error:
+        except CommandError as error:
             await self.store.audit(user, channel, text[:200], f"invalid: {error}")
             return Message(title="That is not a /spark command I can run", tone="warning",
                            text=f"{error}\n\n*Usage*\n{c.USAGE}")
@@ -117,7 +117,7 @@ class Dispatcher:
         if action.action == CONFIRM_ACTION:
             try:
                 command = c.parse_command(action.value, self.cluster, self.settings.commands)
-            except c.CommandError as error:
+            except CommandError as error:
                 return Message(title="This confirmation is no longer valid", text=str(error), tone="warning")
             denied = self._denied(command, action.user, action.channel)
             if denied:

@@ -19,20 +19,15 @@ from cluster.controller import Controller
 from cluster.events import Event, Failed, Progress, StatusReport
 from handlers.chat import Chat, Posted
 from handlers.commands import apply_serve
+from handlers.errors import Busy
 from handlers.messages import Message, Tone, escape
 from handlers.render import JobView
 from handlers.settings import BotSettings
-from handlers.store import JobRecord, LockRecord, Store, now
+from handlers.store import JobRecord, Store, now
 
 log = logging.getLogger(__name__)
 
 ControllerFactory = Callable[[ClusterConfig], Controller]
-
-
-class Busy(Exception):
-    def __init__(self, holder: LockRecord):
-        super().__init__(f"job {holder.job.id} holds the lock")
-        self.holder = holder
 
 
 @dataclass
