@@ -23,6 +23,7 @@ from handlers import commands as c
 from handlers.access import Access
 from handlers.chat import Chat
 from handlers.errors import Busy, CommandError
+from handlers.job_state import JobState
 from handlers.jobs import (
     ControllerFactory,
     Job,
@@ -225,8 +226,9 @@ class Dispatcher:
             start = await self._prepare(command, invocation, record, confirmed)
         except BaseException as error:
             outcome = "cancelled before it started" if isinstance(error, asyncio.CancelledError) else f"error: {error}"
-            await self.jobs.close_unstarted(record, "failed" if isinstance(error, Exception) else "cancelled",
-                                            outcome)
+            # nothing but a shutdown cancels a job before `jobs.run` makes it cancellable
+            await self.jobs.close_unstarted(record, JobState.FAILED if isinstance(error, Exception)
+                                            else JobState.SHUTDOWN, outcome)
             if not isinstance(error, Exception):
                 raise
             log.warning("job %s (/spark %s) could not start: %s", record.id, command.text(), error,
@@ -245,7 +247,7 @@ class Dispatcher:
         if not confirmed:
             question = await self._confirmation(command)
             if question is not None:
-                await self.jobs.close_unstarted(record, "unconfirmed", "asked for confirmation")
+                await self.jobs.close_unstarted(record, JobState.UNCONFIRMED, "asked for confirmation")
                 await self.store.audit(invocation.user, invocation.channel, command.text(),
                                        "asked for confirmation", record.id)
                 await self._reply(invocation, question)

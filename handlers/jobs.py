@@ -20,7 +20,8 @@ from cluster.events import Event, Failed, Progress, StatusReport
 from handlers.chat import Chat, Posted
 from handlers.commands import apply_serve
 from handlers.errors import Busy
-from handlers.messages import Message, Tone, escape
+from handlers.job_state import JobState
+from handlers.messages import Message, escape
 from handlers.render import JobView
 from handlers.settings import BotSettings
 from handlers.store import JobRecord, Store, now
@@ -36,10 +37,12 @@ class Job:
     view: JobView
     task: asyncio.Task
     cancelled_by: str | None = None
+    state: JobState = JobState.RUNNING
     outcome: str = "running"
-    tone: Tone = "running"
-    footer: str = ""
     events: list[Event] = field(default_factory=list)
+
+    def end(self, state: JobState, outcome: str) -> None:
+        self.state, self.outcome = state, outcome
 
 
 class JobManager:
@@ -89,11 +92,11 @@ class JobManager:
         record = await self.store.create_job(self.cluster.name, command, user, channel)
         holder = await self.store.acquire(self.cluster.name, record.id, self.instance)
         if holder is not None:
-            await self.store.finish_job(record.id, "refused", f"busy: job {holder.job.id} holds the lock")
+            await self.store.finish_job(record.id, JobState.REFUSED, f"busy: job {holder.job.id} holds the lock")
             raise Busy(holder)
         return record
 
-    async def close_unstarted(self, record: JobRecord, state: str, outcome: str) -> None:
+    async def close_unstarted(self, record: JobRecord, state: JobState, outcome: str) -> None:
         """End a job that never reached `run` and free the lock, even if a cancel lands meanwhile."""
 
         async def close() -> None:
@@ -131,27 +134,28 @@ class JobManager:
                     if on_event:
                         await on_event(job, event)
                     if isinstance(event, Failed):
-                        job.outcome, job.tone = f"failed: {event.title}: {event.summary}", "failure"
-            if job.tone != "failure":
-                job.outcome, job.tone, job.footer = "succeeded", "success", success_footer(job)
-                await view.finish("success", f"✔ {job.footer} in {_took(started)}")
+                        job.end(JobState.FAILED, f"failed: {event.title}: {event.summary}")
+            if job.state is JobState.RUNNING:
+                job.end(JobState.SUCCEEDED, "succeeded")
+                await view.finish(job.state, f"✔ {success_footer(job)} in {_took(started)}")
         except asyncio.CancelledError:
             who = job.cancelled_by
-            if job.tone != "failure":  # a failure already told everyone; cancelling only ends the cleanup
-                job.outcome = f"cancelled by {who}" if who else "cancelled: the bot is shutting down"
-                job.tone = "warning"
-                footer = (f"✋ Cancelled by <@{who}> after {_took(started)}; the controller removed what it "
-                          "started" if who else "✋ Cancelled: the bot shut down; the controller removed what it "
-                          "started")
-                await self._finish_view(view, footer)
+            if job.state is JobState.RUNNING:  # a failure already told everyone; cancelling only ends the cleanup
+                if who:
+                    job.end(JobState.CANCELLED, f"cancelled by {who}")
+                    footer = f"✋ Cancelled by <@{who}> after {_took(started)}; the controller removed what it started"
+                else:
+                    job.end(JobState.SHUTDOWN, "cancelled: the bot is shutting down")
+                    footer = "✋ Cancelled: the bot shut down; the controller removed what it started"
+                await self._finish_view(view, job.state, footer)
             if who is None:
                 raise
             asyncio.current_task().uncancel()  # type: ignore[union-attr]
         except Exception as error:  # noqa: BLE001 - anything the controller did not turn into Failed
             log.exception("job %s crashed", record.id)
-            job.outcome, job.tone = f"error: {error}", "failure"
-            await view.refresh(force=True, tone="failure", buttons=[], footer=f"✘ Error: {escape(error)}")
-            await view.reply(Message(title="✘ The job stopped on an error", tone="failure", mention=record.user,
+            job.end(JobState.CRASHED, f"error: {error}")
+            await view.finish(job.state, f"✘ Error: {escape(error)}")
+            await view.reply(Message(title="✘ The job stopped on an error", tone=job.state.tone, mention=record.user,
                                      text=f"<@{record.user}> {type(error).__name__}: {escape(error)}"),
                              broadcast=True)
         finally:
@@ -159,15 +163,16 @@ class JobManager:
             if self.current is job:
                 self.current = None
             await view.close()
-            state = {"success": "succeeded", "failure": "failed"}.get(job.tone, "cancelled")
-            await finish_uncancelled(self._record_end(record, state, job.outcome, view.link))
+            if not job.state.ended:  # neither an Exception nor a cancel: KeyboardInterrupt, SystemExit
+                job.end(JobState.CRASHED, "stopped by a BaseException")
+            await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link))
         return job
 
-    async def _finish_view(self, view: JobView, footer: str) -> None:
-        await view.finish("warning", footer)
-        await view.reply(Message(title="✋ Cancelled", text=footer, tone="warning"))
+    async def _finish_view(self, view: JobView, state: JobState, footer: str) -> None:
+        await view.finish(state, footer)
+        await view.reply(Message(title="✋ Cancelled", text=footer, tone=state.tone))
 
-    async def _record_end(self, record: JobRecord, state: str, outcome: str, link: str | None) -> None:
+    async def _record_end(self, record: JobRecord, state: JobState, outcome: str, link: str | None) -> None:
         """Release first: whatever happens next, the next command is not refused as busy."""
         await self.store.release(self.cluster.name, record.id)
         await self.store.finish_job(record.id, state, outcome)
@@ -244,7 +249,7 @@ class JobManager:
         interrupted: list[JobRecord] = []
         for lock in await self.store.locks():
             await self.store.release(lock.cluster, lock.job.id)
-            await self.store.finish_job(lock.job.id, "interrupted", "the bot stopped during the job")
+            await self.store.finish_job(lock.job.id, JobState.INTERRUPTED, "the bot stopped during the job")
             await self.store.audit(lock.job.user, lock.job.channel, lock.job.command,
                                    "interrupted: the bot stopped during the job", lock.job.id, lock.job.link)
             interrupted.append(lock.job)
@@ -263,7 +268,7 @@ class JobManager:
             view = self.view_for(record)
             state = describe_state(report)
             footer = "⚠ Interrupted: the bot restarted during this job (lock released)"
-            await view.finish("warning", footer)
+            await view.finish(JobState.INTERRUPTED, footer)
             resumed = running and watch is not None and watch.id == record.id
             then = " Watching it again from here." if resumed else ""
             await view.reply(Message(title="⚠ The bot restarted during this job", tone="warning",

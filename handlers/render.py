@@ -26,6 +26,7 @@ from cluster.events import (
 )
 from handlers.bench_chart import sweep_chart_png
 from handlers.chat import Chat, Posted
+from handlers.job_state import JobState
 from handlers.messages import (
     CANCEL_ACTION,
     Attachment,
@@ -231,12 +232,13 @@ class JobView:
         await self.reply(self._with_log(failure_message(event, self.requester, during), event.log_tail,
                                         f"{event.checkpoint}-failure.log"), broadcast=True)
 
-    async def finish(self, tone: Tone, footer: str) -> None:
+    async def finish(self, state: JobState, footer: str) -> None:
+        """The job's last look: no running item, no Cancel button, the colour of its end state."""
         for key, item in self.items.items():
             if item.state == "running":
                 self.items[key] = item.model_copy(update={"state": "pending"})
         await self.close()
-        await self.refresh(force=True, tone=tone, buttons=[], footer=footer)
+        await self.refresh(force=True, tone=state.tone, buttons=[], footer=footer)
 
 
 def failure_message(event: Failed, requester: str, during: str = "") -> Message:
