@@ -22,6 +22,7 @@ from cluster.events import Failed
 from cluster.signatures import LogDiagnoser, first_error, unrecognised, with_knowledge
 from handlers.commands import check_bench, parse_concurrency, resolve_node
 from handlers.errors import CommandError
+from handlers.specs import SPECS
 
 _SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE", re.IGNORECASE)
 
@@ -192,12 +193,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("check-config", check_config, "validate a config file and print it resolved")
     sub.add_argument("config", help="path to the YAML config")
 
+    shared_with_chat = [(name, SPECS[name].summary) for name in ("up", "verify", "status", "logs", "down")]
     for name, help_text in [
-        ("up", "launch the cluster and follow it checkpoint by checkpoint to Ready"),
-        ("verify", "re-check a running cluster, checkpoint by checkpoint"),
-        ("status", "a quick snapshot of the containers and the API"),
-        ("logs", "the tail of a node's container log"),
-        ("down", "stop and remove the containers on every node"),
+        *shared_with_chat,
         ("watch", "follow a running cluster until something fails"),
         ("preflight", "check every node without starting anything"),
     ]:
@@ -212,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--lines", type=_bounded_int(1, 5000), default=50,
                              metavar="N", help="how many lines (1-5000, default 50)")
 
-    sub = command("bench", bench, "measure TTFT and tok/s (single stream, optionally a concurrency sweep)")
+    sub = command("bench", bench, SPECS["bench"].summary)
     sub.add_argument("--config", required=True, help="path to the YAML config")
     sub.add_argument("--concurrency", type=_concurrency_list, metavar="1,2,4",
                      help=f"also sweep these concurrency levels (each 1-{MAX_CONCURRENCY})")

@@ -45,6 +45,17 @@ class Job:
         self.state, self.outcome = state, outcome
 
 
+@dataclass(frozen=True)
+class JobPlan:
+    """What a job shows and follows, built before it runs (handlers/specs.py), run by `JobManager.run`."""
+
+    title: str
+    checkpoints: list[Checkpoint]
+    events: AsyncIterator[Event]
+    on_event: Callable[[Job, Event], Coroutine] | None = None
+    success_footer: Callable[[Job], str] = lambda job: "Done"
+
+
 class JobManager:
     def __init__(self, cluster: ClusterConfig, settings: BotSettings, chat: Chat, store: Store,
                  controller_for: ControllerFactory):
@@ -110,13 +121,12 @@ class JobManager:
         the last successful `/spark up` applied (kept in the store, so also after a restart)."""
         return apply_serve(self.cluster, await self.store.launch(self.cluster.name))
 
-    async def run(self, record: JobRecord, *, title: str, plan: list[Checkpoint],
-                  events: AsyncIterator[Event], on_event: Callable[[Job, Event], Coroutine] | None = None,
-                  success_footer: Callable[[Job], str] = lambda job: "Done") -> Job:
+    async def run(self, record: JobRecord, plan: JobPlan) -> Job:
         """Post the parent, feed it the events, finish it; the lock is released in every case."""
-        view = JobView(self.chat, record.channel, title=title,
+        events = plan.events
+        view = JobView(self.chat, record.channel, title=plan.title,
                        text=f"<@{record.user}> ran `/spark {record.command}` · job #{record.id}",
-                       plan=plan, job_id=record.id, requester=record.user, settings=self.settings.jobs,
+                       plan=plan.checkpoints, job_id=record.id, requester=record.user, settings=self.settings.jobs,
                        on_parent=lambda m: self.store.save_parent(record.id, m.model_dump_json()))
         job = Job(record, view, asyncio.current_task())  # type: ignore[arg-type]
         self.current = job
@@ -131,13 +141,13 @@ class JobManager:
                 async for event in events:
                     job.events.append(event)
                     await view.event(event)
-                    if on_event:
-                        await on_event(job, event)
+                    if plan.on_event:
+                        await plan.on_event(job, event)
                     if isinstance(event, Failed):
                         job.end(JobState.FAILED, f"failed: {event.title}: {event.summary}")
             if job.state is JobState.RUNNING:
                 job.end(JobState.SUCCEEDED, "succeeded")
-                await view.finish(job.state, f"✔ {success_footer(job)} in {_took(started)}")
+                await view.finish(job.state, f"✔ {plan.success_footer(job)} in {_took(started)}")
         except asyncio.CancelledError:
             who = job.cancelled_by
             if job.state is JobState.RUNNING:  # a failure already told everyone; cancelling only ends the cleanup

@@ -24,7 +24,6 @@ from cluster.events import (
     Ready,
     Removed,
 )
-from handlers.bench_chart import sweep_chart_png
 from handlers.chat import Chat, Posted
 from handlers.job_state import JobState
 from handlers.messages import (
@@ -190,7 +189,10 @@ class JobView:
         elif isinstance(event, BenchResult):
             chart = None
             if sum(1 for level in event.report.sweep if level.ok) >= 2:
-                # matplotlib takes a while: drawn in a thread, not on the event loop
+                # matplotlib takes a while: imported when first needed (the CLI imports this module
+                # for its help), drawn in a thread, not on the event loop
+                from handlers.bench_chart import sweep_chart_png
+
                 chart = await asyncio.to_thread(sweep_chart_png, event.report)
             await self.reply(bench_message(event.report, chart))
 

@@ -7,7 +7,9 @@ import pytest
 from bot.config import load_config
 from handlers import commands as c
 from handlers.access import Access
+from handlers.errors import CommandError
 from handlers.settings import AccessConfig, AccessLevel, CommandsConfig
+from handlers.specs import parse_command
 from tests.controller.helpers import LAB_CONFIG
 
 CLUSTER = load_config(LAB_CONFIG).cluster
@@ -18,7 +20,7 @@ COMMANDS = CommandsConfig.model_validate({
 
 
 def parse(text: str) -> c.Command:
-    return c.parse_command(text, CLUSTER, COMMANDS)
+    return parse_command(text, CLUSTER, COMMANDS)
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -63,7 +65,7 @@ def test_valid_commands(text, expected):
     ("bench speed=9", "unknown option `speed`"),
 ])
 def test_invalid_commands_say_why(text, why):
-    with pytest.raises(c.CommandError) as error:
+    with pytest.raises(CommandError) as error:
         parse(text)
     assert why in str(error.value)
 
@@ -81,8 +83,8 @@ def test_overrides_reach_the_serve_config_and_nothing_else():
 
 
 def test_no_overrides_configured_means_none_allowed():
-    with pytest.raises(c.CommandError, match="none: the config allows no override"):
-        c.parse_command("up max_model_len=4096", CLUSTER, CommandsConfig())
+    with pytest.raises(CommandError, match="none: the config allows no override"):
+        parse_command("up max_model_len=4096", CLUSTER, CommandsConfig())
 
 
 def test_presets_must_stay_within_the_override_bounds():
