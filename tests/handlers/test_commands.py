@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from bot.config import load_config
+from cluster.errors import SparkBotError
 from handlers import commands as c
 from handlers.access import Access
-from handlers.errors import CommandError
+from handlers.errors import Busy, ChatError, CommandError
 from handlers.settings import AccessConfig, AccessLevel, CommandsConfig
 from handlers.specs import parse_command
-from tests.controller.helpers import LAB_CONFIG
+from tests.handlers.doubles import CLUSTER
 
-CLUSTER = load_config(LAB_CONFIG).cluster
 COMMANDS = CommandsConfig.model_validate({
     "overrides": {"max_model_len": {"min": 1024, "max": 65536}, "gpu_memory_utilization": {"min": 0.5, "max": 0.95}},
     "presets": {"long": {"max_model_len": 65536}},
@@ -68,6 +67,12 @@ def test_invalid_commands_say_why(text, why):
     with pytest.raises(CommandError) as error:
         parse(text)
     assert why in str(error.value)
+
+
+def test_a_bad_command_is_one_of_the_errors_spark_bot_raises_on_purpose():
+    with pytest.raises(SparkBotError, match="unknown command `launch`"):
+        parse("launch")
+    assert issubclass(Busy, SparkBotError) and issubclass(ChatError, SparkBotError)
 
 
 def test_canonical_text_round_trips():

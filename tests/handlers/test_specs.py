@@ -6,8 +6,10 @@ import pytest
 
 from bot.cli import main
 from handlers import commands as c
+from handlers.dispatch import Invocation
 from handlers.specs import SPECS, CommandSpec, Confirmation, chat_usage, parse_command
-from tests.handlers.test_commands import CLUSTER, COMMANDS
+from tests.handlers.doubles import BOB, CH, CLUSTER, ScriptedControllers, running_dispatcher
+from tests.handlers.test_commands import COMMANDS
 
 SHARED_WITH_THE_CLI = ["up", "verify", "bench", "status", "logs", "down"]
 
@@ -46,3 +48,13 @@ def test_a_spec_is_exactly_one_kind_of_command():
         CommandSpec(c.Status, summary="s", level="read", reply=anything, answer=anything)
     with pytest.raises(TypeError, match="only a job asks for confirmation"):
         CommandSpec(c.Status, summary="s", level="read", answer=anything, confirmation=Confirmation("x", anything))
+
+
+async def test_help_is_the_generated_usage_and_what_this_config_lets_up_change():
+    async with running_dispatcher(ScriptedControllers()) as (dispatcher, _):
+        help_ = await dispatcher.command(Invocation(BOB, CH, "help"))
+        invalid = await dispatcher.command(Invocation(BOB, CH, "up tensor_parallel_size=1"))
+    assert help_ is not None and chat_usage() in help_.text
+    assert "`/spark up` may override: `max_model_len` 1024..32768; presets: none." in help_.text
+    assert invalid is not None and invalid.text.startswith("`up`: `tensor_parallel_size` cannot be overridden")
+    assert invalid.text.endswith(f"*Usage*\n{chat_usage()}")
