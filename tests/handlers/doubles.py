@@ -25,6 +25,7 @@ from cluster.config import ClusterConfig
 from cluster.events import CheckpointPassed, CompletionSample, ContainerState, Event, Failed, Ready, StatusReport
 from handlers.chat import Posted
 from handlers.dispatch import Dispatcher
+from handlers.jobs import ControllerFactory
 from handlers.messages import Attachment, Message
 from handlers.settings import BotSettings
 from handlers.store import Store
@@ -221,12 +222,12 @@ def status_report(*, running: bool = False) -> StatusReport:
 # -- the bot ----------------------------------------------------------------------------------
 
 @asynccontextmanager
-async def running_dispatcher(controllers: ScriptedControllers, bot_settings: BotSettings | None = None,
-                             ) -> AsyncIterator[tuple[Dispatcher, RecordingChat]]:
-    """A started dispatcher on the lab's config, a RecordingChat and `controllers`; stopped after."""
+async def running_dispatcher(controllers: ControllerFactory, bot_settings: BotSettings | None = None, *,
+                             cluster: ClusterConfig = CLUSTER) -> AsyncIterator[tuple[Dispatcher, RecordingChat]]:
+    """A started dispatcher on a RecordingChat; `controllers`: usually ScriptedControllers. Stopped after."""
     bot_settings = bot_settings or settings()
     chat = RecordingChat()
-    dispatcher = Dispatcher(CLUSTER, bot_settings, chat, Store(bot_settings.store.path), controllers)
+    dispatcher = Dispatcher(cluster, bot_settings, chat, Store(bot_settings.store.path), controllers)
     await dispatcher.start()
     try:
         yield dispatcher, chat
