@@ -21,7 +21,9 @@ from cluster.errors import SparkBotError
 from cluster.events import Failed
 from cluster.diagnosis import LogDiagnoser, first_error, unrecognised
 from cluster.failures import with_knowledge
-from handlers.commands import CommandError, check_bench, parse_concurrency, resolve_node
+from handlers.commands import check_bench, parse_concurrency, resolve_node
+from handlers.errors import CommandError
+from handlers.specs import SPECS
 
 _SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE", re.IGNORECASE)
 
@@ -68,10 +70,7 @@ def _operation(method: str) -> Command:
             kwargs = {"replace": args.replace}
         elif method == "logs":
             if args.node is not None:
-                try:
-                    args.node = resolve_node(args.node, controller.config)
-                except CommandError as error:
-                    raise SparkBotError(str(error)) from None
+                args.node = resolve_node(args.node, controller.config)  # a CommandError is reported by main()
             kwargs = {"node": args.node, "lines": args.lines}
         events = getattr(controller, method)(**kwargs)
         return asyncio.run(_print_events(events, args.json))
@@ -109,10 +108,7 @@ def bench(args: argparse.Namespace) -> int:
     options = BenchOptions(prompt=args.prompt, max_tokens=args.max_tokens, runs=args.runs,
                            concurrency=tuple(args.concurrency or ()), requests_per_level=args.requests,
                            allow_busy=args.allow_busy)
-    try:
-        check_bench(options)  # the same rules and messages as `/spark bench`, the tool's own limits
-    except CommandError as error:
-        raise SparkBotError(str(error)) from None
+    check_bench(options)  # the same rules and messages as `/spark bench`, the tool's own limits
     controller = _controller(args)
     events = controller.bench(
         concurrency=options.concurrency, max_tokens=options.max_tokens, runs=options.runs, prompt=options.prompt,
@@ -198,12 +194,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("check-config", check_config, "validate a config file and print it resolved")
     sub.add_argument("config", help="path to the YAML config")
 
+    shared_with_chat = [(name, SPECS[name].summary) for name in ("up", "verify", "status", "logs", "down")]
     for name, help_text in [
-        ("up", "launch the cluster and follow it checkpoint by checkpoint to Ready"),
-        ("verify", "re-check a running cluster, checkpoint by checkpoint"),
-        ("status", "a quick snapshot of the containers and the API"),
-        ("logs", "the tail of a node's container log"),
-        ("down", "stop and remove the containers on every node"),
+        *shared_with_chat,
         ("watch", "follow a running cluster until something fails"),
         ("preflight", "check every node without starting anything"),
     ]:
@@ -218,7 +211,7 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--lines", type=_bounded_int(1, 5000), default=50,
                              metavar="N", help="how many lines (1-5000, default 50)")
 
-    sub = command("bench", bench, "measure TTFT and tok/s (single stream, optionally a concurrency sweep)")
+    sub = command("bench", bench, SPECS["bench"].summary)
     sub.add_argument("--config", required=True, help="path to the YAML config")
     sub.add_argument("--concurrency", type=_concurrency_list, metavar="1,2,4",
                      help=f"also sweep these concurrency levels (each 1-{MAX_CONCURRENCY})")

@@ -24,8 +24,9 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack_blocks import to_slack
-from handlers.chat import ChatError, Posted
+from handlers.chat import Posted
 from handlers.dispatch import Action, Dispatcher, Invocation
+from handlers.errors import ChatError
 from handlers.messages import CANCEL_ACTION, CONFIRM_ACTION, Attachment, Message
 
 log = logging.getLogger(__name__)

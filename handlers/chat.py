@@ -1,7 +1,7 @@
 """The Chat port: everything handlers need from a chat, and nothing chat-specific.
 
 Adapters (bot/slack.py, bot/console.py) implement it. A call that cannot be delivered raises
-ChatError after the adapter's own retries; handlers log it and carry on: a chat outage never
+`handlers.errors.ChatError` after the adapter's own retries; handlers log it and carry on: a chat outage never
 stops a job.
 """
 
@@ -11,10 +11,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from handlers.messages import Attachment, Message
-
-
-class ChatError(Exception):
-    """A message could not be delivered (after the adapter's retries)."""
 
 
 @dataclass(frozen=True)

@@ -1,56 +1,69 @@
-"""`/spark …` text -> a validated command model, or a CommandError that carries the usage.
+"""The words after `/spark NAME` -> a validated command model, or a CommandError saying why.
 
-Nothing runs for text that does not parse: unknown subcommand, a bad number, an override the
-config does not allow or outside its bounds, any character outside a small safe set.
+Nothing runs for text that does not parse: a bad number, an override the config does not allow
+or outside its bounds. Which commands exist, who may run them and what they do is declared in
+handlers/specs.py, which also checks every word against a small safe set first.
 """
 
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from cluster.bench.runner import BenchLimits, BenchOptions
 from cluster.config import ClusterConfig
-from handlers.settings import CommandsConfig, Level
-
-_SAFE_TOKEN = re.compile(r"^[A-Za-z0-9._=,:-]+$")
-
-USAGE = """\
-`/spark up [PRESET] [max_model_len=N] [gpu_memory_utilization=F] [max_num_seqs=N]` launch the cluster (only the overrides the config allows)
-`/spark verify` re-check a running cluster, checkpoint by checkpoint
-`/spark bench [concurrency=1,2,4] [max_tokens=N] [runs=N]` measure TTFT and tok/s
-`/spark status` containers and API health
-`/spark logs [head|worker|NODE] [LINES]` the tail of a node's container log
-`/spark down` stop and remove the containers (asks for confirmation)
-`/spark cancel` stop the running job and clean up
-`/spark help` this text"""
+from handlers.errors import CommandError
+from handlers.settings import CommandsConfig
 
 
-class CommandError(ValueError):
-    """The text is not a valid command: `str(error)` says why; USAGE says what is."""
+class BaseCommand(BaseModel):
+    """A parsed command: typed arguments, and the canonical text they came from."""
 
-
-class _Command(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: ClassVar[str]
-    level: ClassVar[Level]
+
+    @classmethod
+    def parse(cls, args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Self:
+        """The command from the words after its name."""
+        if args:
+            raise CommandError(f"`{cls.name}` takes no arguments (got `{' '.join(args)}`)")
+        return cls()
 
     def text(self) -> str:
         """The canonical command text (what a confirmation button carries back)."""
         return self.name
 
 
-class Up(_Command):
+class Up(BaseCommand):
     name: ClassVar[str] = "up"
-    level: ClassVar[Level] = "operate"
     preset: str | None = None
     overrides: dict[str, float] = Field(default_factory=dict)
 
     def text(self) -> str:
         parts = ["up"] + ([self.preset] if self.preset else [])
         return " ".join(parts + [f"{k}={_number(v)}" for k, v in sorted(self.overrides.items())])
+
+    @classmethod
+    def parse(cls, args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Up:
+        preset = None
+        if args and "=" not in args[0]:
+            preset = args.pop(0)
+            if preset not in commands.presets:
+                known = ", ".join(f"`{p}`" for p in commands.presets) or "none configured"
+                raise CommandError(f"`up`: unknown preset `{preset}` (presets: {known})")
+        overrides: dict[str, float] = {}
+        for key, value in _pairs("up", args).items():
+            bound = commands.overrides.get(key)  # type: ignore[call-overload]
+            if bound is None:
+                allowed = ", ".join(f"`{k}`" for k in commands.overrides) or "none: the config allows no override"
+                raise CommandError(f"`up`: `{key}` cannot be overridden (allowed: {allowed})")
+            number = _float("up", key, value) if key == "gpu_memory_utilization" else _int("up", key, value)
+            if not bound.min <= number <= bound.max:
+                raise CommandError(f"`up`: {key}={value} is outside {_number(bound.min)}..{_number(bound.max)}")
+            overrides[key] = number
+        return Up(preset=preset, overrides=overrides)
 
     def settings(self, commands: CommandsConfig) -> dict[str, float]:
         """Preset values, then the explicit overrides on top."""
@@ -68,18 +81,34 @@ def apply_serve(cluster: ClusterConfig, values: dict[str, float]) -> ClusterConf
     return cluster.model_copy(update={"serve": cluster.serve.model_copy(update=serve)})
 
 
-class Verify(_Command):
+class Verify(BaseCommand):
     name: ClassVar[str] = "verify"
-    level: ClassVar[Level] = "read"
 
 
-class Bench(_Command):
+class Bench(BaseCommand):
     name: ClassVar[str] = "bench"
-    level: ClassVar[Level] = "operate"
     # the rules are BenchOptions.validate()'s (the parser applies them with the config's limits)
     concurrency: list[int] = Field(default_factory=list)
     max_tokens: int = 128
     runs: int = 3
+
+    @classmethod
+    def parse(cls, args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Bench:
+        values: dict[str, object] = {}
+        for key, value in _pairs("bench", args).items():
+            if key == "concurrency":
+                try:
+                    values[key] = parse_concurrency(value)
+                except CommandError as error:
+                    raise CommandError(f"`bench`: {error}") from None
+            elif key in {"max_tokens", "runs"}:
+                values[key] = _int("bench", key, value)
+            else:
+                raise CommandError(f"`bench`: unknown option `{key}` (concurrency, max_tokens, runs)")
+        command = Bench.model_validate(values)
+        check_bench(BenchOptions(max_tokens=command.max_tokens, runs=command.runs, concurrency=command.concurrency),
+                    chat_bench_limits(commands), "`bench`: ")
+        return command
 
     def text(self) -> str:
         parts = ["bench", f"max_tokens={self.max_tokens}", f"runs={self.runs}"]
@@ -88,66 +117,50 @@ class Bench(_Command):
         return " ".join(parts)
 
 
-class Status(_Command):
+class Status(BaseCommand):
     name: ClassVar[str] = "status"
-    level: ClassVar[Level] = "read"
 
 
-class Logs(_Command):
+class Logs(BaseCommand):
     name: ClassVar[str] = "logs"
-    level: ClassVar[Level] = "read"
     node: str = Field(description="a node name, resolved from head/worker by the parser")
     lines: int = Field(50, ge=1)
+
+    @classmethod
+    def parse(cls, args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Logs:
+        node, lines = cluster.head.name, 50
+        rest = list(args)
+        if rest and not rest[0].isdigit():
+            try:
+                node = resolve_node(rest.pop(0), cluster)
+            except CommandError as error:
+                raise CommandError(f"`logs`: {error}") from None
+        if rest:
+            lines = _int("logs", "LINES", rest.pop(0))
+            if not 1 <= lines <= commands.logs_max_lines:
+                raise CommandError(f"`logs`: LINES must be 1..{commands.logs_max_lines}")
+        if rest:
+            raise CommandError(f"`logs`: unexpected `{' '.join(rest)}`")
+        return Logs(node=node, lines=lines)
 
     def text(self) -> str:
         return f"logs {self.node} {self.lines}"
 
 
-class Down(_Command):
+class Down(BaseCommand):
     name: ClassVar[str] = "down"
-    level: ClassVar[Level] = "operate"
 
 
-class Cancel(_Command):
+class Cancel(BaseCommand):
     name: ClassVar[str] = "cancel"
-    level: ClassVar[Level] = "operate"
 
 
-class Help(_Command):
+class Help(BaseCommand):
     name: ClassVar[str] = "help"
-    level: ClassVar[Level] = "read"
 
 
 Command = Up | Verify | Bench | Status | Logs | Down | Cancel | Help
 CHAT_MAX_RUNS = 20  # a chat bench stays short: more runs from the CLI
-
-
-def parse_command(text: str, cluster: ClusterConfig, commands: CommandsConfig) -> Command:
-    words = text.split()
-    if not words:
-        return Help()
-    for word in words:
-        if not _SAFE_TOKEN.match(word):
-            raise CommandError(f"`{word[:40]}`: only letters, digits and . _ = , : - are accepted")
-    name, args = words[0].lower(), words[1:]
-    parse = _PARSERS.get(name)
-    if parse is None:
-        raise CommandError(f"unknown command `{name}`")
-    try:
-        return parse(args, cluster, commands)
-    except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or name
-        raise CommandError(f"`{name}`: {field}: {first['msg']}") from None
-
-
-def _no_args(model: type[_Command]):
-    def parse(args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> _Command:
-        if args:
-            raise CommandError(f"`{model.name}` takes no arguments (got `{' '.join(args)}`)")
-        return model()
-
-    return parse
 
 
 def _pairs(command: str, args: list[str]) -> dict[str, str]:
@@ -175,44 +188,6 @@ def _int(command: str, key: str, value: str) -> int:
     return int(value)
 
 
-def _parse_up(args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Up:
-    preset = None
-    if args and "=" not in args[0]:
-        preset = args.pop(0)
-        if preset not in commands.presets:
-            known = ", ".join(f"`{p}`" for p in commands.presets) or "none configured"
-            raise CommandError(f"`up`: unknown preset `{preset}` (presets: {known})")
-    overrides: dict[str, float] = {}
-    for key, value in _pairs("up", args).items():
-        bound = commands.overrides.get(key)  # type: ignore[call-overload]
-        if bound is None:
-            allowed = ", ".join(f"`{k}`" for k in commands.overrides) or "none: the config allows no override"
-            raise CommandError(f"`up`: `{key}` cannot be overridden (allowed: {allowed})")
-        number = _float("up", key, value) if key == "gpu_memory_utilization" else _int("up", key, value)
-        if not bound.min <= number <= bound.max:
-            raise CommandError(f"`up`: {key}={value} is outside {_number(bound.min)}..{_number(bound.max)}")
-        overrides[key] = number
-    return Up(preset=preset, overrides=overrides)
-
-
-def _parse_bench(args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Bench:
-    values: dict[str, object] = {}
-    for key, value in _pairs("bench", args).items():
-        if key == "concurrency":
-            try:
-                values[key] = parse_concurrency(value)
-            except CommandError as error:
-                raise CommandError(f"`bench`: {error}") from None
-        elif key in {"max_tokens", "runs"}:
-            values[key] = _int("bench", key, value)
-        else:
-            raise CommandError(f"`bench`: unknown option `{key}` (concurrency, max_tokens, runs)")
-    command = Bench.model_validate(values)
-    check_bench(BenchOptions(max_tokens=command.max_tokens, runs=command.runs, concurrency=command.concurrency),
-                chat_bench_limits(commands), "`bench`: ")
-    return command
-
-
 def parse_concurrency(text: str) -> list[int]:
     """`1,2,4` -> [1, 2, 4] (order kept); the ranges are checked by `check_bench`. CLI and chat."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
@@ -234,23 +209,6 @@ def check_bench(options: BenchOptions, limits: BenchLimits = BenchLimits(), pref
         raise CommandError(f"{prefix}{error}") from None
 
 
-def _parse_logs(args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Logs:
-    node, lines = cluster.head.name, 50
-    rest = list(args)
-    if rest and not rest[0].isdigit():
-        try:
-            node = resolve_node(rest.pop(0), cluster)
-        except CommandError as error:
-            raise CommandError(f"`logs`: {error}") from None
-    if rest:
-        lines = _int("logs", "LINES", rest.pop(0))
-        if not 1 <= lines <= commands.logs_max_lines:
-            raise CommandError(f"`logs`: LINES must be 1..{commands.logs_max_lines}")
-    if rest:
-        raise CommandError(f"`logs`: unexpected `{' '.join(rest)}`")
-    return Logs(node=node, lines=lines)
-
-
 def resolve_node(given: str, cluster: ClusterConfig) -> str:
     """head | worker (the first) | a node's name -> the node's name. CLI and chat."""
     if given == "head":
@@ -268,14 +226,3 @@ def resolve_node(given: str, cluster: ClusterConfig) -> str:
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
-
-_PARSERS = {
-    "up": _parse_up,
-    "verify": _no_args(Verify),
-    "bench": _parse_bench,
-    "status": _no_args(Status),
-    "logs": _parse_logs,
-    "down": _no_args(Down),
-    "cancel": _no_args(Cancel),
-    "help": _no_args(Help),
-}

@@ -20,20 +20,16 @@ from cluster.controller import Controller
 from cluster.events import Event, Failed, Progress, StatusReport
 from handlers.chat import Chat, Posted
 from handlers.commands import apply_serve
-from handlers.messages import Message, Tone, escape
+from handlers.errors import Busy
+from handlers.job_state import JobState
+from handlers.messages import Message, escape
 from handlers.render import JobView
 from handlers.settings import BotSettings
-from handlers.store import JobRecord, LockRecord, Store, now
+from handlers.store import JobRecord, Store, now
 
 log = logging.getLogger(__name__)
 
 ControllerFactory = Callable[[ClusterConfig], Controller]
-
-
-class Busy(Exception):
-    def __init__(self, holder: LockRecord):
-        super().__init__(f"job {holder.job.id} holds the lock")
-        self.holder = holder
 
 
 @dataclass
@@ -42,10 +38,23 @@ class Job:
     view: JobView
     task: asyncio.Task
     cancelled_by: str | None = None
+    state: JobState = JobState.RUNNING
     outcome: str = "running"
-    tone: Tone = "running"
-    footer: str = ""
     events: list[Event] = field(default_factory=list)
+
+    def end(self, state: JobState, outcome: str) -> None:
+        self.state, self.outcome = state, outcome
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What a job shows and follows, built before it runs (handlers/specs.py), run by `JobManager.run`."""
+
+    title: str
+    checkpoints: list[Checkpoint]
+    events: AsyncIterator[Event]
+    on_event: Callable[[Job, Event], Coroutine] | None = None
+    success_footer: Callable[[Job], str] = lambda job: "Done"
 
 
 class JobManager:
@@ -95,11 +104,11 @@ class JobManager:
         record = await self.store.create_job(self.cluster.name, command, user, channel)
         holder = await self.store.acquire(self.cluster.name, record.id, self.instance)
         if holder is not None:
-            await self.store.finish_job(record.id, "refused", f"busy: job {holder.job.id} holds the lock")
+            await self.store.finish_job(record.id, JobState.REFUSED, f"busy: job {holder.job.id} holds the lock")
             raise Busy(holder)
         return record
 
-    async def close_unstarted(self, record: JobRecord, state: str, outcome: str) -> None:
+    async def close_unstarted(self, record: JobRecord, state: JobState, outcome: str) -> None:
         """End a job that never reached `run` and free the lock, even if a cancel lands meanwhile."""
 
         async def close() -> None:
@@ -113,13 +122,12 @@ class JobManager:
         the last successful `/spark up` applied (kept in the store, so also after a restart)."""
         return apply_serve(self.cluster, await self.store.launch(self.cluster.name))
 
-    async def run(self, record: JobRecord, *, title: str, plan: list[Checkpoint],
-                  events: AsyncIterator[Event], on_event: Callable[[Job, Event], Coroutine] | None = None,
-                  success_footer: Callable[[Job], str] = lambda job: "Done") -> Job:
+    async def run(self, record: JobRecord, plan: JobPlan) -> Job:
         """Post the parent, feed it the events, finish it; the lock is released in every case."""
-        view = JobView(self.chat, record.channel, title=title,
+        events = plan.events
+        view = JobView(self.chat, record.channel, title=plan.title,
                        text=f"<@{record.user}> ran `/spark {record.command}` · job #{record.id}",
-                       plan=plan, job_id=record.id, requester=record.user, settings=self.settings.jobs,
+                       plan=plan.checkpoints, job_id=record.id, requester=record.user, settings=self.settings.jobs,
                        on_parent=lambda m: self.store.save_parent(record.id, m.model_dump_json()))
         job = Job(record, view, asyncio.current_task())  # type: ignore[arg-type]
         self.current = job
@@ -134,30 +142,31 @@ class JobManager:
                 async for event in events:
                     job.events.append(event)
                     await view.event(event)
-                    if on_event:
-                        await on_event(job, event)
+                    if plan.on_event:
+                        await plan.on_event(job, event)
                     if isinstance(event, Failed):
-                        job.outcome, job.tone = f"failed: {event.title}: {event.summary}", "failure"
-            if job.tone != "failure":
-                job.outcome, job.tone, job.footer = "succeeded", "success", success_footer(job)
-                await view.finish("success", f"✔ {job.footer} in {_took(started)}")
+                        job.end(JobState.FAILED, f"failed: {event.title}: {event.summary}")
+            if job.state is JobState.RUNNING:
+                job.end(JobState.SUCCEEDED, "succeeded")
+                await view.finish(job.state, f"✔ {plan.success_footer(job)} in {_took(started)}")
         except asyncio.CancelledError:
             who = job.cancelled_by
-            if job.tone != "failure":  # a failure already told everyone; cancelling only ends the cleanup
-                job.outcome = f"cancelled by {who}" if who else "cancelled: the bot is shutting down"
-                job.tone = "warning"
-                footer = (f"✋ Cancelled by <@{who}> after {_took(started)}; the controller removed what it "
-                          "started" if who else "✋ Cancelled: the bot shut down; the controller removed what it "
-                          "started")
-                await self._finish_view(view, footer)
+            if job.state is JobState.RUNNING:  # a failure already told everyone; cancelling only ends the cleanup
+                if who:
+                    job.end(JobState.CANCELLED, f"cancelled by {who}")
+                    footer = f"✋ Cancelled by <@{who}> after {_took(started)}; the controller removed what it started"
+                else:
+                    job.end(JobState.SHUTDOWN, "cancelled: the bot is shutting down")
+                    footer = "✋ Cancelled: the bot shut down; the controller removed what it started"
+                await self._finish_view(view, job.state, footer)
             if who is None:
                 raise
             asyncio.current_task().uncancel()  # type: ignore[union-attr]
         except Exception as error:  # noqa: BLE001 - anything the controller did not turn into Failed
             log.exception("job %s crashed", record.id)
-            job.outcome, job.tone = f"error: {error}", "failure"
-            await view.refresh(force=True, tone="failure", buttons=[], footer=f"✘ Error: {escape(error)}")
-            await view.reply(Message(title="✘ The job stopped on an error", tone="failure", mention=record.user,
+            job.end(JobState.CRASHED, f"error: {error}")
+            await view.finish(job.state, f"✘ Error: {escape(error)}")
+            await view.reply(Message(title="✘ The job stopped on an error", tone=job.state.tone, mention=record.user,
                                      text=f"<@{record.user}> {type(error).__name__}: {escape(error)}"),
                              broadcast=True)
         finally:
@@ -165,15 +174,16 @@ class JobManager:
             if self.current is job:
                 self.current = None
             await view.close()
-            state = {"success": "succeeded", "failure": "failed"}.get(job.tone, "cancelled")
-            await finish_uncancelled(self._record_end(record, state, job.outcome, view.link))
+            if not job.state.ended:  # neither an Exception nor a cancel: KeyboardInterrupt, SystemExit
+                job.end(JobState.CRASHED, "stopped by a BaseException")
+            await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link))
         return job
 
-    async def _finish_view(self, view: JobView, footer: str) -> None:
-        await view.finish("warning", footer)
-        await view.reply(Message(title="✋ Cancelled", text=footer, tone="warning"))
+    async def _finish_view(self, view: JobView, state: JobState, footer: str) -> None:
+        await view.finish(state, footer)
+        await view.reply(Message(title="✋ Cancelled", text=footer, tone=state.tone))
 
-    async def _record_end(self, record: JobRecord, state: str, outcome: str, link: str | None) -> None:
+    async def _record_end(self, record: JobRecord, state: JobState, outcome: str, link: str | None) -> None:
         """Release first: whatever happens next, the next command is not refused as busy."""
         await self.store.release(self.cluster.name, record.id)
         await self.store.finish_job(record.id, state, outcome)
@@ -250,7 +260,7 @@ class JobManager:
         interrupted: list[JobRecord] = []
         for lock in await self.store.locks():
             await self.store.release(lock.cluster, lock.job.id)
-            await self.store.finish_job(lock.job.id, "interrupted", "the bot stopped during the job")
+            await self.store.finish_job(lock.job.id, JobState.INTERRUPTED, "the bot stopped during the job")
             await self.store.audit(lock.job.user, lock.job.channel, lock.job.command,
                                    "interrupted: the bot stopped during the job", lock.job.id, lock.job.link)
             interrupted.append(lock.job)
@@ -269,7 +279,7 @@ class JobManager:
             view = self.view_for(record)
             state = describe_state(report)
             footer = "⚠ Interrupted: the bot restarted during this job (lock released)"
-            await view.finish("warning", footer)
+            await view.finish(JobState.INTERRUPTED, footer)
             resumed = running and watch is not None and watch.id == record.id
             then = " Watching it again from here." if resumed else ""
             await view.reply(Message(title="⚠ The bot restarted during this job", tone="warning",

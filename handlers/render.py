@@ -24,8 +24,8 @@ from cluster.events import (
     Ready,
     Removed,
 )
-from handlers.bench_chart import sweep_chart_png
 from handlers.chat import Chat, Posted
+from handlers.job_state import JobState
 from handlers.messages import (
     CANCEL_ACTION,
     Attachment,
@@ -189,7 +189,10 @@ class JobView:
         elif isinstance(event, BenchResult):
             chart = None
             if sum(1 for level in event.report.sweep if level.ok) >= 2:
-                # matplotlib takes a while: drawn in a thread, not on the event loop
+                # matplotlib takes a while: imported when first needed (the CLI imports this module
+                # for its help), drawn in a thread, not on the event loop
+                from handlers.bench_chart import sweep_chart_png
+
                 chart = await asyncio.to_thread(sweep_chart_png, event.report)
             await self.reply(bench_message(event.report, chart))
 
@@ -231,12 +234,13 @@ class JobView:
         await self.reply(self._with_log(failure_message(event, self.requester, during), event.log_tail,
                                         f"{event.checkpoint}-failure.log"), broadcast=True)
 
-    async def finish(self, tone: Tone, footer: str) -> None:
+    async def finish(self, state: JobState, footer: str) -> None:
+        """The job's last look: no running item, no Cancel button, the colour of its end state."""
         for key, item in self.items.items():
             if item.state == "running":
                 self.items[key] = item.model_copy(update={"state": "pending"})
         await self.close()
-        await self.refresh(force=True, tone=tone, buttons=[], footer=footer)
+        await self.refresh(force=True, tone=state.tone, buttons=[], footer=footer)
 
 
 def failure_message(event: Failed, requester: str, during: str = "") -> Message:

@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from handlers.job_state import JobState
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -51,7 +53,7 @@ class JobRecord:
     channel: str
     ts: str | None
     link: str | None
-    state: str
+    state: JobState
     outcome: str | None
     started_at: datetime
     ended_at: datetime | None
@@ -109,7 +111,7 @@ class Store:
         def insert(db: sqlite3.Connection) -> int:
             cursor = db.execute(
                 "INSERT INTO jobs (cluster, command, user, channel, state, started_at) VALUES (?,?,?,?,?,?)",
-                (cluster, command, user, channel, "starting", now().isoformat()),
+                (cluster, command, user, channel, JobState.STARTING, now().isoformat()),
             )
             return int(cursor.lastrowid)
 
@@ -123,13 +125,13 @@ class Store:
 
     async def set_parent(self, job_id: int, ts: str, link: str | None, parent_json: str) -> None:
         await self._run(lambda db: db.execute(
-            "UPDATE jobs SET ts=?, link=?, parent_json=?, state='running' WHERE id=?",
-            (ts, link, parent_json, job_id)))
+            "UPDATE jobs SET ts=?, link=?, parent_json=?, state=? WHERE id=?",
+            (ts, link, parent_json, JobState.RUNNING, job_id)))
 
     async def save_parent(self, job_id: int, parent_json: str) -> None:
         await self._run(lambda db: db.execute("UPDATE jobs SET parent_json=? WHERE id=?", (parent_json, job_id)))
 
-    async def finish_job(self, job_id: int, state: str, outcome: str) -> None:
+    async def finish_job(self, job_id: int, state: JobState, outcome: str) -> None:
         await self._run(lambda db: db.execute(
             "UPDATE jobs SET state=?, outcome=?, ended_at=? WHERE id=?",
             (state, outcome, now().isoformat(), job_id)))
@@ -218,7 +220,7 @@ class Store:
 def _job(row: sqlite3.Row) -> JobRecord:
     return JobRecord(
         id=row["id"], cluster=row["cluster"], command=row["command"], user=row["user"],
-        channel=row["channel"], ts=row["ts"], link=row["link"], state=row["state"], outcome=row["outcome"],
+        channel=row["channel"], ts=row["ts"], link=row["link"], state=JobState(row["state"]), outcome=row["outcome"],
         started_at=datetime.fromisoformat(row["started_at"]),
         ended_at=datetime.fromisoformat(row["ended_at"]) if row["ended_at"] else None,
         parent_json=row["parent_json"],

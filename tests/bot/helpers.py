@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from bot.slack import SlackBot, SlackChat, make_client
 from cluster.config import ClusterConfig, Secrets
@@ -13,21 +12,10 @@ from handlers.dispatch import Dispatcher
 from handlers.settings import BotSettings
 from handlers.store import Store
 from tests.controller.helpers import collect
+from tests.handlers.doubles import ALICE, BOB, CH, settings  # noqa: F401 - the bot tests' users, channel, settings
 from tests.slack_standin import SlackStandIn
 
-CH = "C0SPARKOPS"
-ALICE, BOB = "U0ALICE", "U0BOB"
 RED, GREEN = "#e01e5a", "#2eb67d"
-
-
-def settings(tmp_path: Path, **jobs) -> BotSettings:
-    return BotSettings.model_validate({
-        "access": {"read": {"users": ["*"], "channels": [CH, "C0GENERAL"]},
-                   "operate": {"users": [ALICE], "channels": [CH]}},
-        "commands": {"overrides": {"max_model_len": {"min": 1024, "max": 32768}}},
-        "jobs": {"update_interval": 0, "watch_health_interval": 1, **jobs},
-        "store": {"path": str(tmp_path / "spark-bot.db")},
-    })
 
 
 @asynccontextmanager

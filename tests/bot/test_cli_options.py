@@ -9,8 +9,9 @@ import pytest
 
 from bot.cli import main
 from bot.config import load_config
-from handlers import commands as c
+from handlers.errors import CommandError
 from handlers.settings import CommandsConfig
+from handlers.specs import parse_command
 from tests.controller.helpers import LAB_CONFIG
 
 SPARK_BOT = [sys.executable, "-m", "bot.cli"]
@@ -44,8 +45,8 @@ def test_an_unknown_fault_lists_the_faults(capsys):
 def test_bench_options_are_checked_by_the_same_rules_as_in_chat(capsys, argv, chat, why):
     assert main(["bench", "--config", str(LAB_CONFIG), *argv]) == 2
     assert why in capsys.readouterr().err
-    with pytest.raises(c.CommandError, match=why):
-        c.parse_command(chat, load_config(LAB_CONFIG).cluster, CommandsConfig())
+    with pytest.raises(CommandError, match=why):
+        parse_command(chat, load_config(LAB_CONFIG).cluster, CommandsConfig())
 
 
 def test_a_bad_concurrency_list_reads_the_same_in_both(capsys):
@@ -53,13 +54,13 @@ def test_a_bad_concurrency_list_reads_the_same_in_both(capsys):
         main(["bench", "--config", str(LAB_CONFIG), "--concurrency", "1,x"])
     message = "expected comma-separated whole numbers"
     assert message in capsys.readouterr().err
-    with pytest.raises(c.CommandError, match=message):
-        c.parse_command("bench concurrency=1,x", load_config(LAB_CONFIG).cluster, CommandsConfig())
+    with pytest.raises(CommandError, match=message):
+        parse_command("bench concurrency=1,x", load_config(LAB_CONFIG).cluster, CommandsConfig())
 
 
 def test_node_names_resolve_the_same_in_both(capsys):
     assert main(["logs", "--config", str(LAB_CONFIG), "spark-9"]) == 2
     err = capsys.readouterr().err
     assert "unknown node `spark-9`: use head, worker or one of" in err
-    with pytest.raises(c.CommandError, match="unknown node `spark-9`: use head, worker or one of"):
-        c.parse_command("logs spark-9", load_config(LAB_CONFIG).cluster, CommandsConfig())
+    with pytest.raises(CommandError, match="unknown node `spark-9`: use head, worker or one of"):
+        parse_command("logs spark-9", load_config(LAB_CONFIG).cluster, CommandsConfig())

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from bot.config import load_config
+from cluster.errors import SparkBotError
 from handlers import commands as c
 from handlers.access import Access
+from handlers.errors import Busy, ChatError, CommandError
 from handlers.settings import AccessConfig, AccessLevel, CommandsConfig
-from tests.controller.helpers import LAB_CONFIG
+from handlers.specs import parse_command
+from tests.handlers.doubles import CLUSTER
 
-CLUSTER = load_config(LAB_CONFIG).cluster
 COMMANDS = CommandsConfig.model_validate({
     "overrides": {"max_model_len": {"min": 1024, "max": 65536}, "gpu_memory_utilization": {"min": 0.5, "max": 0.95}},
     "presets": {"long": {"max_model_len": 65536}},
@@ -18,7 +19,7 @@ COMMANDS = CommandsConfig.model_validate({
 
 
 def parse(text: str) -> c.Command:
-    return c.parse_command(text, CLUSTER, COMMANDS)
+    return parse_command(text, CLUSTER, COMMANDS)
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -63,9 +64,15 @@ def test_valid_commands(text, expected):
     ("bench speed=9", "unknown option `speed`"),
 ])
 def test_invalid_commands_say_why(text, why):
-    with pytest.raises(c.CommandError) as error:
+    with pytest.raises(CommandError) as error:
         parse(text)
     assert why in str(error.value)
+
+
+def test_a_bad_command_is_one_of_the_errors_spark_bot_raises_on_purpose():
+    with pytest.raises(SparkBotError, match="unknown command `launch`"):
+        parse("launch")
+    assert issubclass(Busy, SparkBotError) and issubclass(ChatError, SparkBotError)
 
 
 def test_canonical_text_round_trips():
@@ -81,8 +88,8 @@ def test_overrides_reach_the_serve_config_and_nothing_else():
 
 
 def test_no_overrides_configured_means_none_allowed():
-    with pytest.raises(c.CommandError, match="none: the config allows no override"):
-        c.parse_command("up max_model_len=4096", CLUSTER, CommandsConfig())
+    with pytest.raises(CommandError, match="none: the config allows no override"):
+        parse_command("up max_model_len=4096", CLUSTER, CommandsConfig())
 
 
 def test_presets_must_stay_within_the_override_bounds():

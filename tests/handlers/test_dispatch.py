@@ -1,8 +1,9 @@
 """The dispatcher when the cluster misbehaves, and what untrusted text looks like once posted.
 
-No lab: the Slack stand-in, the real bot (Socket Mode, handlers, controller), and nodes whose
-Docker engine answers badly (a stand-in engine on a unix socket) or not at all (no socket).
-The bench-fingerprint test runs on the demo's embedded cluster (emulated engines, no root).
+No lab: the real controller against nodes whose Docker engine answers badly (a stand-in engine
+on a unix socket) or not at all (no socket), heard through the RecordingChat; the bench
+fingerprint on the demo's embedded cluster (emulated engines, no root). What Slack receives
+(escaping inside Block Kit) goes through SlackChat to the Slack stand-in.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from aiohttp import web
 
 from bot.console import render_message
 from bot.slack import SlackChat, make_client
-from cluster.config import ClusterConfig, ContainerConfig, NodeConfig, ServeConfig
+from cluster.config import ClusterConfig, ContainerConfig, NodeConfig, Secrets, ServeConfig
+from cluster.controller import Controller
 from cluster.events import Failed
 from demo.cluster import embedded_cluster
+from handlers.dispatch import Invocation
 from handlers.render import JobView, failure_message
 from handlers.settings import JobsConfig
-from tests.bot.helpers import ALICE, CH, block_text, header, settings, slack_bot
+from tests.bot.helpers import block_text
+from tests.handlers.doubles import ALICE, CH, running_dispatcher, settings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -69,38 +73,40 @@ def db_rows(tmp_path: Path, query: str) -> list[tuple]:
         return db.execute(query).fetchall()
 
 
-async def test_a_failure_before_the_job_runs_frees_the_lock_and_tells_the_asker(slack, broken_engine, tmp_path):
+def real_controller(config: ClusterConfig) -> Controller:
+    return Controller(config, Secrets({}))
+
+
+async def test_a_failure_before_the_job_runs_frees_the_lock_and_tells_the_asker(broken_engine, tmp_path):
     cluster = broken_cluster(broken_engine, tmp_path)
-    async with slack_bot(slack, cluster, settings(tmp_path)):
+    async with running_dispatcher(real_controller, settings(tmp_path), cluster=cluster) as (dispatcher, chat):
         for _ in range(2):  # the second is not refused as busy: the first released the lock
-            mark = slack.last_seq()
-            await slack.send_slash_command(ALICE, CH, "up")
-            reply = await slack.wait_for(lambda c: c.method == "chat.postEphemeral", 20, after=mark)
-            assert header(reply) == "✘ `/spark up` did not start", block_text(reply)
-            text = block_text(reply)
-            assert "no space left on device" in text and "*Try:*" in text and "the cluster is free" in text
-        ack = await slack.send_slash_command(ALICE, CH, "cancel")
-        assert ack.payload["blocks"][0]["text"]["text"] == "Nothing to cancel"
+            await dispatcher.command(Invocation(ALICE, CH, "up"))
+            await asyncio.wait_for(dispatcher.idle(), 20)
+        cancel = await dispatcher.command(Invocation(ALICE, CH, "cancel"))
+    assert cancel is not None and cancel.title == "Nothing to cancel"
+    replies = [message for _, message in chat.private]
+    assert [reply.title for reply in replies] == ["✘ `/spark up` did not start"] * 2
+    for reply in replies:
+        assert "no space left on device" in reply.text and "*Try:*" in reply.text
+        assert "the cluster is free" in reply.text
     assert db_rows(tmp_path, "SELECT * FROM locks") == []
     assert [state for (state,) in db_rows(tmp_path, "SELECT state FROM jobs")] == ["failed", "failed"]
-    assert not slack.calls("chat.postMessage"), "no job message: nothing started"
+    assert not chat.posts, "no job message: nothing started"
 
 
-async def test_status_and_logs_errors_reach_the_asker_with_node_problem_and_fix(slack, broken_engine, tmp_path):
+async def test_status_and_logs_errors_reach_the_asker_with_node_problem_and_fix(broken_engine, tmp_path):
     cluster = broken_cluster(broken_engine, tmp_path)
-    async with slack_bot(slack, cluster, settings(tmp_path)):
-        mark = slack.last_seq()
-        await slack.send_slash_command(ALICE, CH, "logs worker")
-        logs = await slack.wait_for(lambda c: c.method == "chat.postEphemeral", 20, after=mark)
-        mark = slack.last_seq()
-        await slack.send_slash_command(ALICE, CH, "status")
-        status = await slack.wait_for(lambda c: c.method == "chat.postEphemeral", 20, after=mark)
-    assert header(logs) == "✘ `/spark logs spark-b 50` could not answer"
-    text = block_text(logs)
-    assert "Node `spark-b`: the Docker engine at" in text and "does not answer" in text
-    assert "*Try:* Is dockerd running on the node" in text
-    assert header(status) == "✘ `/spark status` could not answer"
-    assert "no space left on device" in block_text(status) and "*Try:*" in block_text(status)
+    async with running_dispatcher(real_controller, settings(tmp_path), cluster=cluster) as (dispatcher, chat):
+        for text in ["logs worker", "status"]:
+            await dispatcher.command(Invocation(ALICE, CH, text))
+            await asyncio.wait_for(dispatcher.idle(), 20)
+    [(_, logs), (_, status)] = chat.private
+    assert logs.title == "✘ `/spark logs spark-b 50` could not answer"
+    assert "Node `spark-b`: the Docker engine at" in logs.text and "does not answer" in logs.text
+    assert "*Try:* Is dockerd running on the node" in logs.text
+    assert status.title == "✘ `/spark status` could not answer"
+    assert "no space left on device" in status.text and "*Try:*" in status.text
 
 
 HOSTILE = "<!channel> see <http://evil.example|the docs> & more"
@@ -130,20 +136,18 @@ async def test_untrusted_text_is_posted_escaped_and_cannot_leave_its_code_block(
     assert f"engine died: {HOSTILE}" in shown and "&lt;" not in shown and "@U0ALICE" in shown
 
 
-async def test_bench_is_filed_under_the_launched_setup_and_compared_from_the_store(slack, tmp_path):
+async def test_bench_is_filed_under_the_launched_setup_and_compared_from_the_store(tmp_path):
     async with embedded_cluster(nodes=2) as embedded:
-        bot_settings = settings(tmp_path)
-        async with slack_bot(slack, embedded.config, bot_settings) as bot:
-            await slack.send_slash_command(ALICE, CH, "up max_model_len=4096")
-            await asyncio.wait_for(bot.dispatcher.idle(), 90)  # the job has ended (the watch goes on)
-            assert any(header(c) == "✅ Ready" for c in slack.calls("chat.postMessage"))
+        async with running_dispatcher(real_controller, settings(tmp_path),
+                                      cluster=embedded.config) as (dispatcher, chat):
+            await dispatcher.command(Invocation(ALICE, CH, "up max_model_len=4096"))
+            await asyncio.wait_for(dispatcher.idle(), 90)  # the job has ended (the watch goes on)
+            assert any(p.message.title == "✅ Ready" for p in chat.posts)
             for _ in range(2):
-                mark = slack.last_seq()
-                await slack.send_slash_command(ALICE, CH, "bench max_tokens=16 runs=1")
-                result = await slack.wait_for(
-                    lambda c: c.method == "chat.postMessage" and header(c) == "📊 Benchmark", 60, after=mark)
-                await asyncio.wait_for(bot.dispatcher.idle(), 30)
-            assert "vs previous:" in block_text(result), "the second run is compared with the first"
+                await dispatcher.command(Invocation(ALICE, CH, "bench max_tokens=16 runs=1"))
+                await asyncio.wait_for(dispatcher.idle(), 60)
+    results = [p.message for p in chat.posts if p.message.title == "📊 Benchmark"]
+    assert len(results) == 2 and "vs previous:" in results[1].text, "the second run is compared with the first"
     reports = [json.loads(r) for (r,) in db_rows(tmp_path, "SELECT report_json FROM bench_results ORDER BY id")]
     assert [r["fingerprint"]["serve"]["max_model_len"] for r in reports] == [4096, 4096]
     assert reports[1]["comparisons"] and reports[0]["setup_key"] == reports[1]["setup_key"]

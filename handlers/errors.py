@@ -1,0 +1,27 @@
+"""The chat side's exceptions, in the one tree of errors spark-bot raises on purpose
+(`cluster.errors.SparkBotError`): each message says what went wrong and what to do."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cluster.errors import SparkBotError
+
+if TYPE_CHECKING:
+    from handlers.store import LockRecord
+
+
+class CommandError(SparkBotError, ValueError):
+    """The text is not a valid command: `str(error)` says why; the usage says what is."""
+
+
+class Busy(SparkBotError):
+    """Another job holds the cluster lock: `holder` names it (who, what, since when)."""
+
+    def __init__(self, holder: LockRecord):
+        super().__init__(f"job {holder.job.id} holds the lock; `/spark cancel` stops it")
+        self.holder = holder
+
+
+class ChatError(SparkBotError):
+    """A message could not be delivered (after the adapter's retries)."""

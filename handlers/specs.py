@@ -1,0 +1,308 @@
+"""Every `/spark` command, declared once: its arguments, one example, what it does, who may run it
+(read or operate), whether it asks first, and how it answers or builds its job. The dispatcher
+looks commands up here, `/spark help` is generated from here, and so is the CLI's help for the
+commands both have (errbot's `@botcmd` and Bolt's listeners, as one table: `SPECS`).
+
+A command is one of three kinds: a `reply` answers at once (in the adapter's acknowledgement),
+an `answer` answers privately from a task (it asks the nodes), a `job` takes the cluster lock
+and posts its progress in the channel.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from cluster.bench.history import compare
+from cluster.bench.models import BenchReport
+from cluster.checkpoints import BENCH, launch_plan, verify_plan
+from cluster.config import ClusterConfig
+from cluster.controller import Controller
+from cluster.events import BenchResult, Event, LogTail, Ready, StatusReport
+from handlers import commands as c
+from handlers.errors import CommandError
+from handlers.jobs import Job, JobPlan, describe_state
+from handlers.messages import Attachment, Message, escape
+from handlers.render import INLINE_CHARS
+from handlers.settings import CommandsConfig, Level
+from handlers.store import JobRecord
+
+if TYPE_CHECKING:
+    from handlers.dispatch import Dispatcher, Invocation
+
+# Each takes the dispatcher (the bot's cluster, settings, store, jobs, chat) and the parsed command.
+Reply = Callable[["Dispatcher", Any, "Invocation"], Awaitable[Message]]
+Answer = Callable[["Dispatcher", Any, "Invocation"], Awaitable[Message | None]]  # None: it posted itself
+BuildJob = Callable[["Dispatcher", Any, JobRecord, bool], Awaitable[JobPlan]]  # bool: the user confirmed
+
+
+@dataclass(frozen=True)
+class Question:
+    """A confirmation: the question, the button's label, and what a yes does."""
+
+    text: str
+    label: str
+    consequence: str
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    when: str  # for the help: when the command asks first
+    ask: Callable[[Dispatcher, Any], Awaitable[Question | None]]  # None: no need to ask this time
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    model: type[c.BaseCommand]
+    summary: str
+    level: Level
+    arguments: str = ""
+    example: str | None = None  # the words after `/spark`, for a command that takes arguments
+    reply: Reply | None = None
+    answer: Answer | None = None
+    job: BuildJob | None = None
+    confirmation: Confirmation | None = None
+
+    def __post_init__(self) -> None:
+        if sum(kind is not None for kind in (self.reply, self.answer, self.job)) != 1:
+            raise TypeError(f"`{self.name}`: give exactly one of reply, answer and job")
+        if self.confirmation is not None and self.job is None:
+            raise TypeError(f"`{self.name}`: only a job asks for confirmation")
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def usage(self) -> str:
+        """Its line of `/spark help`."""
+        arguments = f" {self.arguments}" if self.arguments else ""
+        asks = f" ({self.confirmation.when})" if self.confirmation else ""
+        example = f", e.g. `/spark {self.example}`" if self.example else ""
+        return f"`/spark {self.name}{arguments}` {self.summary}{asks}{example}"
+
+
+# -- answered at once -------------------------------------------------------------------------
+
+async def _help(d: Dispatcher, command: c.Help, invocation: Invocation) -> Message:
+    await d.store.audit(invocation.user, invocation.channel, "help", "answered")
+    return Message(title="/spark: run the vLLM cluster from here",
+                   text=f"Cluster `{d.cluster.name}`: {len(d.cluster.nodes)} node(s), "
+                        f"model `{d.cluster.serve.model}`.\n\n{chat_usage()}\n\n"
+                        f"{allowed_overrides(d.settings.commands)}")
+
+
+def allowed_overrides(commands: CommandsConfig) -> str:
+    """What `/spark up` may change on this bot: the config's overrides and presets."""
+    overrides = ", ".join(f"`{key}` {bound.min:g}..{bound.max:g}" for key, bound in commands.overrides.items())
+    presets = ", ".join(f"`{preset}`" for preset in commands.presets)
+    return f"`/spark up` may override: {overrides or 'nothing'}; presets: {presets or 'none'}."
+
+
+async def _cancel(d: Dispatcher, command: c.Cancel, invocation: Invocation) -> Message:
+    user, channel = invocation.user, invocation.channel
+    job = d.jobs.cancel(user)
+    if job is None:
+        await d.store.audit(user, channel, "cancel", "nothing to cancel")
+        return Message(title="Nothing to cancel", text="No job is running on this cluster.")
+    await d.store.audit(user, channel, "cancel", f"cancelled job {job.record.id}", job.record.id, job.view.link)
+    return Message(title=f"Cancelling job #{job.record.id}",
+                   text=f"`/spark {job.record.command}` by <@{job.record.user}>: stopping and cleaning up.")
+
+
+# -- answered from a task ---------------------------------------------------------------------
+
+async def status_report(controller: Controller) -> StatusReport:
+    return next(e for e in [e async for e in controller.status()] if isinstance(e, StatusReport))
+
+
+async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> Message:
+    report = await status_report(d.controller_for(d.cluster))
+    lines = [f"`{escape(x.node)}` {escape(x.container)}: *{escape(x.status)}*"
+             + (f" since {x.started_at:%Y-%m-%d %H:%M} UTC" if x.started_at and x.running else "")
+             for x in report.containers]
+    health = {True: "healthy", False: "NOT healthy", None: "not asked"}[report.api_healthy]
+    job = d.jobs.current
+    busy = (f"\nRunning: job #{job.record.id} `/spark {job.record.command}` by <@{job.record.user}>"
+            if job else "")
+    watching = "\nWatching: yes" if d.jobs.watching else ""
+    await d.store.audit(invocation.user, invocation.channel, "status", "answered")
+    return Message(
+        title=f"Status of `{d.cluster.name}`", tone="success" if report.api_healthy else "neutral",
+        text="\n".join(lines) + f"\nAPI: {health} ({escape(report.api_detail)})"
+             + (f"\nvLLM: {escape(report.vllm_version)}" if report.vllm_version else "")
+             + f"{busy}{watching}")
+
+
+async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Message | None:
+    events = [e async for e in d.controller_for(d.cluster).logs(command.node, command.lines)]
+    tail = next(e for e in events if isinstance(e, LogTail))
+    await d.store.audit(invocation.user, invocation.channel, command.text(), "answered")
+    inline = tail.lines[-d.settings.jobs.inline_log_lines:]
+    title = f"Last {len(tail.lines)} lines of `{escape(tail.container)}` on `{escape(tail.node)}`"
+    if len(tail.lines) == len(inline) and sum(len(x) + 1 for x in inline) <= INLINE_CHARS:
+        return Message(title=title, code=tail.lines or ["(empty)"])
+    # Too long for a message: a short post in the channel, the whole log as a file in its thread.
+    posted = await d.deliver("logs message", d.chat.post(invocation.channel, Message(
+        title=title, text=f"Asked by <@{invocation.user}>; the whole tail is in the thread as a file.",
+        code=inline, code_title=f"last {len(inline)} lines")))
+    if posted:
+        await d.deliver("logs file", d.chat.upload(
+            invocation.channel, posted.ts,
+            Attachment(filename=f"{tail.node}-{tail.container}.log", title=title,
+                       content="\n".join(tail.lines) + "\n"), title))
+    return None
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+async def _ask_replace(d: Dispatcher, command: c.Up) -> Question | None:
+    report = await status_report(d.controller_for(d.cluster))
+    if not any(x.present for x in report.containers):
+        return None
+    return Question(f"`{d.cluster.name}` is already running ({describe_state(report)}). Replace it?",
+                    "Replace", "The running server is removed and launched again.")
+
+
+async def _up(d: Dispatcher, command: c.Up, record: JobRecord, confirmed: bool) -> JobPlan:
+    await d.jobs.stop_watch()
+    await d.store.clear_launch(d.cluster.name)  # what runs now is no longer that launch
+    config = command.apply(d.cluster, d.settings.commands)
+    applied = command.settings(d.settings.commands)
+
+    async def launched(job: Job, event: Event) -> None:
+        if isinstance(event, Ready):
+            await d.store.set_launch(d.cluster.name, job.record.id, applied)
+            await d.jobs.start_watch(job.record, job.view)
+
+    return JobPlan(title=f"🚀 Launch on `{d.cluster.name}`", checkpoints=launch_plan(config),
+                   events=d.controller_for(config).up(replace=confirmed), on_event=launched,
+                   success_footer=_up_footer)
+
+
+def _up_footer(job: Job) -> str:
+    ready = next((e for e in job.events if isinstance(e, Ready)), None)
+    if ready and ready.sample and ready.sample.decode_tps:
+        return f"Ready: `{ready.model}`, sample at {ready.sample.decode_tps:.1f} tok/s"
+    return "Ready"
+
+
+async def _verify(d: Dispatcher, command: c.Verify, record: JobRecord, confirmed: bool) -> JobPlan:
+    controller = d.controller_for(await d.jobs.launched_config())
+    return JobPlan(title=f"🔍 Verify `{d.cluster.name}`", checkpoints=verify_plan(d.cluster),
+                   events=controller.verify(), success_footer=lambda job: "Verified")
+
+
+async def _bench(d: Dispatcher, command: c.Bench, record: JobRecord, confirmed: bool) -> JobPlan:
+    # the figures are filed under the setup the cluster runs: the launched config, overrides included
+    controller = d.controller_for(await d.jobs.launched_config())
+    events = controller.bench(concurrency=command.concurrency, max_tokens=command.max_tokens,
+                              runs=command.runs, history=None)
+    return JobPlan(title=f"📊 Benchmark on `{d.cluster.name}`", checkpoints=[BENCH],
+                   events=_compared(d, events, record.id), on_event=_after_bench, success_footer=_bench_footer)
+
+
+async def _compared(d: Dispatcher, events: AsyncIterator[Event], job_id: int) -> AsyncIterator[Event]:
+    """Bench events, the result compared with the last of the same setup in the store (the
+    bot's one bench history) and recorded there before anyone sees it."""
+    async with aclosing(events):
+        async for event in events:
+            if isinstance(event, BenchResult):
+                report = event.report
+                previous = await d.store.previous_bench(report.setup_key)
+                if previous is not None:
+                    earlier = BenchReport.model_validate_json(previous)
+                    report = report.model_copy(update={"comparisons": compare(report, earlier)})
+                    event = event.model_copy(update={"report": report})
+                await d.store.add_bench(job_id, report.model_dump_json())
+            yield event
+
+
+async def _after_bench(job: Job, event: Event) -> None:
+    if isinstance(event, BenchResult):
+        job.view.items["bench"] = job.view.items["bench"].model_copy(
+            update={"state": "done", "elapsed_s": event.elapsed_s})
+
+
+def _bench_footer(job: Job) -> str:
+    result = next((e for e in job.events if isinstance(e, BenchResult)), None)
+    if result and result.report.single and result.report.single.decode_tok_s:
+        return f"Benchmark: {result.report.single.decode_tok_s:.1f} tok/s single stream"
+    return "Benchmark done"
+
+
+async def _ask_teardown(d: Dispatcher, command: c.Down) -> Question:
+    return Question(f"Stop and remove `{d.cluster.container.name}` on every node of `{d.cluster.name}`?",
+                    "Tear down", "The vLLM server stops for everyone.")
+
+
+async def _down(d: Dispatcher, command: c.Down, record: JobRecord, confirmed: bool) -> JobPlan:
+    await d.jobs.stop_watch()
+    await d.store.clear_launch(d.cluster.name)
+    return JobPlan(title=f"🧹 Tear down `{d.cluster.name}`", checkpoints=[],
+                   events=d.controller_for(d.cluster).down(), success_footer=_down_footer)
+
+
+def _down_footer(job: Job) -> str:
+    removed = sum(1 for e in job.events if getattr(e, "removed", False))
+    return f"Removed {removed} container(s)"
+
+
+# -- the registry -----------------------------------------------------------------------------
+
+SPECS: dict[str, CommandSpec] = {spec.name: spec for spec in [
+    CommandSpec(c.Up, summary="launch the cluster and follow it checkpoint by checkpoint to Ready",
+                level="operate", arguments="[PRESET] [max_model_len=N] [gpu_memory_utilization=F] [max_num_seqs=N]",
+                example="up max_model_len=32768", job=_up,
+                confirmation=Confirmation("asks before replacing a running cluster", _ask_replace)),
+    CommandSpec(c.Verify, summary="re-check a running cluster, checkpoint by checkpoint", level="read",
+                job=_verify),
+    CommandSpec(c.Bench, summary="measure TTFT and tok/s (single stream, optionally a concurrency sweep)",
+                level="operate", arguments="[concurrency=1,2,4] [max_tokens=N] [runs=N]",
+                example="bench concurrency=1,2,4 max_tokens=256", job=_bench),
+    CommandSpec(c.Status, summary="a snapshot of the containers and the API's health", level="read",
+                answer=_status),
+    CommandSpec(c.Logs, summary="the tail of a node's container log", level="read",
+                arguments="[head|worker|NODE] [LINES]", example="logs worker 200", answer=_logs),
+    CommandSpec(c.Down, summary="stop and remove the containers on every node", level="operate", job=_down,
+                confirmation=Confirmation("asks for confirmation", _ask_teardown)),
+    CommandSpec(c.Cancel, summary="stop the running job and clean up", level="operate", reply=_cancel),
+    CommandSpec(c.Help, summary="this text", level="read", reply=_help),
+]}
+
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9._=,:-]+$")
+
+
+def spec_for(command: c.BaseCommand) -> CommandSpec:
+    return SPECS[command.name]
+
+
+def chat_usage() -> str:
+    return "\n".join(spec.usage() for spec in SPECS.values())
+
+
+def parse_command(text: str, cluster: ClusterConfig, commands: CommandsConfig) -> c.Command:
+    """`/spark …` text -> a validated command (no text: help), or a CommandError saying why.
+
+    Nothing runs for text that does not parse: an unknown command, or any character outside a
+    small safe set, before the command's own rules (commands.py)."""
+    words = text.split()
+    if not words:
+        return c.Help()
+    for word in words:
+        if not _SAFE_WORD.match(word):
+            raise CommandError(f"`{word[:40]}`: only letters, digits and . _ = , : - are accepted")
+    name, args = words[0].lower(), words[1:]
+    spec = SPECS.get(name)
+    if spec is None:
+        raise CommandError(f"unknown command `{name}`")
+    try:
+        return spec.model.parse(args, cluster, commands)  # type: ignore[return-value]
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or name
+        raise CommandError(f"`{name}`: {field}: {first['msg']}") from None

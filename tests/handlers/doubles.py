@@ -1,0 +1,235 @@
+"""In-memory doubles for handler tests: a chat that records what it is sent, and controllers that
+play a script of events, wait where told, or raise (errbot's TestBackend, httpx's MockTransport).
+No sockets, no Slack stand-in, no cluster: a handler test runs in milliseconds. Test what a
+command means here; the stand-in (tests/slack_standin) is for the Slack adapter itself.
+
+    controllers = ScriptedControllers(up=[passed("ssh"), hold := Hold(), ready()])
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await hold.reached.wait()  # the job is running, blocked inside the controller
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bot.config import load_config
+from cluster.checkpoints import launch_plan
+from cluster.config import ClusterConfig
+from cluster.events import CheckpointPassed, CompletionSample, ContainerState, Event, Failed, Ready, StatusReport
+from handlers.chat import Posted
+from handlers.dispatch import Dispatcher
+from handlers.jobs import ControllerFactory
+from handlers.messages import Attachment, Message
+from handlers.settings import BotSettings
+from handlers.store import Store
+from tests.controller.helpers import LAB_CONFIG
+
+CLUSTER = load_config(LAB_CONFIG).cluster
+CH = "C0SPARKOPS"
+ALICE, BOB = "U0ALICE", "U0BOB"
+
+
+def settings(tmp_path: Path | None = None, **jobs) -> BotSettings:
+    """Alice operates in CH, anyone reads there and in C0GENERAL; the store in tmp_path or in memory."""
+    return BotSettings.model_validate({
+        "access": {"read": {"users": ["*"], "channels": [CH, "C0GENERAL"]},
+                   "operate": {"users": [ALICE], "channels": [CH]}},
+        "commands": {"overrides": {"max_model_len": {"min": 1024, "max": 32768}}},
+        "jobs": {"update_interval": 0, "watch_health_interval": 1, **jobs},
+        "store": {"path": str(tmp_path / "spark-bot.db") if tmp_path else ":memory:"},
+    })
+
+
+# -- the chat ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sent:
+    channel: str
+    ts: str
+    message: Message
+    thread: str | None = None
+    broadcast: bool = False
+
+
+class RecordingChat:
+    """The Chat port in memory: every post and private reply as sent, each message's latest version."""
+
+    def __init__(self) -> None:
+        self.posts: list[Sent] = []
+        self.private: list[tuple[str, Message]] = []  # (user, message)
+        self.uploads: list[tuple[str, Attachment]] = []  # (thread, attachment)
+        self.latest: dict[str, Message] = {}  # ts -> the message as it reads now
+        self._ts = itertools.count(1)
+        self._changed = asyncio.Condition()
+
+    async def post(self, channel: str, message: Message, *, thread: str | None = None,
+                   broadcast: bool = False) -> Posted:
+        ts = str(next(self._ts))
+        self.posts.append(Sent(channel, ts, message, thread, broadcast))
+        self.latest[ts] = message
+        await self._notify()
+        return Posted(channel, ts)
+
+    async def update(self, posted: Posted, message: Message) -> None:
+        self.latest[posted.ts] = message
+        await self._notify()
+
+    async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:
+        self.uploads.append((thread, attachment))
+
+    async def reply_private(self, channel: str, user: str, message: Message) -> None:
+        self.private.append((user, message))
+        await self._notify()
+
+    async def permalink(self, posted: Posted) -> str | None:
+        return f"https://chat.example/{posted.channel}/p{posted.ts}"
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Until `condition()` holds, checked after each message sent (for what tasks send)."""
+        async with self._changed:
+            await self._changed.wait_for(condition)
+
+    def parent(self, index: int = 0) -> Message:
+        """A message posted in the channel (not in a thread), as it reads now."""
+        return self.latest[[p.ts for p in self.posts if p.thread is None][index]]
+
+    def thread(self, parent_index: int = 0) -> list[Sent]:
+        ts = [p.ts for p in self.posts if p.thread is None][parent_index]
+        return [p for p in self.posts if p.thread == ts]
+
+
+# -- the controller ---------------------------------------------------------------------------
+
+@dataclass
+class Hold:
+    """A step where the operation waits: `reached` is set when it gets there; it goes on once
+    `release` is set, or ends when cancelled."""
+
+    reached: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+Step = Event | Hold | BaseException
+
+
+@dataclass(frozen=True)
+class Call:
+    operation: str
+    config: ClusterConfig
+    options: dict[str, Any]
+
+
+class ScriptedControllers:
+    """A ControllerFactory: each controller's operations play the script given for them.
+
+    An operation without a script yields nothing; `status` reports no container and `watch`
+    holds until stopped, unless scripted otherwise. `calls` lists every operation started,
+    `cleaned_up` every one whose generator was closed (the controller's own cleanup ran)."""
+
+    def __init__(self, **scripts: list[Step]):
+        self.scripts: dict[str, list[Step]] = {"status": [status_report()], "watch": [Hold()], **scripts}
+        self.calls: list[Call] = []
+        self.cleaned_up: list[str] = []
+
+    def __call__(self, config: ClusterConfig) -> ScriptedController:
+        return ScriptedController(self, config)
+
+    async def play(self, operation: str, config: ClusterConfig, options: dict[str, Any]) -> AsyncIterator[Event]:
+        self.calls.append(Call(operation, config, options))
+        try:
+            for step in self.scripts.get(operation, []):
+                if isinstance(step, Hold):
+                    step.reached.set()
+                    await step.release.wait()
+                elif isinstance(step, BaseException):
+                    raise step
+                else:
+                    yield step
+        finally:
+            self.cleaned_up.append(operation)
+
+
+class ScriptedController:
+    """What handlers use of cluster.controller.Controller, played from a script."""
+
+    def __init__(self, scripts: ScriptedControllers, config: ClusterConfig):
+        self.scripts = scripts
+        self.config = config
+
+    def up(self, **options: Any) -> AsyncIterator[Event]:
+        return self.scripts.play("up", self.config, options)
+
+    def verify(self) -> AsyncIterator[Event]:
+        return self.scripts.play("verify", self.config, {})
+
+    def bench(self, **options: Any) -> AsyncIterator[Event]:
+        return self.scripts.play("bench", self.config, options)
+
+    def down(self) -> AsyncIterator[Event]:
+        return self.scripts.play("down", self.config, {})
+
+    def status(self) -> AsyncIterator[Event]:
+        return self.scripts.play("status", self.config, {})
+
+    def logs(self, node: str | None = None, lines: int = 50) -> AsyncIterator[Event]:
+        return self.scripts.play("logs", self.config, {"node": node, "lines": lines})
+
+    def watch(self, **options: Any) -> AsyncIterator[Event]:
+        return self.scripts.play("watch", self.config, options)
+
+
+# -- events -----------------------------------------------------------------------------------
+
+def passed(checkpoint: str) -> CheckpointPassed:
+    title = next(c.title for c in launch_plan(CLUSTER) if c.id == checkpoint)
+    return CheckpointPassed(elapsed_s=0.1, checkpoint=checkpoint, title=title, evidence=f"{checkpoint} proven")
+
+
+def launch_passes() -> list[CheckpointPassed]:
+    return [passed(c.id) for c in launch_plan(CLUSTER)]
+
+
+def ready() -> Ready:
+    sample = CompletionSample(text="Hello.", prompt_tokens=9, completion_tokens=105, finish_reason="stop",
+                              ttft_s=0.053, e2e_s=0.31, decode_tps=401.0)
+    return Ready(elapsed_s=2.4, model=CLUSTER.serve.api_model_name, api_url="http://127.0.0.1:8000", sample=sample)
+
+
+def failed(checkpoint: str = "weights") -> Failed:
+    title = next(c.title for c in launch_plan(CLUSTER) if c.id == checkpoint)
+    return Failed(elapsed_s=1.5, checkpoint=checkpoint, title=title, node=CLUSTER.head.name,
+                  summary="NCCL failed to initialise", evidence="NCCL error: unhandled system error",
+                  cause="no IPC_LOCK", fix="add --cap-add=IPC_LOCK")
+
+
+def status_report(*, running: bool = False) -> StatusReport:
+    containers = [ContainerState(node=n.name, container=CLUSTER.container.name, present=running, running=running,
+                                 status="running" if running else "absent") for n in CLUSTER.nodes]
+    return StatusReport(elapsed_s=0.0, containers=containers, api_healthy=running or None)
+
+
+# -- the bot ----------------------------------------------------------------------------------
+
+@asynccontextmanager
+async def running_dispatcher(controllers: ControllerFactory, bot_settings: BotSettings | None = None, *,
+                             cluster: ClusterConfig = CLUSTER) -> AsyncIterator[tuple[Dispatcher, RecordingChat]]:
+    """A started dispatcher on a RecordingChat; `controllers`: usually ScriptedControllers. Stopped after."""
+    bot_settings = bot_settings or settings()
+    chat = RecordingChat()
+    dispatcher = Dispatcher(cluster, bot_settings, chat, Store(bot_settings.store.path), controllers)
+    await dispatcher.start()
+    try:
+        yield dispatcher, chat
+    finally:
+        await dispatcher.stop()

@@ -1,0 +1,161 @@
+"""Every way a job ends, on in-memory doubles: the lock is released, the job's record says how it
+ended, and its message's footer and colour follow from that state."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import pytest
+
+from cluster.errors import NodeError
+from handlers.dispatch import Action, Dispatcher, Invocation
+from handlers.job_state import JobState
+from handlers.messages import CONFIRM_ACTION, Message, Tone
+from handlers.store import Store
+from tests.handlers.doubles import (
+    ALICE, BOB, CH, CLUSTER, Hold, ScriptedControllers, Step, failed, launch_passes, passed, ready, running_dispatcher,
+    settings, status_report,
+)
+
+pytestmark = pytest.mark.timeout(10)
+
+
+async def cancel(dispatcher: Dispatcher) -> None:
+    reply = await dispatcher.command(Invocation(ALICE, CH, "cancel"))
+    assert reply is not None and reply.title == "Cancelling job #1"
+
+
+async def shut_down(dispatcher: Dispatcher) -> None:
+    await dispatcher.jobs.stop()
+
+
+@dataclass(frozen=True)
+class Ending:
+    script: Callable[[Hold], list[Step]]  # what `up` plays; the Hold is where the job is stopped, if it is
+    stop: Callable[[Dispatcher], Awaitable[None]] | None  # None: the job ends by itself
+    state: JobState
+    outcome: str
+    footer: str  # how the job message's last footer begins
+    colour: Tone
+    last_reply: str  # the title of the last reply in the job's thread
+
+
+ENDINGS = {
+    "success": Ending(lambda hold: [*launch_passes(), ready()], None, JobState.SUCCEEDED, "succeeded",
+                      f"✔ Ready: `{CLUSTER.serve.api_model_name}`, sample at 401.0 tok/s in ", "success",
+                      "✅ Ready"),
+    "failure": Ending(lambda hold: [passed("ssh"), failed("weights")], None, JobState.FAILED,
+                      "failed: Weights loaded on every rank: NCCL failed to initialise",
+                      f"✘ Weights loaded on every rank on {CLUSTER.head.name} failed: NCCL failed to initialise",
+                      "failure", "✘ Weights loaded on every rank failed"),
+    "cancel": Ending(lambda hold: [passed("ssh"), hold, ready()], cancel, JobState.CANCELLED,
+                     f"cancelled by {ALICE}", f"✋ Cancelled by <@{ALICE}> after ", "warning", "✋ Cancelled"),
+    "shutdown": Ending(lambda hold: [passed("ssh"), hold, ready()], shut_down, JobState.SHUTDOWN,
+                       "cancelled: the bot is shutting down",
+                       "✋ Cancelled: the bot shut down; the controller removed what it started", "warning",
+                       "✋ Cancelled"),
+    "crash": Ending(lambda hold: [passed("ssh"), RuntimeError("disk on fire")], None, JobState.CRASHED,
+                    "error: disk on fire", "✘ Error: disk on fire", "failure", "✘ The job stopped on an error"),
+}
+
+
+@pytest.mark.parametrize("ending", ENDINGS.values(), ids=ENDINGS.keys())
+async def test_how_a_job_ends_is_recorded_and_shown(ending: Ending):
+    hold = Hold()
+    controllers = ScriptedControllers(up=ending.script(hold))
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        assert await dispatcher.command(Invocation(ALICE, CH, "up")) is None
+        if ending.stop is not None:
+            await hold.reached.wait()
+            await ending.stop(dispatcher)
+        await dispatcher.idle()
+
+        assert await dispatcher.store.locks() == [], "the lock is released"
+        record = await dispatcher.store.job(1)
+        assert (record.state, record.outcome) == (ending.state, ending.outcome)
+        [audit] = [a for a in await dispatcher.store.audit_trail() if a["command"] == "up"]
+        assert audit["outcome"] == ending.outcome
+    assert "up" in controllers.cleaned_up, "the controller's own cleanup ran"
+    job_message = chat.parent()
+    assert job_message.footer.startswith(ending.footer), job_message.footer
+    assert job_message.tone == ending.colour
+    assert job_message.buttons == [], "no Cancel button once it has ended"
+    assert chat.thread()[-1].message.title == ending.last_reply
+
+
+async def test_a_job_the_bot_died_during_is_closed_as_interrupted_at_the_next_start(tmp_path):
+    bot_settings = settings(tmp_path)
+    store = Store(bot_settings.store.path)
+    await store.open()
+    record = await store.create_job(CLUSTER.name, "up", ALICE, CH)
+    assert await store.acquire(CLUSTER.name, record.id, "the previous run") is None
+    posted_before = "1700000000.000100"
+    parent = Message(title="🚀 Launch", tone="running")
+    await store.set_parent(record.id, posted_before, None, parent.model_dump_json())
+    await store.close()
+
+    async with running_dispatcher(ScriptedControllers(), bot_settings) as (dispatcher, chat):
+        assert await dispatcher.store.locks() == []
+        assert (await dispatcher.store.job(record.id)).state == JobState.INTERRUPTED
+    assert chat.latest[posted_before].footer.startswith("⚠ Interrupted")
+    assert chat.latest[posted_before].tone == "warning"
+    [note] = [p.message for p in chat.posts if p.thread == posted_before]
+    assert note.title == "⚠ The bot restarted during this job"
+
+
+async def test_a_second_job_is_refused_while_one_runs_and_told_who_holds_the_lock():
+    hold = Hold()
+    async with running_dispatcher(ScriptedControllers(up=[hold])) as (dispatcher, chat):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await hold.reached.wait()
+        await dispatcher.command(Invocation(ALICE, CH, "down"))
+        await dispatcher.command(Invocation(BOB, CH, "verify"))
+        await chat.wait_until(lambda: len(chat.private) == 2)  # not idle(): the first job still runs
+        assert [(await dispatcher.store.job(n)).state for n in (2, 3)] == [JobState.REFUSED, JobState.REFUSED]
+        hold.release.set()
+        await dispatcher.idle()
+    for _, refusal in chat.private:
+        assert refusal.title == "Busy: one job at a time on this cluster"
+        assert f"Job #1 `/spark up` by <@{ALICE}> since" in refusal.text and "the job's thread" in refusal.text
+
+
+async def test_down_asks_first_and_runs_once_confirmed():
+    controllers = ScriptedControllers(down=[])
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        await dispatcher.command(Invocation(ALICE, CH, "down"))
+        await dispatcher.idle()
+        [(_, question)] = chat.private
+        assert (await dispatcher.store.job(1)).state == JobState.UNCONFIRMED and "down" not in controllers.cleaned_up
+        [button] = question.buttons
+        reply = await dispatcher.action(Action(ALICE, CH, CONFIRM_ACTION, button.value))
+        await dispatcher.idle()
+        assert reply is not None and reply.title == "Confirmed: `/spark down`"
+        assert (await dispatcher.store.job(2)).state == JobState.SUCCEEDED
+    assert chat.parent().footer.startswith("✔ Removed 0 container(s)")
+
+
+async def test_up_asks_before_replacing_a_running_cluster_and_replaces_once_confirmed():
+    controllers = ScriptedControllers(status=[status_report(running=True)], up=[*launch_passes(), ready()])
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await dispatcher.idle()
+        [(_, question)] = chat.private
+        assert "is already running" in question.text and question.buttons[0].label == "Replace"
+        await dispatcher.action(Action(ALICE, CH, CONFIRM_ACTION, question.buttons[0].value))
+        await dispatcher.idle()
+    [up] = [call for call in controllers.calls if call.operation == "up"]
+    assert up.options == {"replace": True}
+
+
+async def test_a_job_that_cannot_start_frees_the_lock_and_tells_the_asker_what_to_try():
+    unreachable = NodeError(CLUSTER.head.name, "the Docker engine does not answer", "start dockerd")
+    async with running_dispatcher(ScriptedControllers(status=[unreachable])) as (dispatcher, chat):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await dispatcher.idle()
+        assert await dispatcher.store.locks() == []
+        assert (await dispatcher.store.job(1)).state == JobState.FAILED
+    [(_, problem)] = chat.private
+    assert problem.title == "✘ `/spark up` did not start" and problem.tone == "failure"
+    assert "the cluster is free" in problem.text and "*Try:* start dockerd" in problem.text
+    assert chat.posts == [], "nothing started, nothing posted in the channel"

@@ -1,0 +1,60 @@
+"""The command registry: one declaration per command, from which both helps are generated."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.cli import main
+from handlers import commands as c
+from handlers.dispatch import Invocation
+from handlers.specs import SPECS, CommandSpec, Confirmation, chat_usage, parse_command
+from tests.handlers.doubles import BOB, CH, CLUSTER, ScriptedControllers, running_dispatcher
+from tests.handlers.test_commands import COMMANDS
+
+SHARED_WITH_THE_CLI = ["up", "verify", "bench", "status", "logs", "down"]
+
+
+def test_every_command_is_declared_once_with_the_access_level_the_settings_document():
+    assert {name: spec.level for name, spec in SPECS.items()} == {
+        "up": "operate", "verify": "read", "bench": "operate", "status": "read",
+        "logs": "read", "down": "operate", "cancel": "operate", "help": "read"}
+
+
+@pytest.mark.parametrize("spec", [s for s in SPECS.values() if s.example], ids=lambda s: s.name)
+def test_each_example_is_a_command_that_parses(spec):
+    assert type(parse_command(spec.example, CLUSTER, COMMANDS)) is spec.model
+
+
+def test_chat_help_has_one_line_per_command_with_its_arguments_and_when_it_asks():
+    lines = chat_usage().splitlines()
+    assert [line.split()[1].rstrip("`") for line in lines] == list(SPECS)
+    assert lines[0].startswith("`/spark up [PRESET] [max_model_len=N]")
+    assert "(asks before replacing a running cluster), e.g. `/spark up max_model_len=32768`" in lines[0]
+    assert "`/spark down` stop and remove the containers on every node (asks for confirmation)" in lines
+
+
+@pytest.mark.parametrize("name", SHARED_WITH_THE_CLI)
+def test_the_cli_describes_a_shared_command_with_the_chats_words(capsys, name):
+    with pytest.raises(SystemExit):
+        main([name, "--help"])
+    assert " ".join(SPECS[name].summary.split()) in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_spec_is_exactly_one_kind_of_command():
+    async def anything(*args):
+        return None
+
+    with pytest.raises(TypeError, match="exactly one of reply, answer and job"):
+        CommandSpec(c.Status, summary="s", level="read", reply=anything, answer=anything)
+    with pytest.raises(TypeError, match="only a job asks for confirmation"):
+        CommandSpec(c.Status, summary="s", level="read", answer=anything, confirmation=Confirmation("x", anything))
+
+
+async def test_help_is_the_generated_usage_and_what_this_config_lets_up_change():
+    async with running_dispatcher(ScriptedControllers()) as (dispatcher, _):
+        help_ = await dispatcher.command(Invocation(BOB, CH, "help"))
+        invalid = await dispatcher.command(Invocation(BOB, CH, "up tensor_parallel_size=1"))
+    assert help_ is not None and chat_usage() in help_.text
+    assert "`/spark up` may override: `max_model_len` 1024..32768; presets: none." in help_.text
+    assert invalid is not None and invalid.text.startswith("`up`: `tensor_parallel_size` cannot be overridden")
+    assert invalid.text.endswith(f"*Usage*\n{chat_usage()}")
