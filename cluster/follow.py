@@ -3,18 +3,36 @@ appears, and turn a fatal line, a container death, a stall or a phase timeout in
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from cluster.checkpoints import Checkpoint, Spelling
+from cluster.backlog import Shed
+from cluster.checkpoints import CHECKPOINTS, Checkpoint, Spelling, spellings_for
 from cluster.config import ClusterConfig
 from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.logtext import ray_repeats, strip_prefixes
 from cluster.monitor import ClusterMonitor, ContainerExited, FollowLost, LogLine, MonitorItem, StopRequested
-from cluster.report import Report
 from cluster.diagnosis import Diagnosis, LogDiagnoser, diagnose, unrecognised
 from cluster.failures import for_cluster
+from cluster.report import Report
+
+log = logging.getLogger(__name__)
+
+
+def must_see(config: ClusterConfig) -> Callable[[str], bool]:
+    """Whether a log line must reach the reader even when lines are shed: a line of a
+    checkpoint (in any spelling) or of a known failure."""
+    table, _ = for_cluster(config)
+    patterns = [s.pattern for c in CHECKPOINTS if c.logged for s in spellings_for(c, config.knowledge)]
+    patterns += [signature.pattern for signature in table]
+
+    def matters(text: str) -> bool:
+        message = strip_prefixes(text)
+        return any(pattern.search(message) for pattern in patterns)
+
+    return matters
 
 
 @dataclass
@@ -173,6 +191,10 @@ class LogFollower:
                 if isinstance(item, LogLine):
                     for expectation in pending:
                         expectation.offer(item)
+                elif isinstance(item, Shed):
+                    yield Progress(elapsed_s=self.report.elapsed(), phase=current.phase,
+                                   message=f"{item.count} log lines skipped: they came faster than they "
+                                           "were read (checkpoint and failure lines are kept)")
             while pending and (pending[0].done or pending[0].provisionally_done):
                 later = next((e for e in pending[1:] if e.done), None)
                 if not pending[0].done and later is None:
@@ -237,6 +259,9 @@ class LogFollower:
                 self._diagnoser(node).request_stop(self._stop[1])
 
     def _failure(self, item: MonitorItem, checkpoint: Checkpoint) -> Failed | None:
+        if isinstance(item, Shed):
+            log.warning("%d log lines shed: they came faster than they were read", item.count)
+            return None
         if isinstance(item, StopRequested):
             self._stopping(item)
             assert self._stop is not None

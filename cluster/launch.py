@@ -29,7 +29,7 @@ from cluster.containers import (
 )
 from cluster.errors import DockerRefused, NodeError
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
-from cluster.follow import Expectation, LogFollower
+from cluster.follow import Expectation, LogFollower, must_see
 from cluster.inventory import remove_container
 from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection, NodeConnection
@@ -62,7 +62,8 @@ class Launch:
         self.secrets = secrets
         self.connection = connection
         self.report = Report()
-        self.monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines)
+        self.monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines,
+                                      matters=must_see(config))
         self.follower = LogFollower(config, self.monitor, self.report)
         self.preflight = Preflight(config, connection, self.report, replace=replace)
         self.sample_max_tokens = sample_max_tokens

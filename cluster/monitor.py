@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from cluster.backlog import KEEP, MATTERS, PLAIN, Backlog, Shed
 from cluster.config import Secrets
 from cluster.errors import ContainerMissing, NodeError
 from cluster.logtext import clean_line
@@ -56,18 +58,24 @@ class StopRequested:
 # Signals of a requested, graceful stop; `docker kill` (SIGKILL) is a death like any other.
 GRACEFUL_SIGNALS = frozenset({2, 15})
 
-MonitorItem = LogLine | ContainerExited | FollowLost | StopRequested
+MonitorItem = LogLine | ContainerExited | FollowLost | StopRequested | Shed
+
+QUEUED_LINES = 20_000  # lines waiting for the reader (a launch busy posting to chat)
+READ_LINE_CHARS = 16_384  # of a line without a newline, kept while reading; the rest is skipped
 
 
 class ClusterMonitor:
     """Owns one follower task per node; `aclose` cancels them all."""
 
-    def __init__(self, container_name: str, secrets: Secrets, tail_lines: int):
+    def __init__(self, container_name: str, secrets: Secrets, tail_lines: int, *,
+                 matters: Callable[[str], bool] = lambda text: False, queued_lines: int = QUEUED_LINES):
+        """`matters(text)`: a line the reader must see even when lines are shed."""
         self.container_name = container_name
         self._secrets = secrets
         self._tails: dict[str, deque[str]] = {}
         self._tail_lines = tail_lines
-        self._queue: asyncio.Queue[MonitorItem] = asyncio.Queue()
+        self._matters = matters
+        self._queue: Backlog[MonitorItem] = Backlog(queued_lines, rank=self._rank)
         self._tasks: list[asyncio.Task[None]] = []
         self._followed: set[str] = set()
 
@@ -89,9 +97,18 @@ class ClusterMonitor:
         async with asyncio.timeout(timeout):
             return await self._queue.get()
 
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def _rank(self, item: MonitorItem) -> int:
+        if not isinstance(item, LogLine):
+            return KEEP
+        return MATTERS if self._matters(item.text) else PLAIN
+
     async def _follow_log(self, node: NodeConnection, backlog: int | str) -> None:
         name = self.container_name
-        pending = ""
+        pending, cut = "", False
         try:
             stream = node.docker.follow_log(name, backlog=backlog, timestamps=True)
             async with contextlib.aclosing(stream):
@@ -99,31 +116,38 @@ class ClusterMonitor:
                     pending += chunk
                     *lines, pending = pending.split("\n")
                     for raw in lines:
+                        if cut:  # the rest of a line already published cut short
+                            cut = False
+                            continue
                         self._publish_line(node.name, raw)
-            if pending:
+                    if len(pending) > READ_LINE_CHARS:
+                        if not cut:
+                            self._publish_line(node.name, pending[:READ_LINE_CHARS])
+                        pending, cut = "", True
+            if pending and not cut:
                 self._publish_line(node.name, pending)
             # The stream ends when the container stops: say how it ended, in case the
             # event stream (subscribed after the start) missed the `die`.
             state = (await node.docker.inspect_container(name))["State"]
             if not state.get("Running"):
-                self._queue.put_nowait(
+                self._queue.put(
                     ContainerExited(node.name, state.get("ExitCode"), bool(state.get("OOMKilled")))
                 )
         except ContainerMissing:
-            self._queue.put_nowait(FollowLost(
+            self._queue.put(FollowLost(
                 node.name, f"container {name} no longer exists on {node.name}",
                 cause="the container was removed (by hand, or by another spark-bot or launcher)",
                 fix="find out who removed it (`docker events` on the node); `up` launches again",
             ))
         except NodeError as exc:
-            self._queue.put_nowait(FollowLost(node.name, f"log stream broke: {exc.problem}"))
+            self._queue.put(FollowLost(node.name, f"log stream broke: {exc.problem}"))
 
     def _publish_line(self, node: str, raw: str) -> None:
         stamp, _, line = raw.partition(" ")
         logged_at = parse_docker_timestamp(stamp)
         text = self._secrets.redact(clean_line(line if logged_at else raw))
         self._tails[node].append(text)
-        self._queue.put_nowait(LogLine(node, text, logged_at))
+        self._queue.put(LogLine(node, text, logged_at))
 
     async def _watch_events(self, node: NodeConnection) -> None:
         oom = False
@@ -137,16 +161,16 @@ class ClusterMonitor:
                     elif event.get("Action") == "kill":
                         signal = int(attributes.get("signal") or 0)
                         if signal in GRACEFUL_SIGNALS:
-                            self._queue.put_nowait(StopRequested(node.name, signal))
+                            self._queue.put(StopRequested(node.name, signal))
                     elif event.get("Action") == "die":
                         code = attributes.get("exitCode")
-                        self._queue.put_nowait(
+                        self._queue.put(
                             ContainerExited(node.name, int(code) if code is not None else None, oom)
                         )
         except NodeError as exc:
-            self._queue.put_nowait(FollowLost(node.name, f"Docker event stream broke: {exc.problem}"))
+            self._queue.put(FollowLost(node.name, f"Docker event stream broke: {exc.problem}"))
             return
-        self._queue.put_nowait(FollowLost(node.name, "Docker event stream ended"))
+        self._queue.put(FollowLost(node.name, "Docker event stream ended"))
 
     async def aclose(self) -> None:
         for task in self._tasks:

@@ -13,7 +13,7 @@ from cluster import api
 from cluster.checkpoints import BY_ID, SERVING
 from cluster.config import ClusterConfig, Secrets
 from cluster.events import Event, Progress
-from cluster.follow import LogFollower
+from cluster.follow import LogFollower, must_see
 from cluster.launch import api_base_url
 from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection
@@ -32,7 +32,7 @@ async def watch(
     for error in connection.errors.values():
         yield report.unreachable(error, SERVING)
         return
-    monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines)
+    monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines, matters=must_see(config))
     follower = LogFollower(config, monitor, report)
     for node in connection.ordered():
         monitor.follow(node, backlog=config.log_tail_lines)

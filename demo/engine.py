@@ -38,6 +38,7 @@ NEVER = "0001-01-01T00:00:00Z"
 _PROC_1 = re.compile(r"/proc/1/")
 # After PID 1 died and the group was killed, how long the log pipes may take to drain.
 _DRAIN_S = 5.0
+_LOG_PIECE = 16 * 1024  # Docker splits a longer log line into pieces of this size
 
 
 class EngineError(Exception):
@@ -338,7 +339,7 @@ class Engine:
         process = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env, cwd=container.directory,
-            process_group=0,
+            process_group=0, limit=_LOG_PIECE,
         )
         container.process = process
         container.status, container.started_at = "running", _now()
@@ -352,7 +353,17 @@ class Engine:
 
     async def _pump(self, container: Container, reader: asyncio.StreamReader | None, stream: int) -> None:
         assert reader is not None
-        while line := await reader.readline():
+        while True:
+            try:
+                line = await reader.readuntil(b"\n")
+            except asyncio.IncompleteReadError as end:
+                if end.partial:
+                    await container.log.append(stream, end.partial)
+                return
+            except asyncio.LimitOverrunError:
+                # As Docker's log drivers do, a longer line is logged in pieces (no newline
+                # between them), so an endless line neither stalls nor fills the engine.
+                line = await reader.read(_LOG_PIECE)
             await container.log.append(stream, line)
 
     async def _reap(self, container: Container, pumps: list[asyncio.Task[None]]) -> None:

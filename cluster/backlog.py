@@ -1,0 +1,77 @@
+"""A bounded queue for log lines that arrive faster than they are read.
+
+Beyond its capacity it sheds the oldest lines that do not matter, keeping the newest and every
+line the reader must see (a checkpoint's line, a failure's line) and every non-line item (a
+container's death); the reader is told how many lines were shed before the next item it gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+PLAIN, MATTERS, KEEP = 0, 1, 2  # how readily an item may be shed: first, if it must, never
+_SCAN = 256  # items looked at for a plain one before a line that matters is shed instead
+
+
+@dataclass(frozen=True)
+class Shed:
+    """`count` lines were dropped here: they came faster than they could be read."""
+
+    count: int
+
+
+class Backlog(Generic[T]):
+    def __init__(self, capacity: int, *, rank: Callable[[T], int]):
+        self.capacity = capacity
+        self.shed_total = 0
+        self._rank = rank
+        self._items: deque[list] = deque()  # [item, its rank once asked]
+        self._shed_since_read = 0
+        self._ready = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, item: T) -> None:
+        self._items.append([item, None])
+        if len(self._items) > self.capacity:
+            self._shed_one()
+        self._ready.set()
+
+    async def get(self) -> T | Shed:
+        while not self._items and not self._shed_since_read:
+            self._ready.clear()
+            await self._ready.wait()
+        if self._shed_since_read:
+            shed, self._shed_since_read = Shed(self._shed_since_read), 0
+            return shed
+        return self._items.popleft()[0]
+
+    def _shed_one(self) -> None:
+        """The oldest PLAIN item goes; with none near the front, the oldest that MATTERS; KEEP
+        items (few: deaths, lost streams) stay even beyond the capacity."""
+        fallback = None
+        for index, entry in enumerate(self._items):
+            if entry[1] is None:
+                entry[1] = self._rank(entry[0])
+            rank = entry[1]
+            if rank == PLAIN:
+                break
+            if rank == MATTERS and fallback is None:
+                fallback = index
+            if index >= _SCAN and fallback is not None:
+                index = fallback
+                break
+        else:
+            if fallback is None:
+                return
+            index = fallback
+        del self._items[index]
+        self._shed_since_read += 1
+        self.shed_total += 1

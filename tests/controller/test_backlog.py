@@ -1,0 +1,99 @@
+"""Bounded buffers while the reader is busy: the backlog sheds plain lines, never the ones that
+matter, and the monitor cuts an endless line while reading (no lab: the demo's emulated engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import aiodocker
+import pytest
+
+from cluster.backlog import KEEP, MATTERS, PLAIN, Backlog, Shed
+from cluster.config import Secrets
+from cluster.logtext import MAX_LINE_CHARS
+from cluster.monitor import ClusterMonitor, ContainerExited, LogLine
+from cluster.nodes import connect_cluster
+from demo.cluster import embedded_cluster
+from demo.machine import DEMO_IMAGE
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def rank(item: str) -> int:
+    return KEEP if item.startswith("died") else MATTERS if item.startswith("checkpoint") else PLAIN
+
+
+async def drain(backlog: Backlog) -> list:
+    items = []
+    while len(backlog):
+        items.append(await backlog.get())
+    if backlog._shed_since_read:  # a shed after the last item is still reported
+        items.append(await backlog.get())
+    return items
+
+
+async def test_the_backlog_keeps_the_newest_and_everything_that_matters():
+    backlog: Backlog[str] = Backlog(100, rank=rank)
+    for n in range(10_000):
+        backlog.put(f"checkpoint {n}" if n % 1000 == 0 else "died" if n == 5001 else f"line {n}")
+        assert len(backlog) <= 100
+    items = await drain(backlog)
+    assert isinstance(items[0], Shed) and items[0].count == backlog.shed_total == 10_000 - 100
+    kept = items[1:]
+    assert [i for i in kept if i.startswith("checkpoint")] == [f"checkpoint {n}" for n in range(0, 10_000, 1000)]
+    assert "died" in kept and kept[-1] == "line 9999"
+    assert kept[-89:] == [f"line {n}" for n in range(9911, 10_000)], "the newest plain lines stay"
+
+
+async def test_lines_that_matter_go_last_and_deaths_never():
+    backlog: Backlog[str] = Backlog(3, rank=rank)
+    for item in ["died", "checkpoint a", "checkpoint b", "checkpoint c", "checkpoint d"]:
+        backlog.put(item)
+    assert await drain(backlog) == [Shed(2), "died", "checkpoint c", "checkpoint d"]
+
+
+FLOOD = """
+import sys
+LONG = 10_000_000
+w = sys.stdout.write
+w("checkpoint early\\n")
+for n in range(100_000):
+    w(f"line {n}\\n")
+w("x" * LONG)
+w("\\nafter the long line\\ncheckpoint late\\nthe end\\n")
+sys.stdout.flush()
+"""
+
+
+async def test_a_flood_and_an_endless_line_stay_bounded_while_nobody_reads():
+    async with embedded_cluster(nodes=1) as cluster:
+        config = cluster.config
+        async with aiodocker.Docker(url=f"unix://{config.nodes[0].docker_socket}") as docker:
+            container = await docker.containers.create(
+                {"Image": DEMO_IMAGE, "Cmd": [sys.executable, "-c", FLOOD]}, name="flood")
+            async with connect_cluster(config) as connection:
+                monitor = ClusterMonitor("flood", Secrets({}), 10, queued_lines=500,
+                                         matters=lambda text: text.startswith("checkpoint"))
+                try:
+                    events = docker.events.subscribe(filters=json.dumps({"container": ["flood"], "event": ["die"]}))
+                    await container.start()
+                    monitor.follow(connection.nodes[config.nodes[0].name])
+                    async with asyncio.timeout(60):
+                        while (event := await events.get()) is not None and event.get("Action") != "die":
+                            pass
+                    await docker.events.stop()
+                    items = []
+                    while not any(isinstance(i, ContainerExited) for i in items):
+                        items.append(await monitor.next(timeout=30))
+                        assert monitor.queued <= 500 + 2, "bounded while the reader was away"
+                finally:
+                    await monitor.aclose()
+                    await container.delete(force=True)
+    lines = [i.text for i in items if isinstance(i, LogLine)]
+    shed = sum(i.count for i in items if isinstance(i, Shed))
+    assert shed > 50_000 and len(lines) + shed >= 100_004
+    assert {"checkpoint early", "checkpoint late", "the end", "after the long line"} <= set(lines)
+    long = [line for line in lines if line.startswith("xxx")]
+    assert long and all(len(line) <= MAX_LINE_CHARS for line in long)
