@@ -15,6 +15,7 @@ from datetime import datetime
 
 from cluster.config import Secrets
 from cluster.errors import ContainerMissing, NodeError
+from cluster.failures import CONTAINER_REMOVED, FOLLOW_LOST, KnownFailure
 from cluster.logtext import clean_line
 from cluster.nodes import NodeConnection
 from cluster.timestamps import parse_docker_timestamp
@@ -40,8 +41,7 @@ class FollowLost:
 
     node: str
     reason: str
-    cause: str = "the node, its sshd or its Docker engine went away"
-    fix: str = "check that the node is up, then run verify; `down` cleans up"
+    failure: KnownFailure = FOLLOW_LOST
 
 
 @dataclass(frozen=True)
@@ -111,10 +111,7 @@ class ClusterMonitor:
                 )
         except ContainerMissing:
             self._queue.put_nowait(FollowLost(
-                node.name, f"container {name} no longer exists on {node.name}",
-                cause="the container was removed (by hand, or by another spark-bot or launcher)",
-                fix="find out who removed it (`docker events` on the node); `up` launches again",
-            ))
+                node.name, f"container {name} no longer exists on {node.name}", CONTAINER_REMOVED))
         except NodeError as exc:
             self._queue.put_nowait(FollowLost(node.name, f"log stream broke: {exc.problem}"))
 
