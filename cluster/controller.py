@@ -16,6 +16,7 @@ from cluster.bench.runner import DEFAULT_PROMPT, BenchOptions, run_bench
 from cluster.checkpoints import BENCH
 from cluster.config import ClusterConfig, Secrets
 from cluster.events import Event, LogTail, Removed, StatusReport
+from cluster.failures import CLUSTER_NOT_UP
 from cluster.inventory import (
     container_state,
     container_states,
@@ -104,9 +105,8 @@ class Controller:
             head = _reachable(connection, self.config.head.name)
             state = await container_state(head, self.config.container.name)
             if not state.running:
-                yield report.failed(BENCH, f"no running {self.config.container.name} container on {head.name}",
-                                    node=head.name, evidence=f"container status: {state.status}",
-                                    cause="the cluster is not up", fix="`spark-bot up` first")
+                yield report.known(BENCH, CLUSTER_NOT_UP, {"container": self.config.container.name, "node": head.name},
+                                   node=head.name, evidence=f"container status: {state.status}")
                 return
             base_url = await api_base_url(self.config, head)
             benchmark = run_bench(

@@ -60,13 +60,15 @@ _FIELD = re.compile(r"\{(\w+)\}")
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 
 
-def _diagnosis(
+def diagnosis_of(
     known: KnownFailure,
     evidence: str,
     line_number: int | None,
     context: Iterable[str],
     values: dict[str, str | None] | None = None,
 ) -> Diagnosis:
+    """`known` as the diagnosis of `evidence` (line `line_number`), its texts filled from the
+    cluster's general words and `values`."""
     title, cause, fix = known.render({**cluster_words(), **(values or {})})
     return Diagnosis(
         signature_id=known.id,
@@ -200,11 +202,11 @@ class LogDiagnoser:
             context = [c for _, c, _ in list(self._recent)[-CONTEXT_LINES:]]
             if sig.fatal:
                 if sig.role == "cause" and self._first_cause is None:
-                    self._first_cause = _diagnosis(
+                    self._first_cause = diagnosis_of(
                         sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
                     )
                 elif sig.role == "symptom" and self._first_symptom is None:
-                    symptom = _diagnosis(sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()})
+                    symptom = diagnosis_of(sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()})
                     earlier = first_error(c for _, c, _ in self._recent)
                     if earlier is not None:  # no known cause: name the first error before it
                         symptom = symptom.model_copy(update={"cause": f"{symptom.cause} Likely cause "
@@ -212,7 +214,7 @@ class LogDiagnoser:
                     self._first_symptom = symptom
                 result = self.diagnosis
             elif sig.id not in self._findings:
-                self._findings[sig.id] = _diagnosis(
+                self._findings[sig.id] = diagnosis_of(
                     sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
                 )
         self._recent.append((self._line_number, cleaned, message))
@@ -229,7 +231,7 @@ class LogDiagnoser:
         if window and nccl[-1] and sum(nccl) * 2 > len(window):
             n, cleaned, _ = window[-1]
             before = [c for _, c, _ in recent[:-1][-CONTEXT_LINES:]]
-            d = _diagnosis(NCCL_INIT_HANG, cleaned, n, before, values)
+            d = diagnosis_of(NCCL_INIT_HANG, cleaned, n, before, values)
             return d.model_copy(
                 update={"title": f"{d.title} (no output for {values['idle']} in {phase})"}
             )
@@ -240,13 +242,13 @@ class LogDiagnoser:
             waiting = RANK0_INIT.search(message)
             if waiting:
                 before = [c for _, c, _ in recent[:index][-CONTEXT_LINES:]]
-                return _diagnosis(RANKS_NOT_JOINED, cleaned, n, before, {**values, **waiting.groupdict()})
+                return diagnosis_of(RANKS_NOT_JOINED, cleaned, n, before, {**values, **waiting.groupdict()})
         if recent:
             n, cleaned, _ = recent[-1]
             before = [c for _, c, _ in recent[:-1][-CONTEXT_LINES:]]
         else:
             n, cleaned, before = None, "(no output at all)", []
-        return _diagnosis(STALLED, cleaned, n, before, values)
+        return diagnosis_of(STALLED, cleaned, n, before, values)
 
 
 def diagnose(
@@ -288,9 +290,9 @@ def unrecognised(lines: Iterable[str], where: str, tail: int = UNRECOGNISED_TAIL
         if cleaned.strip():
             recent.append((n, cleaned))
     if not recent:
-        return _diagnosis(UNRECOGNISED, "(no output)", None, [], {"where": where, "first_error": "none (no output)"})
+        return diagnosis_of(UNRECOGNISED, "(no output)", None, [], {"where": where, "first_error": "none (no output)"})
     found = first_error(lines)
     n, evidence = found if found else recent[-1]
     first = f"`{strip_prefixes(evidence).strip()[:300]}` (line {n})" if found else "none found; the last line is attached"
-    return _diagnosis(UNRECOGNISED, evidence, n, [c for _, c in list(recent)[:-1]],
+    return diagnosis_of(UNRECOGNISED, evidence, n, [c for _, c in list(recent)[:-1]],
                       {"where": where, "first_error": first})

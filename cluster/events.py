@@ -50,7 +50,8 @@ class Failed(_Event):
     context: list[str] = Field(default_factory=list, description="the lines just before it")
     cause: str
     fix: str
-    signature: str | None = Field(None, description="failure signature id, None if unrecognised")
+    signature: str | None = Field(
+        None, description="the id of its row in cluster.failures; None for a node that could not be reached or driven")
     log_tail: list[str] = Field(default_factory=list)
 
 

@@ -14,7 +14,8 @@ the knowledge file named by the config's `knowledge:`; `with_knowledge` puts it 
 anchored) in the message after `logtext.clean_line` + `logtext.strip_prefixes`, so write them
 against the bare message. When several rows match one line, the first row in the table wins:
 keep specific rows above general ones. `title`, `cause` and `fix` may name a pattern's named
-groups, or the cluster's words (`cluster_words`), as `{name}`.
+groups, or the cluster's words (`cluster_words`), as `{name}`; a row found without a log line
+names the values its call site passes (`Report.known`).
 
 The engine that reads logs with this table is `cluster.diagnosis`.
 """
@@ -22,6 +23,7 @@ The engine that reads logs with this table is `cluster.diagnosis`.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,9 +48,9 @@ class KnownFailure(BaseModel):
     fix: str
     source: str = Field("", description="where the knowledge comes from: release and file, issue, lab")
 
-    def render(self, values: dict[str, str | None]) -> tuple[str, str, str]:
-        """Title, cause and fix with `{name}` filled from `values`; unknown names stay as they are
-        (no format() surprises with braces in fixes)."""
+    def render(self, values: Mapping[str, str | None]) -> tuple[str, str, str]:
+        """Title, cause and fix with `{name}` filled from `values`; names without a value stay
+        as they are (no format() surprises with braces in fixes)."""
         return _render(self.title, values), _render(self.cause, values), _render(self.fix, values)
 
 
@@ -446,6 +448,7 @@ NCCL_INIT_HANG = KnownFailure(
     id="nccl_init_hang",
     role="cause",
     fatal=True,
+    source="spark-bot's stall diagnosis: NCCL's initialisation lines, then silence",
     title="NCCL initialisation hang",
     cause="NCCL printed its initialisation lines, then went silent: NCCL initialisation hang "
     "(RoCE link, interface or GID problem between the nodes).",
@@ -458,6 +461,7 @@ RANKS_NOT_JOINED = KnownFailure(
     id="ranks_not_joined",
     role="cause",
     fatal=True,
+    source="spark-bot's stall diagnosis: vLLM distributed/parallel_state.py's rank 0 line, then silence",
     title="Rank 0 waits for the other ranks to join",
     cause="Rank 0 opened the distributed store at {address} for a world of {world} ranks, then went "
     "silent: the other ranks never joined (a worker's `vllm serve` did not start, is stuck, or "
@@ -476,6 +480,7 @@ STALLED = KnownFailure(
     id="stalled",
     role="symptom",
     fatal=True,
+    source="spark-bot's stall diagnosis (the config's timeouts.stall)",
     title="Stalled in {phase}",
     cause="No output for {idle} in {phase}; the last line is the last thing that happened.",
     fix="Look at the log tail (attached) for what it was doing; if {phase} is legitimately "
@@ -487,6 +492,7 @@ UNRECOGNISED = KnownFailure(
     id="unrecognised",
     role="symptom",
     fatal=True,
+    source="spark-bot's diagnosis: a death no signature explains",
     title="Failed in {where} (unrecognised error)",
     cause="{where} failed with no known failure signature. Likely cause, the first error in the "
     "log: {first_error}",
@@ -495,13 +501,179 @@ UNRECOGNISED = KnownFailure(
     "(`spark-bot logs NODE --lines 500`) and run `spark-bot diagnose FILE` on it.",
 )
 
-def _render(text: str, values: dict[str, str | None]) -> str:
-    """Fill `{name}` from values; unknown names are left as they are (no format() surprises
-    with braces in fixes)."""
+# --- Failures found without a log line --------------------------------------------------------
+# What the controller finds by asking (preflight's checks, `ray status`, the API, Docker's
+# streams) or by waiting too long. Each row's `title` is the failure's one-line summary; the
+# `{name}`s are filled where the failure is found (`Report.known`).
+
+_RELAUNCH_FIX = "read the head's log tail; `down` then `up` relaunches"
+
+# fmt: off
+IMAGE_MISSING = KnownFailure(
+    id="image_missing", role="cause", fatal=True, source="spark-bot preflight",
+    title="image {image} is not on {missing}",
+    cause="the image was never pulled or loaded on that node",
+    fix="on each of {missing}: `docker pull {image}` (or copy it from the head: "
+        "`docker save {image} | ssh <node> docker load`)",
+)
+IMAGE_DIFFERS = KnownFailure(
+    id="image_differs", role="cause", fatal=True, source="spark-bot preflight",
+    title="Docker image mismatch between nodes for {image}: {listing}",
+    cause="different images on the nodes (Ray and vLLM then fail with a version mismatch)",
+    fix="copy the head's image to every worker: `docker save {image} | ssh <worker> docker load`, "
+        "so every node has the same image ID",
+)
+INTERFACES_UNEXPECTED = KnownFailure(
+    id="interfaces_unexpected", role="cause", fatal=True, source="spark-bot preflight",
+    title="interfaces on {node}: {problem}",
+    cause="the RoCE/fabric interfaces are not what the config expects",
+    fix="check `ibdev2netdev` and `ip -o addr` on the node; set network.eth_if / network.ib_if "
+        "explicitly if auto-detection picks the wrong ones",
+)
+MEMORY_SHORT = KnownFailure(
+    id="memory_short", role="cause", fatal=True, source="spark-bot preflight",
+    title="not enough free memory on {short} ({memory}; need {need} GiB)",
+    cause="unified memory is held by the page cache or other processes",
+    fix="stop other GPU/memory users on the node, drop caches "
+        "(`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`), or lower serve.gpu_memory_utilization",
+)
+STALE_CONTAINER = KnownFailure(
+    id="stale_container", role="cause", fatal=True, source="spark-bot preflight",
+    title="a container named {container} already exists ({listing})",
+    cause="a previous launch is still there (running or stopped)",
+    fix="run `down` first, or `up --replace` to remove it and launch again",
+)
+SS_FAILED = KnownFailure(
+    id="ss_failed", role="cause", fatal=True, source="spark-bot preflight",
+    title="cannot list listening ports on {node}: `ss` exited {status} ({stderr})",
+    cause="the `ss` tool (iproute2) is missing or failed on the node",
+    fix="install iproute2 on the node (`sudo apt install iproute2`)",
+)
+PORT_TAKEN = KnownFailure(
+    id="port_taken", role="cause", fatal=True, source="spark-bot preflight",
+    title="a port spark-bot needs ({ports}) is already in use on {node}",
+    cause="another server (perhaps a vLLM or Ray started by hand) listens on it",
+    fix="stop it (`ss -ltnp` on {node} names the process) or change serve.port / "
+        "serve.ray_port / serve.master_port",
+)
+DOCKER_REFUSED = KnownFailure(
+    id="docker_refused", role="cause", fatal=True, source="spark-bot launch (Docker's answer)",
+    title="Docker refused to create or start the container on {node}: {message}",
+    cause="the container settings are not accepted by this node's Docker engine",
+    fix="check the container section of the config (devices, GPU request, mounts, ulimits) "
+        "against the node (`docker info`; NVIDIA container toolkit for gpus: true)",
+)
+RAY_INCOMPLETE = KnownFailure(
+    id="ray_incomplete", role="cause", fatal=True, source="ray status, during spark-bot launch",
+    title="Ray shows {active_nodes}/{want_nodes} nodes and {ray_gpus}/{want_gpus} GPUs",
+    cause="a worker did not join the Ray cluster, or its GPU is not exposed",
+    fix="check the worker's log (`logs worker`), the fabric link and IPs; "
+        "`--gpus all` (container.gpus: true) on every node",
+)
+API_UNEXPECTED = KnownFailure(
+    id="api_unexpected", role="symptom", fatal=True, source="spark-bot launch (the head's API)",
+    title="{checkpoint}: {evidence}",
+    cause="the API server started but does not answer as expected",
+    fix="read the head's log tail below; `verify` re-checks; `down` then `up` restarts",
+)
+PHASE_TIMEOUT = KnownFailure(
+    id="phase_timeout", role="symptom", fatal=True, source="spark-bot launch (the config's timeouts)",
+    title="timed out in {phase}",
+    cause="{checkpoint} not reached within the {phase} timeout ({limit} s)",
+    fix="read the log tail for the last step reached; if the phase is legitimately slow, "
+        "raise timeouts.{phase} in the config",
+)
+STOPPED_ON_REQUEST = KnownFailure(
+    id="stopped_on_request", role="cause", fatal=True,
+    source="spark-bot launch (Docker's kill event, or the log's shutdown line)",
+    title="{checkpoint}: stopped on request: {how}",
+    cause="someone stopped the cluster's containers while it was launching (a `down`, another "
+          "spark-bot, or `docker stop` by hand)",
+    fix="check who stopped it (`docker events` on the node); `up` launches again",
+)
+FOLLOW_LOST = KnownFailure(
+    id="follow_lost", role="symptom", fatal=True, source="spark-bot monitor (Docker's log and event streams)",
+    title="{reason} while waiting for: {checkpoint}",
+    cause="the node, its sshd or its Docker engine went away",
+    fix="check that the node is up, then run verify; `down` cleans up",
+)
+CONTAINER_REMOVED = KnownFailure(
+    id="container_removed", role="cause", fatal=True, source="spark-bot monitor (Docker's log stream)",
+    title="{reason} while waiting for: {checkpoint}",
+    cause="the container was removed (by hand, or by another spark-bot or launcher)",
+    fix="find out who removed it (`docker events` on the node); `up` launches again",
+)
+CONTAINER_NOT_RUNNING = KnownFailure(
+    id="container_not_running", role="symptom", fatal=True, source="spark-bot verify (Docker's inspect)",
+    title="{container} on {node} is {state}",
+    cause="the container is not running",
+    fix="`up` launches the cluster (`down` first if a stopped container remains)",
+)
+CONTAINER_IMAGES_DIFFER = KnownFailure(
+    id="container_images_differ", role="cause", fatal=True, source="spark-bot verify (Docker's inspect)",
+    title="the containers run different images: {listing}",
+    cause="the nodes had different images when launched",
+    fix="make the image identical on every node, then `down` and `up`",
+)
+RAY_NODE_LEFT = KnownFailure(
+    id="ray_node_left", role="cause", fatal=True, source="ray status, during spark-bot verify",
+    title=RAY_INCOMPLETE.title,
+    cause="a node left the Ray cluster",
+    fix="check the worker's log (`logs worker`); `down` then `up` relaunches",
+)
+API_UNHEALTHY = KnownFailure(
+    id="api_unhealthy", role="symptom", fatal=True, source="spark-bot verify (GET /health)",
+    title="{detail}",
+    cause="the API server is not healthy",
+    fix=_RELAUNCH_FIX,
+)
+API_NOT_ANSWERING = KnownFailure(
+    id="api_not_answering", role="symptom", fatal=True, source="spark-bot verify (GET /v1/models)",
+    title="GET /v1/models failed: {error}",
+    cause="the API server does not answer",
+    fix=_RELAUNCH_FIX,
+)
+WRONG_MODEL = KnownFailure(
+    id="wrong_model", role="cause", fatal=True, source="spark-bot verify (GET /v1/models)",
+    title="GET /v1/models lists {served}, not {model}",
+    cause="a different model is being served",
+    fix="check serve.served_model_name",
+)
+ENGINE_NOT_ANSWERING = KnownFailure(
+    id="engine_not_answering", role="symptom", fatal=True, source="spark-bot verify (a test completion)",
+    title="test completion failed: {error}",
+    cause="the engine does not answer",
+    fix=_RELAUNCH_FIX,
+)
+API_DOWN = KnownFailure(
+    id="api_down", role="symptom", fatal=True, source="spark-bot watch (GET /health)",
+    title="the API stopped answering: {detail}",
+    cause="the API server is down or hung although its container runs",
+    fix="read the head's log tail; `verify` shows what still works; `down` then `up` relaunches",
+)
+CLUSTER_NOT_UP = KnownFailure(
+    id="cluster_not_up", role="cause", fatal=True, source="spark-bot bench (Docker's inspect)",
+    title="no running {container} container on {node}",
+    cause="the cluster is not up",
+    fix="`spark-bot up` first",
+)
+ENGINE_BUSY = KnownFailure(
+    id="engine_busy", role="cause", fatal=True, source="spark-bot bench (the server's /metrics)",
+    title="refused to measure: {busy}",
+    cause="other requests share the engine: every figure would be too low",
+    fix="wait until the other requests finish, or pass --allow-busy to measure anyway",
+)
+# fmt: on
+
+
+def _render(text: str, values: Mapping[str, str | None]) -> str:
+    """Fill `{name}` from values; names without a value (absent, or a group that did not take
+    part in the match) are left as they are: no format() surprises with braces in fixes. An
+    empty value (a tool's empty stderr) is filled as empty."""
 
     def sub(m: re.Match[str]) -> str:
         v = values.get(m.group(1))
-        return v.strip() if isinstance(v, str) and v.strip() else m.group(0)
+        return v.strip() if isinstance(v, str) else m.group(0)
 
     return _FIELD.sub(sub, text)
 

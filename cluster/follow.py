@@ -14,8 +14,8 @@ from cluster.config import ClusterConfig
 from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.logtext import ray_repeats, strip_prefixes
 from cluster.monitor import ClusterMonitor, ContainerExited, FollowLost, LogLine, MonitorItem, StopRequested
-from cluster.diagnosis import Diagnosis, LogDiagnoser, diagnose, unrecognised
-from cluster.failures import for_cluster
+from cluster.diagnosis import Diagnosis, LogDiagnoser, diagnose, diagnosis_of, unrecognised
+from cluster.failures import PHASE_TIMEOUT, STOPPED_ON_REQUEST, for_cluster
 from cluster.report import Report
 
 log = logging.getLogger(__name__)
@@ -265,13 +265,9 @@ class LogFollower:
         if isinstance(item, StopRequested):
             self._stopping(item)
             assert self._stop is not None
-            return self.report.failed(
-                checkpoint, f"{checkpoint.title}: stopped on request: {self._stop[1]}", node=item.node,
-                evidence=self._stop[1], signature="stopped_on_request",
-                cause="someone stopped the cluster's containers while it was launching (a `down`, "
-                      "another spark-bot, or `docker stop` by hand)",
-                fix="check who stopped it (`docker events` on the node); `up` launches again",
-                log_tail=self.monitor.tail(item.node),
+            return self.report.known(
+                checkpoint, STOPPED_ON_REQUEST, {"checkpoint": checkpoint.title, "how": self._stop[1]},
+                node=item.node, evidence=self._stop[1], log_tail=self.monitor.tail(item.node),
             )
         if isinstance(item, LogLine):
             diagnosis = self._diagnoser(item.node).feed(item.text)
@@ -284,9 +280,9 @@ class LogFollower:
             return self.failure_from(diagnosis, checkpoint, item.node)
         if isinstance(item, ContainerExited):
             return self._exit_failure(checkpoint, item)
-        return self.report.failed(
-            checkpoint, f"{item.reason} while waiting for: {checkpoint.title}", cause=item.cause,
-            fix=item.fix, node=item.node, evidence=item.reason, log_tail=self.monitor.tail(item.node),
+        return self.report.known(
+            checkpoint, item.failure, {"reason": item.reason, "checkpoint": checkpoint.title},
+            node=item.node, evidence=item.reason, log_tail=self.monitor.tail(item.node),
         )
 
     def _new_findings(self) -> list[Diagnosis]:
@@ -320,18 +316,9 @@ class LogFollower:
         node = self._quietest_node()
         if time.monotonic() >= phase_deadline:
             limit = getattr(self.config.timeouts, checkpoint.phase, None)
-            diagnosis = Diagnosis(
-                signature_id="phase_timeout",
-                title=f"timed out in {checkpoint.phase}",
-                cause=f"{checkpoint.title} not reached within the {checkpoint.phase} timeout ({limit:g} s)",
-                fix=(
-                    "read the log tail for the last step reached; if the phase is legitimately "
-                    f"slow, raise timeouts.{checkpoint.phase} in the config"
-                ),
-                evidence=(self.monitor.tail(node, 1) or [""])[-1] if node else "",
-                line_number=0,
-                role="symptom",
-                context=[],
+            diagnosis = diagnosis_of(
+                PHASE_TIMEOUT, (self.monitor.tail(node, 1) or [""])[-1] if node else "", 0, [],
+                {"phase": checkpoint.phase, "checkpoint": checkpoint.title, "limit": f"{limit:g}"},
             )
         else:
             diagnosis = self._diagnoser(node).diagnose_stall(

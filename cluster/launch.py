@@ -29,17 +29,13 @@ from cluster.containers import (
 )
 from cluster.errors import DockerRefused, NodeError
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
+from cluster.failures import API_UNEXPECTED, DOCKER_REFUSED, RAY_INCOMPLETE
 from cluster.follow import Expectation, LogFollower, must_see
 from cluster.inventory import remove_container
 from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.preflight import Preflight
-from cluster.ray_status import (
-    INCOMPLETE_CAUSE,
-    INCOMPLETE_FIX,
-    parse_ray_status,
-    shortfall,
-)
+from cluster.ray_status import parse_ray_status, shortfall
 from cluster.report import Report
 from cluster.steps import Step, run_steps
 
@@ -161,15 +157,10 @@ class Launch:
     def _containers_failed(self, error: NodeError) -> Failed:
         node = error.node
         if isinstance(error, DockerRefused):
-            summary = f"Docker refused to create or start the container on {node}: {error.message}"
-            cause = "the container settings are not accepted by this node's Docker engine"
-            fix = ("check the container section of the config (devices, GPU request, mounts, "
-                   "ulimits) against the node (`docker info`; NVIDIA container toolkit for gpus: true)")
-            evidence = f"{error.status}: {error.message}"
-        else:
-            summary = f"{node}: {error.problem}"
-            cause, fix, evidence = error.cause, error.fix, error.problem
-        return self.report.failed(RAY_STARTED, summary, cause=cause, fix=fix, node=node, evidence=evidence)
+            return self.report.known(RAY_STARTED, DOCKER_REFUSED, {"node": node, "message": error.message},
+                                     node=node, evidence=f"{error.status}: {error.message}")
+        return self.report.failed(RAY_STARTED, f"{node}: {error.problem}", cause=error.cause, fix=error.fix,
+                                  node=node, evidence=error.problem)
 
     async def _ray_head(self) -> AsyncIterator[Event]:
         head = self.connection.head
@@ -261,9 +252,8 @@ class Launch:
                 yield self.report.passed(BY_ID["ray_cluster"], state.describe(), node=head.name, log_tail=tail)
                 return
             if time.monotonic() + delay > deadline:
-                yield self.report.failed(BY_ID["ray_cluster"], lacking, cause=INCOMPLETE_CAUSE,
-                                         fix=INCOMPLETE_FIX, node=head.name, evidence=state.describe(),
-                                         log_tail=tail)
+                yield self.report.known(BY_ID["ray_cluster"], RAY_INCOMPLETE, lacking, node=head.name,
+                                        evidence=state.describe(), log_tail=tail)
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
@@ -335,11 +325,9 @@ class Launch:
 
     def _api_failed(self, checkpoint: str, evidence: str) -> Failed:
         head = self.config.head.name
-        return self.report.failed(
-            BY_ID[checkpoint], f"{BY_ID[checkpoint].title}: {evidence}", node=head, evidence=evidence,
-            cause="the API server started but does not answer as expected",
-            fix="read the head's log tail below; `verify` re-checks; `down` then `up` restarts",
-            log_tail=self.monitor.tail(head),
+        return self.report.known(
+            BY_ID[checkpoint], API_UNEXPECTED, {"checkpoint": BY_ID[checkpoint].title, "evidence": evidence},
+            node=head, evidence=evidence, log_tail=self.monitor.tail(head),
         )
 
     async def _remove_started(self) -> None:

@@ -17,6 +17,7 @@ from datetime import datetime
 from cluster.backlog import KEEP, MATTERS, PLAIN, Backlog, Shed
 from cluster.config import Secrets
 from cluster.errors import ContainerMissing, NodeError
+from cluster.failures import CONTAINER_REMOVED, FOLLOW_LOST, KnownFailure
 from cluster.logtext import clean_line
 from cluster.nodes import NodeConnection
 from cluster.timestamps import parse_docker_timestamp
@@ -42,8 +43,7 @@ class FollowLost:
 
     node: str
     reason: str
-    cause: str = "the node, its sshd or its Docker engine went away"
-    fix: str = "check that the node is up, then run verify; `down` cleans up"
+    failure: KnownFailure = FOLLOW_LOST
 
 
 @dataclass(frozen=True)
@@ -135,10 +135,7 @@ class ClusterMonitor:
                 )
         except ContainerMissing:
             self._queue.put(FollowLost(
-                node.name, f"container {name} no longer exists on {node.name}",
-                cause="the container was removed (by hand, or by another spark-bot or launcher)",
-                fix="find out who removed it (`docker events` on the node); `up` launches again",
-            ))
+                node.name, f"container {name} no longer exists on {node.name}", CONTAINER_REMOVED))
         except NodeError as exc:
             self._queue.put(FollowLost(node.name, f"log stream broke: {exc.problem}"))
 

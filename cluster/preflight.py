@@ -12,6 +12,16 @@ from cluster.checkpoints import BY_ID
 from cluster.config import ClusterConfig
 from cluster.containers import LABEL_CLUSTER
 from cluster.events import CheckpointPassed, Event, Failed
+from cluster.failures import (
+    IMAGE_DIFFERS,
+    IMAGE_MISSING,
+    INTERFACES_UNEXPECTED,
+    MEMORY_SHORT,
+    PORT_TAKEN,
+    SS_FAILED,
+    STALE_CONTAINER,
+    KnownFailure,
+)
 from cluster.interfaces import InterfaceProblem, NodeInterfaces, resolve_interfaces
 from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.report import Report
@@ -43,10 +53,9 @@ class Preflight:
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None) -> CheckpointPassed:
         return self.report.passed(BY_ID[checkpoint], evidence, node=node)
 
-    def _failed(self, checkpoint: str, node: str | None, summary: str, cause: str, fix: str,
+    def _failed(self, checkpoint: str, node: str | None, failure: KnownFailure, values: dict[str, str],
                 evidence: str | None = None) -> Failed:
-        return self.report.failed(BY_ID[checkpoint], summary, cause=cause, fix=fix, node=node,
-                                  evidence=evidence)
+        return self.report.known(BY_ID[checkpoint], failure, values, node=node, evidence=evidence)
 
     async def run(self) -> AsyncIterator[Event]:
         """One checkpoint per check; nothing after the first Failed. A node that stops
@@ -88,23 +97,12 @@ class Preflight:
         nodes, image = self._nodes, self.config.container.image
         missing = [n.name for n in nodes if self.facts[n.name].image_id is None]
         if missing:
-            yield self._failed(
-                "image", missing[0], f"image {image} is not on {', '.join(missing)}",
-                "the image was never pulled or loaded on that node",
-                f"on each of {', '.join(missing)}: `docker pull {image}` (or copy it from the "
-                f"head: `docker save {image} | ssh <node> docker load`)",
-            )
+            yield self._failed("image", missing[0], IMAGE_MISSING, {"image": image, "missing": ", ".join(missing)})
             return
         ids = {n.name: self.facts[n.name].image_id for n in nodes}
         if len(set(ids.values())) > 1:
             listing = "; ".join(f"{name}: {image_id[:19]}" for name, image_id in ids.items())
-            yield self._failed(
-                "image", None, f"Docker image mismatch between nodes for {image}: {listing}",
-                "different images on the nodes (Ray and vLLM then fail with a version mismatch)",
-                f"copy the head's image to every worker: `docker save {image} | ssh <worker> "
-                "docker load`, so every node has the same image ID",
-                evidence=listing,
-            )
+            yield self._failed("image", None, IMAGE_DIFFERS, {"image": image, "listing": listing}, evidence=listing)
             return
         yield self._passed(
             "image", f"Docker image consistency check passed: {image} = {next(iter(ids.values()))[:19]} on every node"
@@ -115,12 +113,8 @@ class Preflight:
         found = await asyncio.gather(*(self._node_interfaces(n) for n in nodes))
         for node, result in zip(nodes, found, strict=True):
             if isinstance(result, str):
-                yield self._failed(
-                    "interfaces", node.name, f"interfaces on {node.name}: {result}",
-                    "the RoCE/fabric interfaces are not what the config expects",
-                    "check `ibdev2netdev` and `ip -o addr` on the node; set network.eth_if / "
-                    "network.ib_if explicitly if auto-detection picks the wrong ones",
-                )
+                yield self._failed("interfaces", node.name, INTERFACES_UNEXPECTED,
+                                   {"node": node.name, "problem": result})
                 return
             self.facts[node.name].interfaces = result
         yield self._passed(
@@ -152,13 +146,8 @@ class Preflight:
         short = [n.name for n in nodes if self.facts[n.name].mem_available_gib < need]
         memory = "; ".join(f"{n.name}: MemAvailable {self.facts[n.name].mem_available_gib:.1f} GiB" for n in nodes)
         if short:
-            yield self._failed(
-                "memory", short[0], f"not enough free memory on {', '.join(short)} ({memory}; need {need:g} GiB)",
-                "unified memory is held by the page cache or other processes",
-                "stop other GPU/memory users on the node, drop caches "
-                "(`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`), or lower serve.gpu_memory_utilization",
-                evidence=memory,
-            )
+            yield self._failed("memory", short[0], MEMORY_SHORT,
+                               {"short": ", ".join(short), "memory": memory, "need": f"{need:g}"}, evidence=memory)
             return
         yield self._passed("memory", memory + (f" (need {need:g} GiB)" if need else ""))
 
@@ -167,13 +156,8 @@ class Preflight:
         stale = [(n, self.facts[n.name].stale_container) for n in self._nodes if self.facts[n.name].stale_container]
         if stale and not self.replace:
             listing = "; ".join(f"{n.name}: {state}" for n, state in stale)
-            yield self._failed(
-                "no_stale_container", stale[0][0].name,
-                f"a container named {name} already exists ({listing})",
-                "a previous launch is still there (running or stopped)",
-                "run `down` first, or `up --replace` to remove it and launch again",
-                evidence=listing,
-            )
+            yield self._failed("no_stale_container", stale[0][0].name, STALE_CONTAINER,
+                               {"container": name, "listing": listing}, evidence=listing)
             return
         for node, _ in stale:
             await node.docker.remove(name)
@@ -191,22 +175,13 @@ class Preflight:
         query = ["ss", "-Htln", " or ".join(f"sport = :{p}" for p in ports)]
         sockets = await head.run(query, timeout=config.timeouts.preflight)
         if not sockets.ok:
-            yield self._failed(
-                "api_port", head.name, f"cannot list listening ports on {head.name}: `ss` exited "
-                f"{sockets.exit_status} ({sockets.stderr.strip()[:200]})",
-                "the `ss` tool (iproute2) is missing or failed on the node",
-                "install iproute2 on the node (`sudo apt install iproute2`)",
-            )
+            yield self._failed("api_port", head.name, SS_FAILED, {
+                "node": head.name, "status": str(sockets.exit_status), "stderr": sockets.stderr.strip()[:200]})
             return
         if sockets.stdout.strip():
-            yield self._failed(
-                "api_port", head.name,
-                f"a port spark-bot needs ({', '.join(map(str, ports))}) is already in use on {head.name}",
-                "another server (perhaps a vLLM or Ray started by hand) listens on it",
-                f"stop it (`ss -ltnp` on {head.name} names the process) or change serve.port / "
-                "serve.ray_port / serve.master_port",
-                evidence=sockets.stdout.strip().splitlines()[0],
-            )
+            yield self._failed("api_port", head.name, PORT_TAKEN,
+                               {"ports": ", ".join(map(str, ports)), "node": head.name},
+                               evidence=sockets.stdout.strip().splitlines()[0])
             return
         yield self._passed(
             "api_port", f"nothing listens on ports {', '.join(map(str, ports))} on {head.name}", head.name

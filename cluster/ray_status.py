@@ -40,15 +40,10 @@ def parse_ray_status(text: str) -> RayClusterState:
     return RayClusterState(active, gpus, gpu_line)
 
 
-INCOMPLETE_CAUSE = "a worker did not join the Ray cluster, or its GPU is not exposed"
-INCOMPLETE_FIX = (
-    "check the worker's log (`logs worker`), the fabric link and IPs; "
-    "`--gpus all` (container.gpus: true) on every node"
-)
-
-
-def shortfall(state: RayClusterState, nodes: int, gpus: int) -> str | None:
-    """What Ray lacks for `nodes` nodes and `gpus` GPUs, or None when it has them all."""
+def shortfall(state: RayClusterState, nodes: int, gpus: int) -> dict[str, str] | None:
+    """What Ray lacks for `nodes` nodes and `gpus` GPUs, as the values of the failure rows that
+    say so (`cluster.failures.RAY_INCOMPLETE`), or None when it has them all."""
     if state.active_nodes >= nodes and state.gpus_total >= gpus:
         return None
-    return f"Ray shows {state.active_nodes}/{nodes} nodes and {state.gpus_total:g}/{gpus} GPUs"
+    return {"active_nodes": str(state.active_nodes), "want_nodes": str(nodes),
+            "ray_gpus": f"{state.gpus_total:g}", "want_gpus": str(gpus)}

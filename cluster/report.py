@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from cluster.checkpoints import Checkpoint
 from cluster.errors import NodeError
 from cluster.events import CheckpointPassed, Failed
+from cluster.failures import KnownFailure
 
 
 class Report:
@@ -54,6 +55,23 @@ class Report:
             summary=summary, evidence=summary if evidence is None else evidence,
             context=list(context), cause=cause, fix=fix, signature=signature, log_tail=list(log_tail),
         )
+
+    def known(
+        self,
+        checkpoint: Checkpoint,
+        failure: KnownFailure,
+        values: Mapping[str, str] | None = None,
+        *,
+        node: str | None = None,
+        evidence: str | None = None,
+        context: Sequence[str] = (),
+        log_tail: Sequence[str] = (),
+    ) -> Failed:
+        """A known failure of `checkpoint`, its texts filled from `values`: the title is the
+        summary, the row's id the signature."""
+        summary, cause, fix = failure.render(values or {})
+        return self.failed(checkpoint, summary, cause=cause, fix=fix, node=node, evidence=evidence,
+                           context=context, signature=failure.id, log_tail=log_tail)
 
     def unreachable(self, error: NodeError, checkpoint: Checkpoint) -> Failed:
         """A node that could not be reached or driven, as the failure of `checkpoint`."""

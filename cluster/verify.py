@@ -13,14 +13,24 @@ from cluster import api
 from cluster.bench.stream import sample_completion
 from cluster.checkpoints import verify_plan
 from cluster.config import ClusterConfig, Secrets
-from cluster.events import ContainerState, Event
+from cluster.events import ContainerState, Event, Failed
 from cluster.inventory import container_states, read_log_tail
 from cluster.launch import api_base_url
 from cluster.nodes import ClusterConnection
 from cluster.ray_status import parse_ray_status, shortfall
 from cluster.report import Report
-from cluster.diagnosis import diagnose
-from cluster.failures import for_cluster
+from cluster.diagnosis import Diagnosis, diagnose
+from cluster.failures import (
+    API_NOT_ANSWERING,
+    API_UNHEALTHY,
+    CONTAINER_IMAGES_DIFFER,
+    CONTAINER_NOT_RUNNING,
+    ENGINE_NOT_ANSWERING,
+    RAY_NODE_LEFT,
+    WRONG_MODEL,
+    KnownFailure,
+    for_cluster,
+)
 from cluster.steps import Step, run_steps
 
 
@@ -56,10 +66,16 @@ class Verify:
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None, tail: Sequence[str] = ()):
         return self.report.passed(self.plan[checkpoint], evidence, node=node, log_tail=tail)
 
-    def _failed(self, checkpoint: str, summary: str, cause: str, fix: str, node: str | None = None,
-                evidence: str | None = None, tail: Sequence[str] = (), signature: str | None = None):
-        return self.report.failed(self.plan[checkpoint], summary, cause=cause, fix=fix, node=node,
-                                  evidence=evidence, log_tail=tail, signature=signature)
+    def _failed(self, checkpoint: str, failure: KnownFailure, values: dict[str, str], node: str | None = None,
+                evidence: str | None = None, tail: Sequence[str] = (), explained: Diagnosis | None = None) -> Failed:
+        """`failure` of the checkpoint; the cause and fix of `explained` instead, when the log
+        tail says why (the summary stays what was seen)."""
+        failed = self.report.known(self.plan[checkpoint], failure, values, node=node, evidence=evidence,
+                                   log_tail=tail)
+        if explained is None:
+            return failed
+        return failed.model_copy(update={"cause": explained.cause, "fix": explained.fix,
+                                         "signature": explained.signature_id})
 
     async def _containers(self) -> AsyncIterator[Event]:
         for error in self.connection.errors.values():
@@ -75,13 +91,12 @@ class Verify:
         if down:
             state = down[0]
             diagnosis = diagnose(self.tails[state.node], *for_cluster(self.config)) if state.present else None
+            exit_code = f" (exit code {state.exit_code})" if state.exit_code is not None else ""
             yield self._failed(
-                "containers",
-                f"{name} on {state.node} is {state.status}" + (f" (exit code {state.exit_code})" if state.exit_code is not None else ""),
-                diagnosis.cause if diagnosis else "the container is not running",
-                diagnosis.fix if diagnosis else "`up` launches the cluster (`down` first if a stopped container remains)",
+                "containers", CONTAINER_NOT_RUNNING,
+                {"container": name, "node": state.node, "state": state.status + exit_code},
                 node=state.node, evidence=diagnosis.evidence if diagnosis else None, tail=self.tails[state.node],
-                signature=diagnosis.signature_id if diagnosis else None,
+                explained=diagnosis,
             )
             return
         yield self._passed("containers", "\n".join(
@@ -92,9 +107,7 @@ class Verify:
         images = {s.node: s.image_id or "?" for s in self.states}
         if len(set(images.values())) > 1:
             listing = "; ".join(f"{node}: {image[:19]}" for node, image in images.items())
-            yield self._failed("image", f"the containers run different images: {listing}",
-                               "the nodes had different images when launched",
-                               "make the image identical on every node, then `down` and `up`")
+            yield self._failed("image", CONTAINER_IMAGES_DIFFER, {"listing": listing})
             return
         yield self._passed("image", f"every container runs {next(iter(images.values()))[:19]}")
 
@@ -105,9 +118,8 @@ class Verify:
         state = parse_ray_status(output)
         lacking = shortfall(state, len(self.connection.ordered()), self.config.serve.world_size)
         if lacking is not None:
-            yield self._failed("ray_cluster", lacking, "a node left the Ray cluster",
-                               "check the worker's log (`logs worker`); `down` then `up` relaunches",
-                               node=head.name, evidence=state.describe(), tail=output.splitlines()[-20:])
+            yield self._failed("ray_cluster", RAY_NODE_LEFT, lacking, node=head.name, evidence=state.describe(),
+                               tail=output.splitlines()[-20:])
             return
         yield self._passed("ray_cluster", state.describe(), head.name, output.splitlines()[-20:])
 
@@ -119,29 +131,23 @@ class Verify:
         async with api.api_client(base_url, read_timeout=self.config.timeouts.api) as client:
             ok, detail = await api.health(client)
             if not ok:
-                diagnosis = diagnose(tail, *for_cluster(self.config))
-                yield self._failed("health", detail, diagnosis.cause if diagnosis else "the API server is not healthy",
-                                   diagnosis.fix if diagnosis else "read the head's log tail; `down` then `up` relaunches",
-                                   node=head.name, tail=tail, signature=diagnosis.signature_id if diagnosis else None)
+                yield self._failed("health", API_UNHEALTHY, {"detail": detail}, node=head.name, tail=tail,
+                                   explained=diagnose(tail, *for_cluster(self.config)))
                 return
             yield self._passed("health", detail, head.name, tail)
             try:
                 ids = [m.get("id") for m in await api.served_models(client)]
             except httpx.HTTPError as error:
-                yield self._failed("models", f"GET /v1/models failed: {error}", "the API server does not answer",
-                                   "read the head's log tail; `down` then `up` relaunches", node=head.name, tail=tail)
+                yield self._failed("models", API_NOT_ANSWERING, {"error": str(error)}, node=head.name, tail=tail)
                 return
             if model not in ids:
-                yield self._failed("models", f"GET /v1/models lists {ids}, not {model}",
-                                   "a different model is being served", "check serve.served_model_name",
-                                   node=head.name)
+                yield self._failed("models", WRONG_MODEL, {"served": str(ids), "model": model}, node=head.name)
                 return
             yield self._passed("models", f"GET /v1/models -> {ids}", head.name)
             try:
                 sample = await sample_completion(client, model, max_tokens=self.sample_max_tokens)
             except (httpx.HTTPError, ValueError) as error:
-                yield self._failed("sample", f"test completion failed: {error}", "the engine does not answer",
-                                   "read the head's log tail; `down` then `up` relaunches", node=head.name, tail=tail)
+                yield self._failed("sample", ENGINE_NOT_ANSWERING, {"error": str(error)}, node=head.name, tail=tail)
                 return
             rate = f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else "n/a"
             yield self._passed("sample", f"{sample.completion_tokens} tokens in {sample.e2e_s:.2f} s "

@@ -13,6 +13,7 @@ from cluster import api
 from cluster.checkpoints import BY_ID, SERVING
 from cluster.config import ClusterConfig, Secrets
 from cluster.events import Event, Progress
+from cluster.failures import API_DOWN
 from cluster.follow import LogFollower, must_see
 from cluster.launch import api_base_url
 from cluster.monitor import ClusterMonitor
@@ -69,13 +70,8 @@ async def watch(
             yield next_failure.result()  # the first failure, or a stop on request (no failure)
         else:
             head = config.head.name
-            yield report.failed(
-                BY_ID["health"], f"the API stopped answering: {health_miss.result()}", node=head,
-                evidence=health_miss.result(),
-                cause="the API server is down or hung although its container runs",
-                fix="read the head's log tail; `verify` shows what still works; `down` then `up` relaunches",
-                log_tail=monitor.tail(head),
-            )
+            yield report.known(BY_ID["health"], API_DOWN, {"detail": health_miss.result()}, node=head,
+                               evidence=health_miss.result(), log_tail=monitor.tail(head))
     finally:
         prober.cancel()
         await asyncio.gather(prober, return_exceptions=True)

@@ -29,6 +29,7 @@ from cluster.bench.server_metrics import ServerCounters, read_counters
 from cluster.bench.stream import Measured, measure_request, sample_answer
 from cluster.checkpoints import BENCH
 from cluster.events import BenchResult, Event, Progress
+from cluster.failures import ENGINE_BUSY
 from cluster.report import Report
 
 DEFAULT_PROMPT = "Explain how tensor parallelism splits a transformer layer across two GPUs."
@@ -272,11 +273,7 @@ async def run_bench(
             busy = (f"the server is busy: vllm:num_requests_running={before.running:g}, "
                     f"waiting={before.waiting:g}")
             if not options.allow_busy:
-                yield reporter.failed(
-                    BENCH, f"refused to measure: {busy}", evidence=busy,
-                    cause="other requests share the engine: every figure would be too low",
-                    fix="wait until the other requests finish, or pass --allow-busy to measure anyway",
-                )
+                yield reporter.known(BENCH, ENGINE_BUSY, {"busy": busy}, evidence=busy)
                 return
             warnings.append(f"{busy}: figures are lower than on an idle server; cross-check unreliable")
         single = sample = None

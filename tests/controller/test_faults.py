@@ -38,7 +38,7 @@ def only_failure(events) -> Failed:
         ("gloo_iface", "nccl", {"gloo_connect_failed"}, "Gloo connectFullMesh failed"),
         ("oom", "kv_cache", {"cuda_oom"}, "CUDA out of memory"),
         ("ray_version_mismatch", "containers", {"ray_version_mismatch"}, "Version mismatch"),
-        ("ray_worker_never_joins", "ray_cluster", {None}, "1 active node(s)"),
+        ("ray_worker_never_joins", "ray_cluster", {"ray_incomplete"}, "1 active node(s)"),
     ],
 )
 async def test_launch_fault_is_diagnosed(clean, fault, checkpoint, signatures, evidence):
