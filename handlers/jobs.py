@@ -9,7 +9,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -22,10 +22,11 @@ from handlers.chat import Chat, Posted
 from handlers.commands import apply_serve
 from handlers.errors import Busy
 from handlers.job_state import JobState
+from handlers.journal import Journal, retried
 from handlers.messages import Message, escape
-from handlers.render import JobView
+from handlers.render import Delivery, JobView
 from handlers.settings import BotSettings
-from handlers.store import JobRecord, Store, now
+from handlers.store import JobRecord, LockRecord, Store, now
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class Job:
     record: JobRecord
     view: JobView
     task: asyncio.Task
+    journal: Journal
     cancelled_by: str | None = None
     state: JobState = JobState.RUNNING
     outcome: str = "running"
@@ -66,8 +68,14 @@ class JobManager:
         self.store = store
         self.controller_for = controller_for
         self.instance = uuid.uuid4().hex
+        # The lock as this process holds it: released when a job ends even if the store cannot
+        # delete its row then (this instance takes its own stale row over at the next job).
+        self.holder: LockRecord | None = None
         self.current: Job | None = None
         self.watching: asyncio.Task | None = None
+        self.journal = Journal()  # the writes of no one job: the watch, audits
+        self.deliver = Delivery(chat)
+        self._unrecorded: list[tuple[str, Callable[[], Coroutine]]] = []  # job ends the store missed
         self._tasks: set[asyncio.Task] = set()
 
     # -- owned tasks ------------------------------------------------------------------------
@@ -101,21 +109,31 @@ class JobManager:
 
     async def open_job(self, command: str, user: str, channel: str) -> JobRecord:
         """A job row holding the cluster lock, or Busy naming the holder."""
-        record = await self.store.create_job(self.cluster.name, command, user, channel)
-        holder = await self.store.acquire(self.cluster.name, record.id, self.instance)
+        record = await retried(lambda: self.store.create_job(self.cluster.name, command, user, channel))
+        await self._record_missed_ends()
+        holder = self.holder
+        if holder is None:
+            # taken before the store is asked: a command that comes meanwhile finds it held
+            self.holder = LockRecord(self.cluster.name, record, self.instance, now())
+            try:
+                holder = await retried(lambda: self.store.acquire(self.cluster.name, record.id, self.instance))
+            except BaseException:
+                self.holder = None
+                raise
+            if holder is not None:
+                self.holder = None
         if holder is not None:
-            await self.store.finish_job(record.id, JobState.REFUSED, f"busy: job {holder.job.id} holds the lock")
+            await self.journal.write(f"job {record.id}'s refusal", lambda: self.store.finish_job(
+                record.id, JobState.REFUSED, f"busy: job {holder.job.id} holds the lock"))
             raise Busy(holder)
         return record
 
     async def close_unstarted(self, record: JobRecord, state: JobState, outcome: str) -> None:
         """End a job that never reached `run` and free the lock, even if a cancel lands meanwhile."""
+        await finish_uncancelled(self._record_end(record, state, outcome, None, self.journal, audit=False))
 
-        async def close() -> None:
-            await self.store.release(self.cluster.name, record.id)
-            await self.store.finish_job(record.id, state, outcome)
-
-        await finish_uncancelled(close())
+    async def clear_launch(self) -> None:
+        await self.journal.write("the end of the launch settings", lambda: self.store.clear_launch(self.cluster.name))
 
     async def launched_config(self) -> ClusterConfig:
         """The config the running cluster was launched with: the base one plus the serve settings
@@ -125,17 +143,22 @@ class JobManager:
     async def run(self, record: JobRecord, plan: JobPlan) -> Job:
         """Post the parent, feed it the events, finish it; the lock is released in every case."""
         events = plan.events
+        journal = Journal(tell=lambda failure: self._tell_unrecorded(record, failure))
         view = JobView(self.chat, record.channel, title=plan.title,
                        text=f"<@{record.user}> ran `/spark {record.command}` · job #{record.id}",
                        plan=plan.checkpoints, job_id=record.id, requester=record.user, settings=self.settings.jobs,
-                       on_parent=lambda m: self.store.save_parent(record.id, m.model_dump_json()))
-        job = Job(record, view, asyncio.current_task())  # type: ignore[arg-type]
+                       on_parent=lambda m: journal.write(f"job {record.id}'s progress",
+                                                         lambda: self.store.save_parent(record.id, m.model_dump_json())))
+        job = Job(record, view, asyncio.current_task(), journal)  # type: ignore[arg-type]
         self.current = job
         started = asyncio.get_running_loop().time()
         try:
             posted = await view.open()
+            if posted and self.holder is not None and self.holder.job.id == record.id:
+                self.holder = replace(self.holder, job=replace(record, ts=posted.ts, link=view.link))
             if posted:
-                await self.store.set_parent(record.id, posted.ts, view.link, view.parent.model_dump_json())
+                await journal.write(f"job {record.id}'s message", lambda: self.store.set_parent(
+                    record.id, posted.ts, view.link, view.parent.model_dump_json()))
             # aclosing: a cancel that lands while we post to chat (the generator suspended at a
             # yield) must still run the controller's cleanup, now rather than at garbage collection
             async with aclosing(events):
@@ -176,18 +199,41 @@ class JobManager:
             await view.close()
             if not job.state.ended:  # neither an Exception nor a cancel: KeyboardInterrupt, SystemExit
                 job.end(JobState.CRASHED, "stopped by a BaseException")
-            await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link))
+            await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link, journal))
         return job
 
     async def _finish_view(self, view: JobView, state: JobState, footer: str) -> None:
         await view.finish(state, footer)
         await view.reply(Message(title="✋ Cancelled", text=footer, tone=state.tone))
 
-    async def _record_end(self, record: JobRecord, state: JobState, outcome: str, link: str | None) -> None:
-        """Release first: whatever happens next, the next command is not refused as busy."""
-        await self.store.release(self.cluster.name, record.id)
-        await self.store.finish_job(record.id, state, outcome)
-        await self.store.audit(record.user, record.channel, record.command, outcome, record.id, link)
+    async def _record_end(self, record: JobRecord, state: JobState, outcome: str, link: str | None,
+                          journal: Journal, *, audit: bool = True) -> None:
+        """Release first: whatever happens next, the next command is not refused as busy. What the
+        store misses is recorded after its next write that succeeds."""
+        if self.holder is not None and self.holder.job.id == record.id:
+            self.holder = None
+        writes = [("lock", lambda: self.store.release(self.cluster.name, record.id)),
+                  ("end", lambda: self.store.finish_job(record.id, state, outcome))]
+        if audit:
+            writes.append(("audit", lambda: self.store.audit(record.user, record.channel, record.command, outcome,
+                                                             record.id, link)))
+        for name, write in writes:
+            what = f"job {record.id}'s {name}"
+            if not await journal.write(what, write):
+                self._unrecorded.append((what, write))
+
+    async def _record_missed_ends(self) -> None:
+        missed, self._unrecorded = self._unrecorded, []
+        for what, write in missed:
+            if not await self.journal.write(what, write):
+                self._unrecorded.append((what, write))
+
+    async def _tell_unrecorded(self, record: JobRecord, failure: str) -> None:
+        await self.deliver(f"job {record.id}'s store failure to {record.user}", self.chat.reply_private(
+            record.channel, record.user, Message(
+                title=f"⚠ The bot could not record job #{record.id}", tone="warning",
+                text=f"{escape(failure)}\nThe cluster work goes on; the bot keeps the job's state in memory "
+                     "and records how it ended once its database can be written again.")))
 
     def cancel(self, user: str, job_id: int | None = None) -> Job | None:
         job = self.current
@@ -199,8 +245,9 @@ class JobManager:
 
     # -- the watch --------------------------------------------------------------------------
 
-    async def start_watch(self, record: JobRecord, view: JobView) -> None:
-        await self.store.set_watch(self.cluster.name, record.id)
+    async def start_watch(self, record: JobRecord, view: JobView, journal: Journal | None = None) -> None:
+        await (journal or self.journal).write(f"job {record.id}'s watch",
+                                              lambda: self.store.set_watch(self.cluster.name, record.id))
         await self.stop_watch(clear=False)
         self.watching = self.spawn(self._watch(record, view), f"watch-{record.id}")
 
@@ -210,7 +257,10 @@ class JobManager:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if clear:
-            await self.store.clear_watch(self.cluster.name)
+            await self._clear_watch()
+
+    async def _clear_watch(self) -> None:
+        await self.journal.write("the end of the watch", lambda: self.store.clear_watch(self.cluster.name))
 
     async def _watch(self, record: JobRecord, view: JobView) -> None:
         config = await self.launched_config()
@@ -219,16 +269,17 @@ class JobManager:
             async with aclosing(events):
                 async for event in events:
                     if isinstance(event, Progress) and event.phase == "stopped":
-                        await self.store.clear_watch(self.cluster.name)
+                        await self._clear_watch()
                         await view.reply(Message(title="ℹ The cluster was stopped", tone="neutral",
                                                  text=f"{escape(event.message)}. No longer watching; "
                                                       "`/spark up` launches it again."))
                         return
                     if isinstance(event, Failed):
-                        await self.store.clear_watch(self.cluster.name)
+                        await self._clear_watch()
                         await view.failed(event, during=" while serving")
-                        await self.store.audit(record.user, record.channel, "watch",
-                                               f"failed: {event.title}: {event.summary}", record.id, record.link)
+                        await self.journal.write("the watch's audit", lambda: self.store.audit(
+                            record.user, record.channel, "watch", f"failed: {event.title}: {event.summary}",
+                            record.id, record.link))
                         return
         except asyncio.CancelledError:
             raise

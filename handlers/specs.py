@@ -10,7 +10,9 @@ and posts its progress in the channel.
 
 from __future__ import annotations
 
+import logging
 import re
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -34,6 +36,8 @@ from handlers.store import JobRecord
 
 if TYPE_CHECKING:
     from handlers.dispatch import Dispatcher, Invocation
+
+log = logging.getLogger(__name__)
 
 # Each takes the dispatcher (the bot's cluster, settings, store, jobs, chat) and the parsed command.
 Reply = Callable[["Dispatcher", Any, "Invocation"], Awaitable[Message]]
@@ -170,14 +174,15 @@ async def _ask_replace(d: Dispatcher, command: c.Up) -> Question | None:
 
 async def _up(d: Dispatcher, command: c.Up, record: JobRecord, confirmed: bool) -> JobPlan:
     await d.jobs.stop_watch()
-    await d.store.clear_launch(d.cluster.name)  # what runs now is no longer that launch
+    await d.jobs.clear_launch()  # what runs now is no longer that launch
     config = command.apply(d.cluster, d.settings.commands)
     applied = command.settings(d.settings.commands)
 
     async def launched(job: Job, event: Event) -> None:
         if isinstance(event, Ready):
-            await d.store.set_launch(d.cluster.name, job.record.id, applied)
-            await d.jobs.start_watch(job.record, job.view)
+            await job.journal.write(f"job {job.record.id}'s launch settings",
+                                    lambda: d.store.set_launch(d.cluster.name, job.record.id, applied))
+            await d.jobs.start_watch(job.record, job.view, job.journal)
 
     return JobPlan(title=f"🚀 Launch on `{d.cluster.name}`", checkpoints=launch_plan(config),
                    events=d.controller_for(config).up(replace=confirmed), on_event=launched,
@@ -208,17 +213,23 @@ async def _bench(d: Dispatcher, command: c.Bench, record: JobRecord, confirmed: 
 
 async def _compared(d: Dispatcher, events: AsyncIterator[Event], job_id: int) -> AsyncIterator[Event]:
     """Bench events, the result compared with the last of the same setup in the store (the
-    bot's one bench history) and recorded there before anyone sees it."""
+    bot's one bench history) and recorded there before anyone sees it; a store that cannot be
+    read or written leaves the result as measured."""
     async with aclosing(events):
         async for event in events:
             if isinstance(event, BenchResult):
                 report = event.report
-                previous = await d.store.previous_bench(report.setup_key)
+                try:
+                    previous = await d.store.previous_bench(report.setup_key)
+                except sqlite3.Error as error:
+                    log.error("bench of job %s not compared: %s", job_id, error)
+                    previous = None
                 if previous is not None:
                     earlier = BenchReport.model_validate_json(previous)
                     report = report.model_copy(update={"comparisons": compare(report, earlier)})
                     event = event.model_copy(update={"report": report})
-                await d.store.add_bench(job_id, report.model_dump_json())
+                await d.jobs.journal.write(f"job {job_id}'s bench result",
+                                           lambda: d.store.add_bench(job_id, report.model_dump_json()))
             yield event
 
 
@@ -242,7 +253,7 @@ async def _ask_teardown(d: Dispatcher, command: c.Down) -> Question:
 
 async def _down(d: Dispatcher, command: c.Down, record: JobRecord, confirmed: bool) -> JobPlan:
     await d.jobs.stop_watch()
-    await d.store.clear_launch(d.cluster.name)
+    await d.jobs.clear_launch()
     return JobPlan(title=f"🧹 Tear down `{d.cluster.name}`", checkpoints=[],
                    events=d.controller_for(d.cluster).down(), success_footer=_down_footer)
 

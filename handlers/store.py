@@ -9,6 +9,8 @@ import asyncio
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -139,12 +141,17 @@ class Store:
     # -- the cluster lock -------------------------------------------------------------------
 
     async def acquire(self, cluster: str, job_id: int, instance: str) -> LockRecord | None:
-        """Take the lock for `job_id`; when another job holds it, return that holder instead."""
+        """Take the lock for `job_id`; when another job holds it, return that holder instead.
+
+        A row of `instance` itself is taken over: that job has ended (the instance knows which job
+        it runs) but the store could not delete its row then."""
 
         def take(db: sqlite3.Connection):
-            db.execute("INSERT OR IGNORE INTO locks (cluster, job_id, instance, since) VALUES (?,?,?,?)",
-                       (cluster, job_id, instance, now().isoformat()))
-            return db.execute("SELECT * FROM locks WHERE cluster=?", (cluster,)).fetchone()
+            with _transaction(db):
+                db.execute("DELETE FROM locks WHERE cluster=? AND instance=?", (cluster, instance))
+                db.execute("INSERT OR IGNORE INTO locks (cluster, job_id, instance, since) VALUES (?,?,?,?)",
+                           (cluster, job_id, instance, now().isoformat()))
+                return db.execute("SELECT * FROM locks WHERE cluster=?", (cluster,)).fetchone()
 
         row = await self._run(take)
         if row["job_id"] == job_id:
@@ -215,6 +222,19 @@ class Store:
             "SELECT report_json FROM bench_results WHERE json_extract(report_json, '$.setup_key')=? "
             "ORDER BY id DESC LIMIT 1", (setup_key,)).fetchone())
         return row["report_json"] if row else None
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """Statements that take effect together or not at all (the connection is in autocommit)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:  # a failed COMMIT (busy, disk full) leaves it open
+            db.execute("ROLLBACK")
+        raise
 
 
 def _job(row: sqlite3.Row) -> JobRecord:
