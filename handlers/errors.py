@@ -25,3 +25,8 @@ class Busy(SparkBotError):
 
 class ChatError(SparkBotError):
     """A message could not be delivered (after the adapter's retries)."""
+
+
+class StoreUnavailable(SparkBotError):
+    """The bot's database cannot record a job now (another program holds it, the disk is full or
+    failing), so the job is not started: its lock could not be taken."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import aclosing
@@ -20,7 +21,7 @@ from cluster.controller import Controller
 from cluster.events import Event, Failed, Progress, StatusReport
 from handlers.chat import Chat, Posted
 from handlers.commands import apply_serve
-from handlers.errors import Busy
+from handlers.errors import Busy, StoreUnavailable
 from handlers.job_state import JobState
 from handlers.journal import Journal, retried
 from handlers.messages import Message, escape
@@ -77,6 +78,7 @@ class JobManager:
         self.deliver = Delivery(chat)
         self._unrecorded: list[tuple[str, Callable[[], Coroutine]]] = []  # job ends the store missed
         self._tasks: set[asyncio.Task] = set()
+        self._writes: set[asyncio.Task] = set()
 
     # -- owned tasks ------------------------------------------------------------------------
 
@@ -95,21 +97,31 @@ class JobManager:
         except Exception:
             log.exception("task %s failed", name)
 
+    def record(self, what: str, write: Callable[[], Coroutine]) -> None:
+        """Write to the store in a task nothing waits for (an audit); `stop` lets it finish."""
+        task = asyncio.create_task(self.journal.write(what, write), name=f"record {what}")
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
     async def idle(self) -> None:
-        """Wait until no command task runs (the watch may go on)."""
-        while self._tasks - {self.watching}:
-            await asyncio.gather(*(self._tasks - {self.watching}), return_exceptions=True)
+        """Wait until no command task runs and every write is done (the watch may go on)."""
+        while busy := (self._tasks - {self.watching}) | self._writes:
+            await asyncio.gather(*busy, return_exceptions=True)
 
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._writes, return_exceptions=True)  # each bounded by its retries
 
     # -- jobs -------------------------------------------------------------------------------
 
     async def open_job(self, command: str, user: str, channel: str) -> JobRecord:
-        """A job row holding the cluster lock, or Busy naming the holder."""
-        record = await retried(lambda: self.store.create_job(self.cluster.name, command, user, channel))
+        """A job row holding the cluster lock, Busy naming the holder, or StoreUnavailable."""
+        try:
+            record = await retried(lambda: self.store.create_job(self.cluster.name, command, user, channel))
+        except sqlite3.Error as error:
+            raise StoreUnavailable(f"the bot could not record the job in its database ({error})") from error
         await self._record_missed_ends()
         holder = self.holder
         if holder is None:
@@ -117,8 +129,10 @@ class JobManager:
             self.holder = LockRecord(self.cluster.name, record, self.instance, now())
             try:
                 holder = await retried(lambda: self.store.acquire(self.cluster.name, record.id, self.instance))
-            except BaseException:
+            except BaseException as error:
                 self.holder = None
+                if isinstance(error, sqlite3.Error):
+                    raise StoreUnavailable(f"the bot could not take the cluster lock in its database ({error})") from error
                 raise
             if holder is not None:
                 self.holder = None

@@ -93,7 +93,7 @@ class CommandSpec:
 # -- answered at once -------------------------------------------------------------------------
 
 async def _help(d: Dispatcher, command: c.Help, invocation: Invocation) -> Message:
-    await d.store.audit(invocation.user, invocation.channel, "help", "answered")
+    d.audit(invocation.user, invocation.channel, "help", "answered")
     return Message(title="/spark: run the vLLM cluster from here",
                    text=f"Cluster `{d.cluster.name}`: {len(d.cluster.nodes)} node(s), "
                         f"model `{d.cluster.serve.model}`.\n\n{chat_usage()}\n\n"
@@ -111,9 +111,9 @@ async def _cancel(d: Dispatcher, command: c.Cancel, invocation: Invocation) -> M
     user, channel = invocation.user, invocation.channel
     job = d.jobs.cancel(user)
     if job is None:
-        await d.store.audit(user, channel, "cancel", "nothing to cancel")
+        d.audit(user, channel, "cancel", "nothing to cancel")
         return Message(title="Nothing to cancel", text="No job is running on this cluster.")
-    await d.store.audit(user, channel, "cancel", f"cancelled job {job.record.id}", job.record.id, job.view.link)
+    d.audit(user, channel, "cancel", f"cancelled job {job.record.id}", job.record.id, job.view.link)
     return Message(title=f"Cancelling job #{job.record.id}",
                    text=f"`/spark {job.record.command}` by <@{job.record.user}>: stopping and cleaning up.")
 
@@ -134,7 +134,7 @@ async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> M
     busy = (f"\nRunning: job #{job.record.id} `/spark {job.record.command}` by <@{job.record.user}>"
             if job else "")
     watching = "\nWatching: yes" if d.jobs.watching else ""
-    await d.store.audit(invocation.user, invocation.channel, "status", "answered")
+    d.audit(invocation.user, invocation.channel, "status", "answered")
     return Message(
         title=f"Status of `{d.cluster.name}`", tone="success" if report.api_healthy else "neutral",
         text="\n".join(lines) + f"\nAPI: {health} ({escape(report.api_detail)})"
@@ -145,7 +145,7 @@ async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> M
 async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Message | None:
     events = [e async for e in d.controller_for(d.cluster).logs(command.node, command.lines)]
     tail = next(e for e in events if isinstance(e, LogTail))
-    await d.store.audit(invocation.user, invocation.channel, command.text(), "answered")
+    d.audit(invocation.user, invocation.channel, command.text(), "answered")
     inline = tail.lines[-d.settings.jobs.inline_log_lines:]
     title = f"Last {len(tail.lines)} lines of `{escape(tail.container)}` on `{escape(tail.node)}`"
     if len(tail.lines) == len(inline) and sum(len(x) + 1 for x in inline) <= INLINE_CHARS:

@@ -10,6 +10,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -17,6 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from handlers.job_state import JobState
+
+# A locked database fails a statement after this long instead of SQLite's 5 s: the writers retry
+# with short waits (handlers/journal.py), and nothing waits for the store where it must answer.
+BUSY_WAIT = 0.1
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -75,18 +80,22 @@ class Store:
         self.path = Path(path)
         self._db: sqlite3.Connection | None = None
         self._mutex = threading.Lock()
+        # Its own thread: a query waiting on a lock must not hold up the default executor (where
+        # aiohttp resolves Slack's address).
+        self._executor: ThreadPoolExecutor | None = None
 
     async def open(self) -> None:
         def connect() -> sqlite3.Connection:
             if str(self.path) != ":memory:":
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            db = sqlite3.connect(self.path, timeout=BUSY_WAIT, check_same_thread=False, isolation_level=None)
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(SCHEMA)
             return db
 
-        self._db = await asyncio.to_thread(connect)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-bot-store")
+        self._db = await self._in_thread(connect)
 
     async def close(self) -> None:
         def close() -> None:
@@ -96,7 +105,10 @@ class Store:
                     self._db.close()
                     self._db = None
 
-        await asyncio.to_thread(close)
+        if self._executor is not None:
+            await self._in_thread(close)
+            self._executor.shutdown(wait=False)
+            self._executor = None
 
     async def _run(self, fn, *args) -> Any:
         def locked():
@@ -105,7 +117,12 @@ class Store:
                     raise RuntimeError("the store is closed (Store.open() first)")
                 return fn(self._db, *args)
 
-        return await asyncio.to_thread(locked)
+        return await self._in_thread(locked)
+
+    async def _in_thread(self, fn) -> Any:
+        if self._executor is None:
+            raise RuntimeError("the store is closed (Store.open() first)")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     # -- jobs -------------------------------------------------------------------------------
 

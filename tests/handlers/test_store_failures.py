@@ -74,3 +74,21 @@ async def test_a_job_failing_while_the_store_fails_ends_its_message_and_frees_th
         assert chat.thread()[-1].message.title == "✘ Weights loaded on every rank failed"
         assert dispatcher.jobs.holder is None
         assert len(told(chat)) == 1
+
+
+async def test_a_cancel_reaches_a_job_while_the_store_fails(tmp_path):
+    hold, stop_here = Hold(), Hold()
+    controllers = ScriptedControllers(up=[passed("ssh"), hold, passed("docker"), stop_here, ready()])
+    store = FailingStore(tmp_path / "spark-bot.db", "disk I/O error")
+    async with running_dispatcher(controllers, settings(tmp_path), store=store) as (dispatcher, chat):
+        await run_until(dispatcher, hold, store)
+        await stop_here.reached.wait()
+        reply = await dispatcher.command(Invocation(ALICE, CH, "cancel"))
+        assert reply is not None and reply.title == "Cancelling job #1"
+        await dispatcher.idle()
+
+        job_message = chat.parent()
+        assert job_message.footer.startswith(f"✋ Cancelled by <@{ALICE}>"), job_message.footer
+        assert (job_message.tone, job_message.buttons) == ("warning", [])
+        assert dispatcher.jobs.holder is None
+        assert len(told(chat)) == 1
