@@ -63,7 +63,13 @@ class Dispatcher:
         self.deliver = Delivery(chat)
 
     async def start(self) -> None:
+        """Open the store and take it for this instance (AnotherInstance: another bot uses it)."""
         await self.store.open()
+        try:
+            await self.jobs.begin()
+        except BaseException:
+            await self.store.close()
+            raise
         await self.jobs.reconcile()
 
     async def stop(self) -> None:

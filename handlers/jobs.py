@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
@@ -21,13 +20,13 @@ from cluster.controller import Controller
 from cluster.events import Event, Failed, Progress, StatusReport
 from handlers.chat import Chat, Posted
 from handlers.commands import apply_serve
-from handlers.errors import Busy, StoreUnavailable
+from handlers.errors import AnotherInstance, Busy, StoreUnavailable
 from handlers.job_state import JobState
 from handlers.journal import Journal, retried
 from handlers.messages import Message, escape
 from handlers.render import Delivery, JobView
 from handlers.settings import BotSettings
-from handlers.store import JobRecord, LockRecord, Store, now
+from handlers.store import JobRecord, LockRecord, Owner, Store, now
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,8 @@ class JobManager:
         self.chat = chat
         self.store = store
         self.controller_for = controller_for
-        self.instance = uuid.uuid4().hex
+        self.owner = Owner.this_process()
+        self.lease = settings.store.lease
         # The lock as this process holds it: released when a job ends even if the store cannot
         # delete its row then (this instance takes its own stale row over at the next job).
         self.holder: LockRecord | None = None
@@ -79,6 +79,7 @@ class JobManager:
         self._unrecorded: list[tuple[str, Callable[[], Coroutine]]] = []  # job ends the store missed
         self._tasks: set[asyncio.Task] = set()
         self._writes: set[asyncio.Task] = set()
+        self._heartbeat: asyncio.Task | None = None
 
     # -- owned tasks ------------------------------------------------------------------------
 
@@ -113,6 +114,37 @@ class JobManager:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*self._writes, return_exceptions=True)  # each bounded by its retries
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
+            self._heartbeat = None
+            await self.journal.write("the end of this instance", lambda: self.store.unregister(self.owner))
+
+    # -- this instance on the store ---------------------------------------------------------
+
+    async def begin(self) -> None:
+        """Register this instance on the store and keep its leases alive; AnotherInstance when
+        another spark-bot still runs on the same database (it would run jobs beside this one)."""
+        other = await retried(lambda: self.store.register(self.owner, self.lease))
+        if other is not None:
+            ago = (self.store.clock() - other.heartbeat).total_seconds()
+            raise AnotherInstance(
+                f"another spark-bot uses {self.store.path} (pid {other.pid} on {other.host}, running since "
+                f"{other.started:%Y-%m-%d %H:%M:%S} UTC, last heard of {ago:.0f} s ago): stop it first, or give "
+                f"this one its own store.path; a bot that died is taken as gone {self.lease:g} s (store.lease) "
+                "after it was last heard of, or at once when its process is gone from this host")
+        self._heartbeat = asyncio.create_task(self._beat(), name="heartbeat")
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            await self.heartbeat()
+
+    async def heartbeat(self) -> None:
+        """Renew this instance's registration and its job's lease; catch up on missed writes."""
+        job_id = self.holder.job.id if self.holder else None
+        if await self.journal.write("the heartbeat", lambda: self.store.heartbeat(self.owner, self.lease, job_id)):
+            await self._record_missed_ends()
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -126,9 +158,10 @@ class JobManager:
         holder = self.holder
         if holder is None:
             # taken before the store is asked: a command that comes meanwhile finds it held
-            self.holder = LockRecord(self.cluster.name, record, self.instance, now())
+            self.holder = LockRecord(self.cluster.name, record, self.owner.id, now())
             try:
-                holder = await retried(lambda: self.store.acquire(self.cluster.name, record.id, self.instance))
+                holder = await retried(lambda: self.store.acquire(self.cluster.name, record.id, self.owner.id,
+                                                                  self.lease))
             except BaseException as error:
                 self.holder = None
                 if isinstance(error, sqlite3.Error):
@@ -226,7 +259,7 @@ class JobManager:
         store misses is recorded after its next write that succeeds."""
         if self.holder is not None and self.holder.job.id == record.id:
             self.holder = None
-        writes = [("lock", lambda: self.store.release(self.cluster.name, record.id)),
+        writes = [("lock", lambda: self.store.release(self.cluster.name, record.id, self.owner.id)),
                   ("end", lambda: self.store.finish_job(record.id, state, outcome))]
         if audit:
             writes.append(("audit", lambda: self.store.audit(record.user, record.channel, record.command, outcome,
@@ -320,11 +353,16 @@ class JobManager:
         return view
 
     async def reconcile(self) -> None:
-        """Release the locks of jobs a previous run left behind, compare with the real cluster,
-        and watch a running cluster again in the thread of the job that launched it."""
+        """Release the locks of jobs a previous run left behind (their owner is gone: `begin`
+        let this instance start), compare with the real cluster, and watch a running cluster
+        again in the thread of the job that launched it."""
         interrupted: list[JobRecord] = []
+        at = self.store.clock()
+        running = {instance.id for instance in await self.store.instances()}
         for lock in await self.store.locks():
-            await self.store.release(lock.cluster, lock.job.id)
+            if lock.instance == self.owner.id or (lock.instance in running and lock.expires and lock.expires > at):
+                continue
+            await self.store.release(lock.cluster, lock.job.id, lock.instance)
             await self.store.finish_job(lock.job.id, JobState.INTERRUPTED, "the bot stopped during the job")
             await self.store.audit(lock.job.user, lock.job.channel, lock.job.command,
                                    "interrupted: the bot stopped during the job", lock.job.id, lock.job.link)

@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,19 @@ def status_report(*, running: bool = False) -> StatusReport:
 
 
 # -- the store --------------------------------------------------------------------------------
+
+class Clock:
+    """The store's time for leases and heartbeats, moved only by the test."""
+
+    def __init__(self) -> None:
+        self.at = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+
+    def __call__(self) -> datetime:
+        return self.at
+
+    def advance(self, seconds: float) -> None:
+        self.at += timedelta(seconds=seconds)
+
 
 class FailingStore(Store):
     """A Store whose writes fail, while `failing` is set, as SQLite's do on a full disk (or with

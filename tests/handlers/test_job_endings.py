@@ -89,7 +89,7 @@ async def test_a_job_the_bot_died_during_is_closed_as_interrupted_at_the_next_st
     store = Store(bot_settings.store.path)
     await store.open()
     record = await store.create_job(CLUSTER.name, "up", ALICE, CH)
-    assert await store.acquire(CLUSTER.name, record.id, "the previous run") is None
+    assert await store.acquire(CLUSTER.name, record.id, "the previous run", 30) is None
     posted_before = "1700000000.000100"
     parent = Message(title="🚀 Launch", tone="running")
     await store.set_parent(record.id, posted_before, None, parent.model_dump_json())
