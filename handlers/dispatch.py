@@ -34,6 +34,8 @@ from handlers.store import JobRecord, Store
 
 log = logging.getLogger(__name__)
 
+RECONCILE_WITHIN = 120.0  # seconds: beyond it jobs start without the state of the cluster
+
 
 @dataclass(frozen=True)
 class Invocation:
@@ -63,14 +65,16 @@ class Dispatcher:
         self.deliver = Delivery(chat)
 
     async def start(self) -> None:
-        """Open the store and take it for this instance (AnotherInstance: another bot uses it)."""
+        """Open the store and take it for this instance (AnotherInstance: another bot uses it);
+        the reconciliation with what a previous run left runs in a task: connecting to the chat
+        does not wait for the nodes to answer (jobs do)."""
         await self.store.open()
         try:
             await self.jobs.begin()
         except BaseException:
             await self.store.close()
             raise
-        await self.jobs.reconcile()
+        self.jobs.spawn(self.jobs.reconcile_within(RECONCILE_WITHIN), "reconcile")
 
     async def stop(self) -> None:
         await self.jobs.stop()

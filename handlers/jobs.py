@@ -80,23 +80,22 @@ class JobManager:
         self._tasks: set[asyncio.Task] = set()
         self._writes: set[asyncio.Task] = set()
         self._heartbeat: asyncio.Task | None = None
+        self._reconciled = asyncio.Event()
 
     # -- owned tasks ------------------------------------------------------------------------
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
-        task = asyncio.create_task(self._logged(coro, name), name=name)
+        # the coroutine itself, not a wrapper awaiting it: a task cancelled before it ran (a stop
+        # right after a start) closes its coroutine instead of leaving it never awaited
+        task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
         return task
 
-    @staticmethod
-    async def _logged(coro: Coroutine[Any, Any, Any], name: str) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("task %s failed", name)
+    def _ended(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task %s failed", task.get_name(), exc_info=task.exception())
 
     def record(self, what: str, write: Callable[[], Coroutine]) -> None:
         """Write to the store in a task nothing waits for (an audit); `stop` lets it finish."""
@@ -150,6 +149,7 @@ class JobManager:
 
     async def open_job(self, command: str, user: str, channel: str) -> JobRecord:
         """A job row holding the cluster lock, Busy naming the holder, or StoreUnavailable."""
+        await self._reconciled.wait()  # the locks a previous run left are released first
         try:
             record = await retried(lambda: self.store.create_job(self.cluster.name, command, user, channel))
         except sqlite3.Error as error:
@@ -342,7 +342,8 @@ class JobManager:
         """The messages of a job posted by an earlier run of the bot (from what the store kept)."""
         view = JobView(self.chat, record.channel, title="", text="", plan=[], job_id=record.id,
                        requester=record.user, settings=self.settings.jobs,
-                       on_parent=lambda m: self.store.save_parent(record.id, m.model_dump_json()))
+                       on_parent=lambda m: self.journal.write(f"job {record.id}'s message", lambda: self.store.save_parent(
+                           record.id, m.model_dump_json())))
         if record.parent_json:
             view.parent = Message.model_validate_json(record.parent_json)
             view.items = {str(i): item for i, item in enumerate(view.parent.checklist)}
@@ -352,21 +353,34 @@ class JobManager:
             view.link = record.link
         return view
 
+    async def reconcile_within(self, seconds: float) -> None:
+        """`reconcile`, given up after `seconds` (nodes that do not answer); jobs wait for it."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self.reconcile()
+        except TimeoutError:
+            log.error("reconcile: gave up after %.0f s (the nodes did not answer); jobs go ahead", seconds)
+        finally:
+            self._reconciled.set()
+
     async def reconcile(self) -> None:
         """Release the locks of jobs a previous run left behind (their owner is gone: `begin`
         let this instance start), compare with the real cluster, and watch a running cluster
         again in the thread of the job that launched it."""
         interrupted: list[JobRecord] = []
         at = self.store.clock()
-        running = {instance.id for instance in await self.store.instances()}
+        alive = {instance.id for instance in await self.store.instances()}
         for lock in await self.store.locks():
-            if lock.instance == self.owner.id or (lock.instance in running and lock.expires and lock.expires > at):
+            if lock.instance == self.owner.id or (lock.instance in alive and lock.expires and lock.expires > at):
                 continue
-            await self.store.release(lock.cluster, lock.job.id, lock.instance)
-            await self.store.finish_job(lock.job.id, JobState.INTERRUPTED, "the bot stopped during the job")
-            await self.store.audit(lock.job.user, lock.job.channel, lock.job.command,
-                                   "interrupted: the bot stopped during the job", lock.job.id, lock.job.link)
-            interrupted.append(lock.job)
+            job, outcome = lock.job, "interrupted: the bot stopped during the job"
+            await self.journal.write(f"the release of job {job.id}'s lock",
+                                     lambda: self.store.release(lock.cluster, job.id, lock.instance))
+            await self.journal.write(f"job {job.id}'s end", lambda: self.store.finish_job(
+                job.id, JobState.INTERRUPTED, "the bot stopped during the job"))
+            await self.journal.write(f"job {job.id}'s audit", lambda: self.store.audit(
+                job.user, job.channel, job.command, outcome, job.id, job.link))
+            interrupted.append(job)
         try:
             [report] = [e async for e in self.controller_for(self.cluster).status()
                         if isinstance(e, StatusReport)]
@@ -396,7 +410,7 @@ class JobManager:
                                          text=f"Cluster now: {describe_state(report)}."))
             await self.start_watch(watch, view)
         else:
-            await self.store.clear_watch(self.cluster.name)
+            await self._clear_watch()
             if report is not None:
                 await view.reply(Message(
                     title="⚠ The cluster stopped while the bot was away", tone="warning", mention=watch.user,

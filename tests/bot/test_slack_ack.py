@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.bot.helpers import ALICE, CH, GREEN, attachment_color, header, settings, slack_bot
-from tests.handlers.doubles import CLUSTER, Hold, ScriptedControllers
+from tests.handlers.doubles import CLUSTER, Hold, ScriptedControllers, status_report
 from tests.slack_standin import SlackStandIn
 
 pytestmark = pytest.mark.timeout(30)
@@ -71,3 +71,18 @@ async def test_a_job_the_database_cannot_record_is_refused_aloud_and_an_answer_s
     assert "could not record the job in its database (database is locked)" in str(refusal.params)
     assert "verify" not in [call.operation for call in controllers.calls], "nothing started"
     assert not slack.calls("chat.postMessage"), "no job message"
+
+
+async def test_the_bot_connects_and_acknowledges_while_its_start_up_check_waits_for_the_nodes(slack, tmp_path):
+    nodes = Hold()  # the nodes answer the start-up reconciliation's status only when released
+    controllers = ScriptedControllers(status=[nodes, status_report()], verify=[])
+    async with slack_bot(slack, CLUSTER, settings(tmp_path), controllers=controllers):
+        await nodes.reached.wait()
+        await slack.wait_for_connection()
+        help_ack = await slack.send_slash_command(ALICE, CH, "help")
+        verify_ack = await slack.send_slash_command(ALICE, CH, "verify")
+        assert help_ack.latency < 3 and verify_ack.latency < 3
+        assert not slack.calls("chat.postMessage"), "a job waits until the locks of an earlier run are settled"
+        nodes.release.set()
+        verify = await slack.wait_until(header_of(slack, "chat.postMessage", f"🔍 Verify `{CLUSTER.name}`"))
+        await slack.wait_until(lambda: attachment_color(slack.message(CH, verify.result["ts"])) == GREEN)

@@ -59,6 +59,7 @@ async def test_a_second_instance_cannot_touch_the_first_ones_lock_until_its_leas
         clock.advance(LEASE + 1)  # the first has stopped beating (hung, or gone with its host)
         await second.start()
         try:
+            await second.idle()  # its reconciliation with what the first left
             assert await second.store.locks() == [], "the first's expired lock was released"
             assert (await second.store.job(1)).state == JobState.INTERRUPTED
             await second.command(Invocation(ALICE, CH, "verify"))
@@ -97,6 +98,7 @@ async def test_a_database_of_an_earlier_version_is_migrated_and_its_lock_release
                    (CLUSTER.name,))
     db.close()
     async with running_dispatcher(ScriptedControllers(), bot_settings) as (dispatcher, _):
+        await dispatcher.idle()
         assert await dispatcher.store.locks() == []
         assert (await dispatcher.store.job(1)).state == JobState.INTERRUPTED
     with sqlite3.connect(bot_settings.store.path) as db:

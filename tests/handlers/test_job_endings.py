@@ -96,6 +96,7 @@ async def test_a_job_the_bot_died_during_is_closed_as_interrupted_at_the_next_st
     await store.close()
 
     async with running_dispatcher(ScriptedControllers(), bot_settings) as (dispatcher, chat):
+        await dispatcher.idle()  # the reconciliation runs in a task
         assert await dispatcher.store.locks() == []
         assert (await dispatcher.store.job(record.id)).state == JobState.INTERRUPTED
     assert chat.latest[posted_before].footer.startswith("⚠ Interrupted")
