@@ -102,8 +102,8 @@ class Dispatcher:
             denied = self._denied(c.Cancel(), action.user, action.channel)
             if denied:
                 return denied
-            job = self.jobs.cancel(action.user, int(action.value) if action.value.isdigit() else None)
-            outcome = f"cancelled job {job.record.id}" if job else "nothing to cancel"
+            lock = self.jobs.cancel(action.user, int(action.value) if action.value.isdigit() else None)
+            outcome = f"cancelled job {lock.job.id}" if lock else "nothing to cancel"
             self.audit(action.user, action.channel, "cancel (button)", outcome)
             return None
         if action.action == CONFIRM_ACTION:
@@ -188,8 +188,17 @@ class Dispatcher:
         try:
             plan = await self._prepare(spec, command, invocation, record, confirmed)
         except BaseException as error:
+            who = self.jobs.cancelled_by(record)
+            if isinstance(error, asyncio.CancelledError) and who:
+                asyncio.current_task().uncancel()  # type: ignore[union-attr] # a user's cancel ends the job here
+                outcome = f"cancelled by {who} before it started"
+                await self.jobs.close_unstarted(record, JobState.CANCELLED, outcome)
+                self.audit(invocation.user, invocation.channel, command.text(), outcome, record.id)
+                await self._reply(invocation, Message(
+                    title=f"✋ `/spark {command.text()}` cancelled before it started", tone="warning",
+                    text=f"Cancelled by <@{who}>; nothing was started."))
+                return
             outcome = "cancelled before it started" if isinstance(error, asyncio.CancelledError) else f"error: {error}"
-            # nothing but a shutdown cancels a job before `jobs.run` makes it cancellable
             await self.jobs.close_unstarted(record, JobState.FAILED if isinstance(error, Exception)
                                             else JobState.SHUTDOWN, outcome)
             if not isinstance(error, Exception):

@@ -34,12 +34,21 @@ ControllerFactory = Callable[[ClusterConfig], Controller]
 
 
 @dataclass
+class Claim:
+    """The cluster lock as this process holds it, from the moment its job is opened until the
+    job's end: freed then even if the store cannot delete its row (this instance takes its own
+    stale row over at the next job), and what a cancel reaches, whatever the job is awaiting."""
+
+    lock: LockRecord
+    task: asyncio.Task | None = None  # None while the store's lock is being taken
+    cancelled_by: str | None = None
+
+
+@dataclass
 class Job:
     record: JobRecord
     view: JobView
-    task: asyncio.Task
     journal: Journal
-    cancelled_by: str | None = None
     state: JobState = JobState.RUNNING
     outcome: str = "running"
     events: list[Event] = field(default_factory=list)
@@ -69,10 +78,7 @@ class JobManager:
         self.controller_for = controller_for
         self.owner = Owner.this_process()
         self.lease = settings.store.lease
-        # The lock as this process holds it: released when a job ends even if the store cannot
-        # delete its row then (this instance takes its own stale row over at the next job).
-        self.holder: LockRecord | None = None
-        self.current: Job | None = None
+        self.claim: Claim | None = None
         self.watching: asyncio.Task | None = None
         self.journal = Journal()  # the writes of no one job: the watch, audits
         self.deliver = Delivery(chat)
@@ -141,7 +147,7 @@ class JobManager:
 
     async def heartbeat(self) -> None:
         """Renew this instance's registration and its job's lease; catch up on missed writes."""
-        job_id = self.holder.job.id if self.holder else None
+        job_id = self.claim.lock.job.id if self.claim else None
         if await self.journal.write("the heartbeat", lambda: self.store.heartbeat(self.owner, self.lease, job_id)):
             await self._record_missed_ends()
 
@@ -155,20 +161,24 @@ class JobManager:
         except sqlite3.Error as error:
             raise StoreUnavailable(f"the bot could not record the job in its database ({error})") from error
         await self._record_missed_ends()
-        holder = self.holder
+        holder = self.claim.lock if self.claim else None
         if holder is None:
-            # taken before the store is asked: a command that comes meanwhile finds it held
-            self.holder = LockRecord(self.cluster.name, record, self.owner.id, now())
+            # claimed before the store is asked: a command that comes meanwhile finds it held
+            claim = self.claim = Claim(LockRecord(self.cluster.name, record, self.owner.id, now()))
             try:
                 holder = await retried(lambda: self.store.acquire(self.cluster.name, record.id, self.owner.id,
                                                                   self.lease))
             except BaseException as error:
-                self.holder = None
+                self.claim = None
                 if isinstance(error, sqlite3.Error):
                     raise StoreUnavailable(f"the bot could not take the cluster lock in its database ({error})") from error
                 raise
             if holder is not None:
-                self.holder = None
+                self.claim = None
+            else:
+                claim.task = asyncio.current_task()
+                if claim.cancelled_by:  # a cancel came while the lock was being taken
+                    claim.task.cancel()  # type: ignore[union-attr]
         if holder is not None:
             await self.journal.write(f"job {record.id}'s refusal", lambda: self.store.finish_job(
                 record.id, JobState.REFUSED, f"busy: job {holder.job.id} holds the lock"))
@@ -196,13 +206,14 @@ class JobManager:
                        plan=plan.checkpoints, job_id=record.id, requester=record.user, settings=self.settings.jobs,
                        on_parent=lambda m: journal.write(f"job {record.id}'s progress",
                                                          lambda: self.store.save_parent(record.id, m.model_dump_json())))
-        job = Job(record, view, asyncio.current_task(), journal)  # type: ignore[arg-type]
-        self.current = job
+        job = Job(record, view, journal)
+        claim = self.claim
+        assert claim is not None and claim.lock.job.id == record.id, "run a job open_job opened"
         started = asyncio.get_running_loop().time()
         try:
             posted = await view.open()
-            if posted and self.holder is not None and self.holder.job.id == record.id:
-                self.holder = replace(self.holder, job=replace(record, ts=posted.ts, link=view.link))
+            if posted:
+                claim.lock = replace(claim.lock, job=replace(record, ts=posted.ts, link=view.link))
             if posted:
                 await journal.write(f"job {record.id}'s message", lambda: self.store.set_parent(
                     record.id, posted.ts, view.link, view.parent.model_dump_json()))
@@ -220,7 +231,7 @@ class JobManager:
                 job.end(JobState.SUCCEEDED, "succeeded")
                 await view.finish(job.state, f"✔ {plan.success_footer(job)} in {_took(started)}")
         except asyncio.CancelledError:
-            who = job.cancelled_by
+            who = claim.cancelled_by
             if job.state is JobState.RUNNING:  # a failure already told everyone; cancelling only ends the cleanup
                 if who:
                     job.end(JobState.CANCELLED, f"cancelled by {who}")
@@ -240,9 +251,7 @@ class JobManager:
                                      text=f"<@{record.user}> {type(error).__name__}: {escape(error)}"),
                              broadcast=True)
         finally:
-            # No longer cancellable by a click: a Cancel now must not cut the lock's release short.
-            if self.current is job:
-                self.current = None
+            claim.task = None  # no longer cancellable: a Cancel now must not cut the lock's release short
             await view.close()
             if not job.state.ended:  # neither an Exception nor a cancel: KeyboardInterrupt, SystemExit
                 job.end(JobState.CRASHED, "stopped by a BaseException")
@@ -257,8 +266,8 @@ class JobManager:
                           journal: Journal, *, audit: bool = True) -> None:
         """Release first: whatever happens next, the next command is not refused as busy. What the
         store misses is recorded after its next write that succeeds."""
-        if self.holder is not None and self.holder.job.id == record.id:
-            self.holder = None
+        if self.claim is not None and self.claim.lock.job.id == record.id:
+            self.claim = None
         writes = [("lock", lambda: self.store.release(self.cluster.name, record.id, self.owner.id)),
                   ("end", lambda: self.store.finish_job(record.id, state, outcome))]
         if audit:
@@ -282,13 +291,21 @@ class JobManager:
                 text=f"{escape(failure)}\nThe cluster work goes on; the bot keeps the job's state in memory "
                      "and records how it ended once its database can be written again.")))
 
-    def cancel(self, user: str, job_id: int | None = None) -> Job | None:
-        job = self.current
-        if job is None or (job_id is not None and job.record.id != job_id) or job.cancelled_by:
+    def cancel(self, user: str, job_id: int | None = None) -> LockRecord | None:
+        """Cancel the job that holds the lock, wherever it is: preparing (asking the nodes, the
+        user's confirmation) or running; the lock it held, or None when there is nothing to cancel."""
+        claim = self.claim
+        if claim is None or (job_id is not None and claim.lock.job.id != job_id) or claim.cancelled_by:
             return None
-        job.cancelled_by = user
-        job.task.cancel()
-        return job
+        claim.cancelled_by = user
+        if claim.task is not None:
+            claim.task.cancel()
+        return claim.lock
+
+    def cancelled_by(self, record: JobRecord) -> str | None:
+        """Who cancelled `record`'s job, if a user did (None: a shutdown, or no cancel)."""
+        claim = self.claim
+        return claim.cancelled_by if claim is not None and claim.lock.job.id == record.id else None
 
     # -- the watch --------------------------------------------------------------------------
 

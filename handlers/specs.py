@@ -109,13 +109,14 @@ def allowed_overrides(commands: CommandsConfig) -> str:
 
 async def _cancel(d: Dispatcher, command: c.Cancel, invocation: Invocation) -> Message:
     user, channel = invocation.user, invocation.channel
-    job = d.jobs.cancel(user)
-    if job is None:
+    lock = d.jobs.cancel(user)
+    if lock is None:
         d.audit(user, channel, "cancel", "nothing to cancel")
         return Message(title="Nothing to cancel", text="No job is running on this cluster.")
-    d.audit(user, channel, "cancel", f"cancelled job {job.record.id}", job.record.id, job.view.link)
-    return Message(title=f"Cancelling job #{job.record.id}",
-                   text=f"`/spark {job.record.command}` by <@{job.record.user}>: stopping and cleaning up.")
+    job = lock.job
+    d.audit(user, channel, "cancel", f"cancelled job {job.id}", job.id, job.link)
+    return Message(title=f"Cancelling job #{job.id}",
+                   text=f"`/spark {job.command}` by <@{job.user}>: stopping and cleaning up.")
 
 
 # -- answered from a task ---------------------------------------------------------------------
@@ -130,9 +131,8 @@ async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> M
              + (f" since {x.started_at:%Y-%m-%d %H:%M} UTC" if x.started_at and x.running else "")
              for x in report.containers]
     health = {True: "healthy", False: "NOT healthy", None: "not asked"}[report.api_healthy]
-    job = d.jobs.current
-    busy = (f"\nRunning: job #{job.record.id} `/spark {job.record.command}` by <@{job.record.user}>"
-            if job else "")
+    job = d.jobs.claim.lock.job if d.jobs.claim else None
+    busy = f"\nRunning: job #{job.id} `/spark {job.command}` by <@{job.user}>" if job else ""
     watching = "\nWatching: yes" if d.jobs.watching else ""
     d.audit(invocation.user, invocation.channel, "status", "answered")
     return Message(

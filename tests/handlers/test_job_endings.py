@@ -160,3 +160,23 @@ async def test_a_job_that_cannot_start_frees_the_lock_and_tells_the_asker_what_t
     assert problem.title == "✘ `/spark up` did not start" and problem.tone == "failure"
     assert "the cluster is free" in problem.text and "*Try:* start dockerd" in problem.text
     assert chat.posts == [], "nothing started, nothing posted in the channel"
+
+
+async def test_a_cancel_reaches_a_job_still_preparing():
+    asking = Hold()
+    controllers = ScriptedControllers(up=[ready()])
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        await dispatcher.idle()  # the start-up reconciliation has asked the nodes
+        controllers.scripts["status"] = [asking, status_report()]
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await asking.reached.wait()  # `up` asks the nodes whether a cluster runs (to confirm a replace)
+        await cancel(dispatcher)
+        await dispatcher.idle()
+
+        assert await dispatcher.store.locks() == [] and dispatcher.jobs.claim is None
+        record = await dispatcher.store.job(1)
+        assert (record.state, record.outcome) == (JobState.CANCELLED, f"cancelled by {ALICE} before it started")
+    assert "up" not in [call.operation for call in controllers.calls], "nothing was started"
+    assert chat.posts == []
+    assert [message.title for user, message in chat.private if user == ALICE] == [
+        "✋ `/spark up` cancelled before it started"]

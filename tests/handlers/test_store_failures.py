@@ -44,7 +44,7 @@ async def test_a_store_failing_at_ready_keeps_the_cluster_and_finishes_the_job(t
         job_message = chat.parent()
         assert job_message.footer.startswith(f"✔ Ready: `{CLUSTER.serve.api_model_name}`"), job_message.footer
         assert (job_message.tone, job_message.buttons) == ("success", [])
-        assert dispatcher.jobs.holder is None, "the lock is released in memory"
+        assert dispatcher.jobs.claim is None, "the lock is released in memory"
         assert dispatcher.jobs.watching is not None, "the running cluster is watched"
         [text] = told(chat)
         assert f"{error}" in text and "The cluster work goes on" in text
@@ -72,7 +72,7 @@ async def test_a_job_failing_while_the_store_fails_ends_its_message_and_frees_th
         assert job_message.footer.startswith("✘ Weights loaded on every rank"), job_message.footer
         assert (job_message.tone, job_message.buttons) == ("failure", [])
         assert chat.thread()[-1].message.title == "✘ Weights loaded on every rank failed"
-        assert dispatcher.jobs.holder is None
+        assert dispatcher.jobs.claim is None
         assert len(told(chat)) == 1
 
 
@@ -90,5 +90,5 @@ async def test_a_cancel_reaches_a_job_while_the_store_fails(tmp_path):
         job_message = chat.parent()
         assert job_message.footer.startswith(f"✋ Cancelled by <@{ALICE}>"), job_message.footer
         assert (job_message.tone, job_message.buttons) == ("warning", [])
-        assert dispatcher.jobs.holder is None
+        assert dispatcher.jobs.claim is None
         assert len(told(chat)) == 1
