@@ -91,6 +91,8 @@ def build_app(dispatcher: Dispatcher, client: AsyncWebClient, signing_secret: st
 
     @app.command("/spark")
     async def spark(ack, command) -> None:
+        # the dispatcher answers without waiting for its database or the cluster (work and
+        # writes go to tasks), so the ack comes within Slack's 3 s and can carry the reply
         reply = await dispatcher.command(Invocation(command["user_id"], command["channel_id"],
                                                     command.get("text") or ""))
         if reply is None:

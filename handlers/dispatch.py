@@ -16,7 +16,7 @@ from cluster.errors import NodeError, SparkBotError
 from handlers import commands as c
 from handlers.access import Access
 from handlers.chat import Chat
-from handlers.errors import Busy, CommandError
+from handlers.errors import Busy, CommandError, StoreUnavailable
 from handlers.job_state import JobState
 from handlers.jobs import ControllerFactory, JobManager, JobPlan, since
 from handlers.messages import (
@@ -33,6 +33,8 @@ from handlers.specs import CommandSpec, Question, chat_usage, parse_command, spe
 from handlers.store import JobRecord, Store
 
 log = logging.getLogger(__name__)
+
+RECONCILE_WITHIN = 120.0  # seconds: beyond it jobs start without the state of the cluster
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,16 @@ class Dispatcher:
         self.deliver = Delivery(chat)
 
     async def start(self) -> None:
+        """Open the store and take it for this instance (AnotherInstance: another bot uses it);
+        the reconciliation with what a previous run left runs in a task: connecting to the chat
+        does not wait for the nodes to answer (jobs do)."""
         await self.store.open()
-        await self.jobs.reconcile()
+        try:
+            await self.jobs.begin()
+        except BaseException:
+            await self.store.close()
+            raise
+        self.jobs.spawn(self.jobs.reconcile_within(RECONCILE_WITHIN), "reconcile")
 
     async def stop(self) -> None:
         await self.jobs.stop()
@@ -73,12 +83,15 @@ class Dispatcher:
     # -- entry points -----------------------------------------------------------------------
 
     async def command(self, invocation: Invocation) -> Message | None:
-        """The private reply to show at once (None: nothing to say); the work goes to a task."""
+        """The private reply to show at once (None: nothing to say); the work goes to a task.
+
+        It never waits for the store or the cluster, so an adapter can acknowledge with its reply
+        in time (Slack wants one within 3 s): every write and every answer happens in a task."""
         user, channel, text = invocation.user, invocation.channel, invocation.text.strip()
         try:
             command = parse_command(text, self.cluster, self.settings.commands)
         except CommandError as error:
-            await self.store.audit(user, channel, text[:200], f"invalid: {error}")
+            self.audit(user, channel, text[:200], f"invalid: {error}")
             return Message(title="That is not a /spark command I can run", tone="warning",
                            text=f"{error}\n\n*Usage*\n{chat_usage()}")
         return await self._start(command, invocation, confirmed=False)
@@ -89,9 +102,9 @@ class Dispatcher:
             denied = self._denied(c.Cancel(), action.user, action.channel)
             if denied:
                 return denied
-            job = self.jobs.cancel(action.user, int(action.value) if action.value.isdigit() else None)
-            outcome = f"cancelled job {job.record.id}" if job else "nothing to cancel"
-            await self.store.audit(action.user, action.channel, "cancel (button)", outcome)
+            lock = self.jobs.cancel(action.user, int(action.value) if action.value.isdigit() else None)
+            outcome = f"cancelled job {lock.job.id}" if lock else "nothing to cancel"
+            self.audit(action.user, action.channel, "cancel (button)", outcome)
             return None
         if action.action == CONFIRM_ACTION:
             try:
@@ -105,6 +118,13 @@ class Dispatcher:
 
     async def idle(self) -> None:
         await self.jobs.idle()
+
+    def audit(self, user: str, channel: str, command: str, outcome: str, job_id: int | None = None,
+              link: str | None = None) -> None:
+        """Add to the audit trail from a task: nothing waits for it, and a store that cannot write
+        it costs a line in the log, not the command."""
+        self.jobs.record(f"the audit of `{command}`",
+                         lambda: self.store.audit(user, channel, command, outcome, job_id, link))
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -123,7 +143,7 @@ class Dispatcher:
         decision = self.access.check(spec_for(command).level, user, channel, command.name)
         if decision.allowed:
             return None
-        self.jobs.spawn(self.store.audit(user, channel, command.text(), "denied"), "audit")
+        self.audit(user, channel, command.text(), "denied")
         return Message(title="Not allowed", text=decision.reason, tone="warning")
 
     async def _reply(self, invocation: Invocation, message: Message) -> None:
@@ -139,7 +159,7 @@ class Dispatcher:
         except Exception as error:  # noqa: BLE001 - the asker hears what went wrong, not silence
             log.warning("/spark %s failed: %s", command.text(), error,
                         exc_info=not isinstance(error, SparkBotError))
-            await self.store.audit(invocation.user, invocation.channel, command.text(), f"error: {error}")
+            self.audit(invocation.user, invocation.channel, command.text(), f"error: {error}")
             reply = problem_message(f"`/spark {command.text()}` could not answer", error)
         if reply is not None:
             await self._reply(invocation, reply)
@@ -150,27 +170,42 @@ class Dispatcher:
         except Busy as busy:
             holder = busy.holder.job
             link = f" · <{holder.link}|the job's thread>" if holder.link else ""
-            await self.store.audit(invocation.user, invocation.channel, command.text(),
-                                   f"refused: busy with job {holder.id}")
+            self.audit(invocation.user, invocation.channel, command.text(), f"refused: busy with job {holder.id}")
             await self._reply(invocation, Message(
                 title="Busy: one job at a time on this cluster", tone="warning",
                 text=f"Job #{holder.id} `/spark {holder.command}` by <@{holder.user}> since "
                      f"{since(busy.holder.since)}{link}. `/spark cancel` stops it."))
+            return
+        except StoreUnavailable as error:
+            log.error("/spark %s not started: %s", command.text(), error)
+            await self._reply(invocation, Message(
+                title=f"✘ `/spark {command.text()}` did not start", tone="failure",
+                text=f"{escape(error)}, so it started nothing.\n*Try:* again in a moment; if this goes on, "
+                     "the bot's log says what holds or fills its database."))
             return
         # From here the job holds the lock: until `jobs.run` owns it (and releases it in every
         # case), any failure or cancel must close the job and free the lock here.
         try:
             plan = await self._prepare(spec, command, invocation, record, confirmed)
         except BaseException as error:
+            who = self.jobs.cancelled_by(record)
+            if isinstance(error, asyncio.CancelledError) and who:
+                asyncio.current_task().uncancel()  # type: ignore[union-attr] # a user's cancel ends the job here
+                outcome = f"cancelled by {who} before it started"
+                await self.jobs.close_unstarted(record, JobState.CANCELLED, outcome)
+                self.audit(invocation.user, invocation.channel, command.text(), outcome, record.id)
+                await self._reply(invocation, Message(
+                    title=f"✋ `/spark {command.text()}` cancelled before it started", tone="warning",
+                    text=f"Cancelled by <@{who}>; nothing was started."))
+                return
             outcome = "cancelled before it started" if isinstance(error, asyncio.CancelledError) else f"error: {error}"
-            # nothing but a shutdown cancels a job before `jobs.run` makes it cancellable
             await self.jobs.close_unstarted(record, JobState.FAILED if isinstance(error, Exception)
                                             else JobState.SHUTDOWN, outcome)
             if not isinstance(error, Exception):
                 raise
             log.warning("job %s (/spark %s) could not start: %s", record.id, command.text(), error,
                         exc_info=not isinstance(error, SparkBotError))
-            await self.store.audit(invocation.user, invocation.channel, command.text(), outcome, record.id)
+            self.audit(invocation.user, invocation.channel, command.text(), outcome, record.id)
             await self._reply(invocation, problem_message(
                 f"`/spark {command.text()}` did not start", error, done="Nothing was started; the cluster is free."))
             return
@@ -185,8 +220,7 @@ class Dispatcher:
             question = await spec.confirmation.ask(self, command)
             if question is not None:
                 await self.jobs.close_unstarted(record, JobState.UNCONFIRMED, "asked for confirmation")
-                await self.store.audit(invocation.user, invocation.channel, command.text(),
-                                       "asked for confirmation", record.id)
+                self.audit(invocation.user, invocation.channel, command.text(), "asked for confirmation", record.id)
                 await self._reply(invocation, _confirm(command, question))
                 return None
         assert spec.job is not None

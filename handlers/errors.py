@@ -25,3 +25,12 @@ class Busy(SparkBotError):
 
 class ChatError(SparkBotError):
     """A message could not be delivered (after the adapter's retries)."""
+
+
+class StoreUnavailable(SparkBotError):
+    """The bot's database cannot record a job now (another program holds it, the disk is full or
+    failing), so the job is not started: its lock could not be taken."""
+
+
+class AnotherInstance(SparkBotError):
+    """Another spark-bot runs on the same database: two would run two jobs at once on one cluster."""

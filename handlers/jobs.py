@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
+import sqlite3
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -20,12 +20,13 @@ from cluster.controller import Controller
 from cluster.events import Event, Failed, Progress, StatusReport
 from handlers.chat import Chat, Posted
 from handlers.commands import apply_serve
-from handlers.errors import Busy
+from handlers.errors import AnotherInstance, Busy, StoreUnavailable
 from handlers.job_state import JobState
+from handlers.journal import Journal, retried
 from handlers.messages import Message, escape
-from handlers.render import JobView
+from handlers.render import Delivery, JobView
 from handlers.settings import BotSettings
-from handlers.store import JobRecord, Store, now
+from handlers.store import JobRecord, LockRecord, Owner, Store, now
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +34,21 @@ ControllerFactory = Callable[[ClusterConfig], Controller]
 
 
 @dataclass
+class Claim:
+    """The cluster lock as this process holds it, from the moment its job is opened until the
+    job's end: freed then even if the store cannot delete its row (this instance takes its own
+    stale row over at the next job), and what a cancel reaches, whatever the job is awaiting."""
+
+    lock: LockRecord
+    task: asyncio.Task | None = None  # None while the store's lock is being taken
+    cancelled_by: str | None = None
+
+
+@dataclass
 class Job:
     record: JobRecord
     view: JobView
-    task: asyncio.Task
-    cancelled_by: str | None = None
+    journal: Journal
     state: JobState = JobState.RUNNING
     outcome: str = "running"
     events: list[Event] = field(default_factory=list)
@@ -65,57 +76,121 @@ class JobManager:
         self.chat = chat
         self.store = store
         self.controller_for = controller_for
-        self.instance = uuid.uuid4().hex
-        self.current: Job | None = None
+        self.owner = Owner.this_process()
+        self.lease = settings.store.lease
+        self.claim: Claim | None = None
         self.watching: asyncio.Task | None = None
+        self.journal = Journal()  # the writes of no one job: the watch, audits
+        self.deliver = Delivery(chat)
+        self._unrecorded: list[tuple[str, Callable[[], Coroutine]]] = []  # job ends the store missed
         self._tasks: set[asyncio.Task] = set()
+        self._writes: set[asyncio.Task] = set()
+        self._heartbeat: asyncio.Task | None = None
+        self._reconciled = asyncio.Event()
 
     # -- owned tasks ------------------------------------------------------------------------
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
-        task = asyncio.create_task(self._logged(coro, name), name=name)
+        # the coroutine itself, not a wrapper awaiting it: a task cancelled before it ran (a stop
+        # right after a start) closes its coroutine instead of leaving it never awaited
+        task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
         return task
 
-    @staticmethod
-    async def _logged(coro: Coroutine[Any, Any, Any], name: str) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("task %s failed", name)
+    def _ended(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task %s failed", task.get_name(), exc_info=task.exception())
+
+    def record(self, what: str, write: Callable[[], Coroutine]) -> None:
+        """Write to the store in a task nothing waits for (an audit); `stop` lets it finish."""
+        task = asyncio.create_task(self.journal.write(what, write), name=f"record {what}")
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     async def idle(self) -> None:
-        """Wait until no command task runs (the watch may go on)."""
-        while self._tasks - {self.watching}:
-            await asyncio.gather(*(self._tasks - {self.watching}), return_exceptions=True)
+        """Wait until no command task runs and every write is done (the watch may go on)."""
+        while busy := (self._tasks - {self.watching}) | self._writes:
+            await asyncio.gather(*busy, return_exceptions=True)
 
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._writes, return_exceptions=True)  # each bounded by its retries
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
+            self._heartbeat = None
+            await self.journal.write("the end of this instance", lambda: self.store.unregister(self.owner))
+
+    # -- this instance on the store ---------------------------------------------------------
+
+    async def begin(self) -> None:
+        """Register this instance on the store and keep its leases alive; AnotherInstance when
+        another spark-bot still runs on the same database (it would run jobs beside this one)."""
+        other = await retried(lambda: self.store.register(self.owner, self.lease))
+        if other is not None:
+            ago = (self.store.clock() - other.heartbeat).total_seconds()
+            raise AnotherInstance(
+                f"another spark-bot uses {self.store.path} (pid {other.pid} on {other.host}, running since "
+                f"{other.started:%Y-%m-%d %H:%M:%S} UTC, last heard of {ago:.0f} s ago): stop it first, or give "
+                f"this one its own store.path; a bot that died is taken as gone {self.lease:g} s (store.lease) "
+                "after it was last heard of, or at once when its process is gone from this host")
+        self._heartbeat = asyncio.create_task(self._beat(), name="heartbeat")
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            await self.heartbeat()
+
+    async def heartbeat(self) -> None:
+        """Renew this instance's registration and its job's lease; catch up on missed writes."""
+        job_id = self.claim.lock.job.id if self.claim else None
+        if await self.journal.write("the heartbeat", lambda: self.store.heartbeat(self.owner, self.lease, job_id)):
+            await self._record_missed_ends()
 
     # -- jobs -------------------------------------------------------------------------------
 
     async def open_job(self, command: str, user: str, channel: str) -> JobRecord:
-        """A job row holding the cluster lock, or Busy naming the holder."""
-        record = await self.store.create_job(self.cluster.name, command, user, channel)
-        holder = await self.store.acquire(self.cluster.name, record.id, self.instance)
+        """A job row holding the cluster lock, Busy naming the holder, or StoreUnavailable."""
+        await self._reconciled.wait()  # the locks a previous run left are released first
+        try:
+            record = await retried(lambda: self.store.create_job(self.cluster.name, command, user, channel))
+        except sqlite3.Error as error:
+            raise StoreUnavailable(f"the bot could not record the job in its database ({error})") from error
+        await self._record_missed_ends()
+        holder = self.claim.lock if self.claim else None
+        if holder is None:
+            # claimed before the store is asked: a command that comes meanwhile finds it held
+            claim = self.claim = Claim(LockRecord(self.cluster.name, record, self.owner.id, now()))
+            try:
+                holder = await retried(lambda: self.store.acquire(self.cluster.name, record.id, self.owner.id,
+                                                                  self.lease))
+            except BaseException as error:
+                self.claim = None
+                if isinstance(error, sqlite3.Error):
+                    raise StoreUnavailable(f"the bot could not take the cluster lock in its database ({error})") from error
+                raise
+            if holder is not None:
+                self.claim = None
+            else:
+                claim.task = asyncio.current_task()
+                if claim.cancelled_by:  # a cancel came while the lock was being taken
+                    claim.task.cancel()  # type: ignore[union-attr]
         if holder is not None:
-            await self.store.finish_job(record.id, JobState.REFUSED, f"busy: job {holder.job.id} holds the lock")
+            await self.journal.write(f"job {record.id}'s refusal", lambda: self.store.finish_job(
+                record.id, JobState.REFUSED, f"busy: job {holder.job.id} holds the lock"))
             raise Busy(holder)
         return record
 
     async def close_unstarted(self, record: JobRecord, state: JobState, outcome: str) -> None:
         """End a job that never reached `run` and free the lock, even if a cancel lands meanwhile."""
+        await finish_uncancelled(self._record_end(record, state, outcome, None, self.journal, audit=False))
 
-        async def close() -> None:
-            await self.store.release(self.cluster.name, record.id)
-            await self.store.finish_job(record.id, state, outcome)
-
-        await finish_uncancelled(close())
+    async def clear_launch(self) -> None:
+        await self.journal.write("the end of the launch settings", lambda: self.store.clear_launch(self.cluster.name))
 
     async def launched_config(self) -> ClusterConfig:
         """The config the running cluster was launched with: the base one plus the serve settings
@@ -125,17 +200,23 @@ class JobManager:
     async def run(self, record: JobRecord, plan: JobPlan) -> Job:
         """Post the parent, feed it the events, finish it; the lock is released in every case."""
         events = plan.events
+        journal = Journal(tell=lambda failure: self._tell_unrecorded(record, failure))
         view = JobView(self.chat, record.channel, title=plan.title,
                        text=f"<@{record.user}> ran `/spark {record.command}` · job #{record.id}",
                        plan=plan.checkpoints, job_id=record.id, requester=record.user, settings=self.settings.jobs,
-                       on_parent=lambda m: self.store.save_parent(record.id, m.model_dump_json()))
-        job = Job(record, view, asyncio.current_task())  # type: ignore[arg-type]
-        self.current = job
+                       on_parent=lambda m: journal.write(f"job {record.id}'s progress",
+                                                         lambda: self.store.save_parent(record.id, m.model_dump_json())))
+        job = Job(record, view, journal)
+        claim = self.claim
+        assert claim is not None and claim.lock.job.id == record.id, "run a job open_job opened"
         started = asyncio.get_running_loop().time()
         try:
             posted = await view.open()
             if posted:
-                await self.store.set_parent(record.id, posted.ts, view.link, view.parent.model_dump_json())
+                claim.lock = replace(claim.lock, job=replace(record, ts=posted.ts, link=view.link))
+            if posted:
+                await journal.write(f"job {record.id}'s message", lambda: self.store.set_parent(
+                    record.id, posted.ts, view.link, view.parent.model_dump_json()))
             # aclosing: a cancel that lands while we post to chat (the generator suspended at a
             # yield) must still run the controller's cleanup, now rather than at garbage collection
             async with aclosing(events):
@@ -150,7 +231,7 @@ class JobManager:
                 job.end(JobState.SUCCEEDED, "succeeded")
                 await view.finish(job.state, f"✔ {plan.success_footer(job)} in {_took(started)}")
         except asyncio.CancelledError:
-            who = job.cancelled_by
+            who = claim.cancelled_by
             if job.state is JobState.RUNNING:  # a failure already told everyone; cancelling only ends the cleanup
                 if who:
                     job.end(JobState.CANCELLED, f"cancelled by {who}")
@@ -170,37 +251,67 @@ class JobManager:
                                      text=f"<@{record.user}> {type(error).__name__}: {escape(error)}"),
                              broadcast=True)
         finally:
-            # No longer cancellable by a click: a Cancel now must not cut the lock's release short.
-            if self.current is job:
-                self.current = None
+            claim.task = None  # no longer cancellable: a Cancel now must not cut the lock's release short
             await view.close()
             if not job.state.ended:  # neither an Exception nor a cancel: KeyboardInterrupt, SystemExit
                 job.end(JobState.CRASHED, "stopped by a BaseException")
-            await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link))
+            await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link, journal))
         return job
 
     async def _finish_view(self, view: JobView, state: JobState, footer: str) -> None:
         await view.finish(state, footer)
         await view.reply(Message(title="✋ Cancelled", text=footer, tone=state.tone))
 
-    async def _record_end(self, record: JobRecord, state: JobState, outcome: str, link: str | None) -> None:
-        """Release first: whatever happens next, the next command is not refused as busy."""
-        await self.store.release(self.cluster.name, record.id)
-        await self.store.finish_job(record.id, state, outcome)
-        await self.store.audit(record.user, record.channel, record.command, outcome, record.id, link)
+    async def _record_end(self, record: JobRecord, state: JobState, outcome: str, link: str | None,
+                          journal: Journal, *, audit: bool = True) -> None:
+        """Release first: whatever happens next, the next command is not refused as busy. What the
+        store misses is recorded after its next write that succeeds."""
+        if self.claim is not None and self.claim.lock.job.id == record.id:
+            self.claim = None
+        writes = [("lock", lambda: self.store.release(self.cluster.name, record.id, self.owner.id)),
+                  ("end", lambda: self.store.finish_job(record.id, state, outcome))]
+        if audit:
+            writes.append(("audit", lambda: self.store.audit(record.user, record.channel, record.command, outcome,
+                                                             record.id, link)))
+        for name, write in writes:
+            what = f"job {record.id}'s {name}"
+            if not await journal.write(what, write):
+                self._unrecorded.append((what, write))
 
-    def cancel(self, user: str, job_id: int | None = None) -> Job | None:
-        job = self.current
-        if job is None or (job_id is not None and job.record.id != job_id) or job.cancelled_by:
+    async def _record_missed_ends(self) -> None:
+        missed, self._unrecorded = self._unrecorded, []
+        for what, write in missed:
+            if not await self.journal.write(what, write):
+                self._unrecorded.append((what, write))
+
+    async def _tell_unrecorded(self, record: JobRecord, failure: str) -> None:
+        await self.deliver(f"job {record.id}'s store failure to {record.user}", self.chat.reply_private(
+            record.channel, record.user, Message(
+                title=f"⚠ The bot could not record job #{record.id}", tone="warning",
+                text=f"{escape(failure)}\nThe cluster work goes on; the bot keeps the job's state in memory "
+                     "and records how it ended once its database can be written again.")))
+
+    def cancel(self, user: str, job_id: int | None = None) -> LockRecord | None:
+        """Cancel the job that holds the lock, wherever it is: preparing (asking the nodes, the
+        user's confirmation) or running; the lock it held, or None when there is nothing to cancel."""
+        claim = self.claim
+        if claim is None or (job_id is not None and claim.lock.job.id != job_id) or claim.cancelled_by:
             return None
-        job.cancelled_by = user
-        job.task.cancel()
-        return job
+        claim.cancelled_by = user
+        if claim.task is not None:
+            claim.task.cancel()
+        return claim.lock
+
+    def cancelled_by(self, record: JobRecord) -> str | None:
+        """Who cancelled `record`'s job, if a user did (None: a shutdown, or no cancel)."""
+        claim = self.claim
+        return claim.cancelled_by if claim is not None and claim.lock.job.id == record.id else None
 
     # -- the watch --------------------------------------------------------------------------
 
-    async def start_watch(self, record: JobRecord, view: JobView) -> None:
-        await self.store.set_watch(self.cluster.name, record.id)
+    async def start_watch(self, record: JobRecord, view: JobView, journal: Journal | None = None) -> None:
+        await (journal or self.journal).write(f"job {record.id}'s watch",
+                                              lambda: self.store.set_watch(self.cluster.name, record.id))
         await self.stop_watch(clear=False)
         self.watching = self.spawn(self._watch(record, view), f"watch-{record.id}")
 
@@ -210,7 +321,10 @@ class JobManager:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if clear:
-            await self.store.clear_watch(self.cluster.name)
+            await self._clear_watch()
+
+    async def _clear_watch(self) -> None:
+        await self.journal.write("the end of the watch", lambda: self.store.clear_watch(self.cluster.name))
 
     async def _watch(self, record: JobRecord, view: JobView) -> None:
         config = await self.launched_config()
@@ -219,16 +333,17 @@ class JobManager:
             async with aclosing(events):
                 async for event in events:
                     if isinstance(event, Progress) and event.phase == "stopped":
-                        await self.store.clear_watch(self.cluster.name)
+                        await self._clear_watch()
                         await view.reply(Message(title="ℹ The cluster was stopped", tone="neutral",
                                                  text=f"{escape(event.message)}. No longer watching; "
                                                       "`/spark up` launches it again."))
                         return
                     if isinstance(event, Failed):
-                        await self.store.clear_watch(self.cluster.name)
+                        await self._clear_watch()
                         await view.failed(event, during=" while serving")
-                        await self.store.audit(record.user, record.channel, "watch",
-                                               f"failed: {event.title}: {event.summary}", record.id, record.link)
+                        await self.journal.write("the watch's audit", lambda: self.store.audit(
+                            record.user, record.channel, "watch", f"failed: {event.title}: {event.summary}",
+                            record.id, record.link))
                         return
         except asyncio.CancelledError:
             raise
@@ -244,7 +359,8 @@ class JobManager:
         """The messages of a job posted by an earlier run of the bot (from what the store kept)."""
         view = JobView(self.chat, record.channel, title="", text="", plan=[], job_id=record.id,
                        requester=record.user, settings=self.settings.jobs,
-                       on_parent=lambda m: self.store.save_parent(record.id, m.model_dump_json()))
+                       on_parent=lambda m: self.journal.write(f"job {record.id}'s message", lambda: self.store.save_parent(
+                           record.id, m.model_dump_json())))
         if record.parent_json:
             view.parent = Message.model_validate_json(record.parent_json)
             view.items = {str(i): item for i, item in enumerate(view.parent.checklist)}
@@ -254,16 +370,34 @@ class JobManager:
             view.link = record.link
         return view
 
+    async def reconcile_within(self, seconds: float) -> None:
+        """`reconcile`, given up after `seconds` (nodes that do not answer); jobs wait for it."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self.reconcile()
+        except TimeoutError:
+            log.error("reconcile: gave up after %.0f s (the nodes did not answer); jobs go ahead", seconds)
+        finally:
+            self._reconciled.set()
+
     async def reconcile(self) -> None:
-        """Release the locks of jobs a previous run left behind, compare with the real cluster,
-        and watch a running cluster again in the thread of the job that launched it."""
+        """Release the locks of jobs a previous run left behind (their owner is gone: `begin`
+        let this instance start), compare with the real cluster, and watch a running cluster
+        again in the thread of the job that launched it."""
         interrupted: list[JobRecord] = []
+        at = self.store.clock()
+        alive = {instance.id for instance in await self.store.instances()}
         for lock in await self.store.locks():
-            await self.store.release(lock.cluster, lock.job.id)
-            await self.store.finish_job(lock.job.id, JobState.INTERRUPTED, "the bot stopped during the job")
-            await self.store.audit(lock.job.user, lock.job.channel, lock.job.command,
-                                   "interrupted: the bot stopped during the job", lock.job.id, lock.job.link)
-            interrupted.append(lock.job)
+            if lock.instance == self.owner.id or (lock.instance in alive and lock.expires and lock.expires > at):
+                continue
+            job, outcome = lock.job, "interrupted: the bot stopped during the job"
+            await self.journal.write(f"the release of job {job.id}'s lock",
+                                     lambda: self.store.release(lock.cluster, job.id, lock.instance))
+            await self.journal.write(f"job {job.id}'s end", lambda: self.store.finish_job(
+                job.id, JobState.INTERRUPTED, "the bot stopped during the job"))
+            await self.journal.write(f"job {job.id}'s audit", lambda: self.store.audit(
+                job.user, job.channel, job.command, outcome, job.id, job.link))
+            interrupted.append(job)
         try:
             [report] = [e async for e in self.controller_for(self.cluster).status()
                         if isinstance(e, StatusReport)]
@@ -293,7 +427,7 @@ class JobManager:
                                          text=f"Cluster now: {describe_state(report)}."))
             await self.start_watch(watch, view)
         else:
-            await self.store.clear_watch(self.cluster.name)
+            await self._clear_watch()
             if report is not None:
                 await view.reply(Message(
                     title="⚠ The cluster stopped while the bot was away", tone="warning", mention=watch.user,

@@ -81,6 +81,9 @@ class JobsConfig(_Model):
 
 class StoreConfig(_Model):
     path: Path = Field(Path("spark-bot.db"), description="SQLite file: jobs, lock, audit, bench results")
+    lease: float = Field(30, ge=3, le=3600, description=(
+        "seconds the bot's registration and its cluster lock last unless renewed (every third of it); "
+        "another bot on the same file may take over only once they have expired"))
 
 
 class BotSettings(_Model):

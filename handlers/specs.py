@@ -10,7 +10,9 @@ and posts its progress in the channel.
 
 from __future__ import annotations
 
+import logging
 import re
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -34,6 +36,8 @@ from handlers.store import JobRecord
 
 if TYPE_CHECKING:
     from handlers.dispatch import Dispatcher, Invocation
+
+log = logging.getLogger(__name__)
 
 # Each takes the dispatcher (the bot's cluster, settings, store, jobs, chat) and the parsed command.
 Reply = Callable[["Dispatcher", Any, "Invocation"], Awaitable[Message]]
@@ -89,7 +93,7 @@ class CommandSpec:
 # -- answered at once -------------------------------------------------------------------------
 
 async def _help(d: Dispatcher, command: c.Help, invocation: Invocation) -> Message:
-    await d.store.audit(invocation.user, invocation.channel, "help", "answered")
+    d.audit(invocation.user, invocation.channel, "help", "answered")
     return Message(title="/spark: run the vLLM cluster from here",
                    text=f"Cluster `{d.cluster.name}`: {len(d.cluster.nodes)} node(s), "
                         f"model `{d.cluster.serve.model}`.\n\n{chat_usage()}\n\n"
@@ -105,13 +109,14 @@ def allowed_overrides(commands: CommandsConfig) -> str:
 
 async def _cancel(d: Dispatcher, command: c.Cancel, invocation: Invocation) -> Message:
     user, channel = invocation.user, invocation.channel
-    job = d.jobs.cancel(user)
-    if job is None:
-        await d.store.audit(user, channel, "cancel", "nothing to cancel")
+    lock = d.jobs.cancel(user)
+    if lock is None:
+        d.audit(user, channel, "cancel", "nothing to cancel")
         return Message(title="Nothing to cancel", text="No job is running on this cluster.")
-    await d.store.audit(user, channel, "cancel", f"cancelled job {job.record.id}", job.record.id, job.view.link)
-    return Message(title=f"Cancelling job #{job.record.id}",
-                   text=f"`/spark {job.record.command}` by <@{job.record.user}>: stopping and cleaning up.")
+    job = lock.job
+    d.audit(user, channel, "cancel", f"cancelled job {job.id}", job.id, job.link)
+    return Message(title=f"Cancelling job #{job.id}",
+                   text=f"`/spark {job.command}` by <@{job.user}>: stopping and cleaning up.")
 
 
 # -- answered from a task ---------------------------------------------------------------------
@@ -126,11 +131,10 @@ async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> M
              + (f" since {x.started_at:%Y-%m-%d %H:%M} UTC" if x.started_at and x.running else "")
              for x in report.containers]
     health = {True: "healthy", False: "NOT healthy", None: "not asked"}[report.api_healthy]
-    job = d.jobs.current
-    busy = (f"\nRunning: job #{job.record.id} `/spark {job.record.command}` by <@{job.record.user}>"
-            if job else "")
+    job = d.jobs.claim.lock.job if d.jobs.claim else None
+    busy = f"\nRunning: job #{job.id} `/spark {job.command}` by <@{job.user}>" if job else ""
     watching = "\nWatching: yes" if d.jobs.watching else ""
-    await d.store.audit(invocation.user, invocation.channel, "status", "answered")
+    d.audit(invocation.user, invocation.channel, "status", "answered")
     return Message(
         title=f"Status of `{d.cluster.name}`", tone="success" if report.api_healthy else "neutral",
         text="\n".join(lines) + f"\nAPI: {health} ({escape(report.api_detail)})"
@@ -141,7 +145,7 @@ async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> M
 async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Message | None:
     events = [e async for e in d.controller_for(d.cluster).logs(command.node, command.lines)]
     tail = next(e for e in events if isinstance(e, LogTail))
-    await d.store.audit(invocation.user, invocation.channel, command.text(), "answered")
+    d.audit(invocation.user, invocation.channel, command.text(), "answered")
     inline = tail.lines[-d.settings.jobs.inline_log_lines:]
     title = f"Last {len(tail.lines)} lines of `{escape(tail.container)}` on `{escape(tail.node)}`"
     if len(tail.lines) == len(inline) and sum(len(x) + 1 for x in inline) <= INLINE_CHARS:
@@ -170,14 +174,15 @@ async def _ask_replace(d: Dispatcher, command: c.Up) -> Question | None:
 
 async def _up(d: Dispatcher, command: c.Up, record: JobRecord, confirmed: bool) -> JobPlan:
     await d.jobs.stop_watch()
-    await d.store.clear_launch(d.cluster.name)  # what runs now is no longer that launch
+    await d.jobs.clear_launch()  # what runs now is no longer that launch
     config = command.apply(d.cluster, d.settings.commands)
     applied = command.settings(d.settings.commands)
 
     async def launched(job: Job, event: Event) -> None:
         if isinstance(event, Ready):
-            await d.store.set_launch(d.cluster.name, job.record.id, applied)
-            await d.jobs.start_watch(job.record, job.view)
+            await job.journal.write(f"job {job.record.id}'s launch settings",
+                                    lambda: d.store.set_launch(d.cluster.name, job.record.id, applied))
+            await d.jobs.start_watch(job.record, job.view, job.journal)
 
     return JobPlan(title=f"🚀 Launch on `{d.cluster.name}`", checkpoints=launch_plan(config),
                    events=d.controller_for(config).up(replace=confirmed), on_event=launched,
@@ -208,17 +213,23 @@ async def _bench(d: Dispatcher, command: c.Bench, record: JobRecord, confirmed: 
 
 async def _compared(d: Dispatcher, events: AsyncIterator[Event], job_id: int) -> AsyncIterator[Event]:
     """Bench events, the result compared with the last of the same setup in the store (the
-    bot's one bench history) and recorded there before anyone sees it."""
+    bot's one bench history) and recorded there before anyone sees it; a store that cannot be
+    read or written leaves the result as measured."""
     async with aclosing(events):
         async for event in events:
             if isinstance(event, BenchResult):
                 report = event.report
-                previous = await d.store.previous_bench(report.setup_key)
+                try:
+                    previous = await d.store.previous_bench(report.setup_key)
+                except sqlite3.Error as error:
+                    log.error("bench of job %s not compared: %s", job_id, error)
+                    previous = None
                 if previous is not None:
                     earlier = BenchReport.model_validate_json(previous)
                     report = report.model_copy(update={"comparisons": compare(report, earlier)})
                     event = event.model_copy(update={"report": report})
-                await d.store.add_bench(job_id, report.model_dump_json())
+                await d.jobs.journal.write(f"job {job_id}'s bench result",
+                                           lambda: d.store.add_bench(job_id, report.model_dump_json()))
             yield event
 
 
@@ -242,7 +253,7 @@ async def _ask_teardown(d: Dispatcher, command: c.Down) -> Question:
 
 async def _down(d: Dispatcher, command: c.Down, record: JobRecord, confirmed: bool) -> JobPlan:
     await d.jobs.stop_watch()
-    await d.store.clear_launch(d.cluster.name)
+    await d.jobs.clear_launch()
     return JobPlan(title=f"🧹 Tear down `{d.cluster.name}`", checkpoints=[],
                    events=d.controller_for(d.cluster).down(), success_footer=_down_footer)
 

@@ -8,13 +8,23 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import os
+import socket
 import threading
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from handlers.job_state import JobState
+
+# A locked database fails a statement after this long instead of SQLite's 5 s: the writers retry
+# with short waits (handlers/journal.py), and nothing waits for the store where it must answer.
+BUSY_WAIT = 0.1
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -38,6 +48,16 @@ CREATE TABLE IF NOT EXISTS bench_results (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job_id INTEGER, at TEXT NOT NULL, report_json TEXT NOT NULL
 );
 """
+
+# What each version of the schema adds to the one before (PRAGMA user_version says which a
+# database has): a database of an earlier spark-bot is brought up to date when it is opened.
+MIGRATIONS: list[list[str]] = [
+    [statement for statement in SCHEMA.split(";") if statement.strip()],
+    # the lock as a lease of an instance (renewed by its heartbeat), the instances on this database
+    ["ALTER TABLE locks ADD COLUMN expires TEXT",
+     "CREATE TABLE instances (id TEXT PRIMARY KEY, pid INTEGER NOT NULL, host TEXT NOT NULL, "
+     "started TEXT NOT NULL, heartbeat TEXT NOT NULL)"],
+]
 
 
 def now() -> datetime:
@@ -66,25 +86,58 @@ class LockRecord:
     job: JobRecord
     instance: str
     since: datetime
+    expires: datetime | None = None  # None: taken by a spark-bot from before leases
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A running spark-bot, as the owner of leases in the store."""
+
+    id: str
+    pid: int
+    host: str
+
+    @classmethod
+    def this_process(cls) -> Owner:
+        return cls(uuid.uuid4().hex, os.getpid(), socket.gethostname())
+
+
+@dataclass(frozen=True)
+class InstanceRecord:
+    id: str
+    pid: int
+    host: str
+    started: datetime
+    heartbeat: datetime
+
+    def gone(self, at: datetime, lease: float) -> bool:
+        """Proven gone: no heartbeat for a whole lease, or its process no longer runs on this host."""
+        return self.heartbeat + timedelta(seconds=lease) < at or (
+            self.host == socket.gethostname() and not _running(self.pid))
 
 
 class Store:
-    def __init__(self, path: Path | str):
+    def __init__(self, path: Path | str, clock: Callable[[], datetime] = now):
         self.path = Path(path)
+        self.clock = clock  # the time of leases and heartbeats
         self._db: sqlite3.Connection | None = None
         self._mutex = threading.Lock()
+        # Its own thread: a query waiting on a lock must not hold up the default executor (where
+        # aiohttp resolves Slack's address).
+        self._executor: ThreadPoolExecutor | None = None
 
     async def open(self) -> None:
         def connect() -> sqlite3.Connection:
             if str(self.path) != ":memory:":
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            db = sqlite3.connect(self.path, timeout=BUSY_WAIT, check_same_thread=False, isolation_level=None)
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(SCHEMA)
+            _migrate(db)
             return db
 
-        self._db = await asyncio.to_thread(connect)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-bot-store")
+        self._db = await self._in_thread(connect)
 
     async def close(self) -> None:
         def close() -> None:
@@ -94,7 +147,10 @@ class Store:
                     self._db.close()
                     self._db = None
 
-        await asyncio.to_thread(close)
+        if self._executor is not None:
+            await self._in_thread(close)
+            self._executor.shutdown(wait=False)
+            self._executor = None
 
     async def _run(self, fn, *args) -> Any:
         def locked():
@@ -103,7 +159,12 @@ class Store:
                     raise RuntimeError("the store is closed (Store.open() first)")
                 return fn(self._db, *args)
 
-        return await asyncio.to_thread(locked)
+        return await self._in_thread(locked)
+
+    async def _in_thread(self, fn) -> Any:
+        if self._executor is None:
+            raise RuntimeError("the store is closed (Store.open() first)")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -138,21 +199,33 @@ class Store:
 
     # -- the cluster lock -------------------------------------------------------------------
 
-    async def acquire(self, cluster: str, job_id: int, instance: str) -> LockRecord | None:
-        """Take the lock for `job_id`; when another job holds it, return that holder instead."""
+    async def acquire(self, cluster: str, job_id: int, instance: str, lease: float) -> LockRecord | None:
+        """Take the lock for `job_id` as a lease of `instance`; when another job holds it, return
+        that holder instead.
+
+        A row of `instance` itself is taken over: that job has ended (the instance knows which job
+        it runs) but the store could not delete its row then. So is a lease that has expired: its
+        owner stopped renewing it."""
 
         def take(db: sqlite3.Connection):
-            db.execute("INSERT OR IGNORE INTO locks (cluster, job_id, instance, since) VALUES (?,?,?,?)",
-                       (cluster, job_id, instance, now().isoformat()))
-            return db.execute("SELECT * FROM locks WHERE cluster=?", (cluster,)).fetchone()
+            at = self.clock()
+            with _transaction(db):
+                db.execute("DELETE FROM locks WHERE cluster=? AND (instance=? OR expires IS NULL OR expires<?)",
+                           (cluster, instance, at.isoformat()))
+                db.execute("INSERT OR IGNORE INTO locks (cluster, job_id, instance, since, expires) "
+                           "VALUES (?,?,?,?,?)", (cluster, job_id, instance, at.isoformat(),
+                                                  (at + timedelta(seconds=lease)).isoformat()))
+                return db.execute("SELECT * FROM locks WHERE cluster=?", (cluster,)).fetchone()
 
         row = await self._run(take)
         if row["job_id"] == job_id:
             return None
         return await self._lock(row)
 
-    async def release(self, cluster: str, job_id: int) -> None:
-        await self._run(lambda db: db.execute("DELETE FROM locks WHERE cluster=? AND job_id=?", (cluster, job_id)))
+    async def release(self, cluster: str, job_id: int, instance: str) -> None:
+        """Free the lock of `job_id` if `instance` still holds it."""
+        await self._run(lambda db: db.execute("DELETE FROM locks WHERE cluster=? AND job_id=? AND instance=?",
+                                              (cluster, job_id, instance)))
 
     async def locks(self) -> list[LockRecord]:
         rows = await self._run(lambda db: db.execute("SELECT * FROM locks").fetchall())
@@ -160,7 +233,45 @@ class Store:
 
     async def _lock(self, row: sqlite3.Row) -> LockRecord:
         return LockRecord(row["cluster"], await self.job(row["job_id"]), row["instance"],
-                          datetime.fromisoformat(row["since"]))
+                          datetime.fromisoformat(row["since"]),
+                          datetime.fromisoformat(row["expires"]) if row["expires"] else None)
+
+    # -- the instances on this database -----------------------------------------------------
+
+    async def register(self, owner: Owner, lease: float) -> InstanceRecord | None:
+        """Record `owner` as the running instance, or return the other one that still runs."""
+
+        def claim(db: sqlite3.Connection) -> InstanceRecord | None:
+            at = self.clock()
+            with _transaction(db):
+                others = [_instance(r) for r in db.execute("SELECT * FROM instances WHERE id!=?", (owner.id,))]
+                running = next((other for other in others if not other.gone(at, lease)), None)
+                if running is not None:
+                    return running
+                db.execute("DELETE FROM instances WHERE id!=?", (owner.id,))
+                db.execute("INSERT OR REPLACE INTO instances (id, pid, host, started, heartbeat) VALUES (?,?,?,?,?)",
+                           (owner.id, owner.pid, owner.host, at.isoformat(), at.isoformat()))
+                return None
+
+        return await self._run(claim)
+
+    async def instances(self) -> list[InstanceRecord]:
+        return [_instance(r) for r in await self._run(lambda db: db.execute("SELECT * FROM instances").fetchall())]
+
+    async def heartbeat(self, owner: Owner, lease: float, job_id: int | None) -> None:
+        """`owner` runs: its registration and the lease of `job_id` (the job it runs) go on."""
+
+        def renew(db: sqlite3.Connection) -> None:
+            at = self.clock()
+            with _transaction(db):
+                db.execute("UPDATE instances SET heartbeat=? WHERE id=?", (at.isoformat(), owner.id))
+                db.execute("UPDATE locks SET expires=? WHERE instance=? AND job_id=?",
+                           ((at + timedelta(seconds=lease)).isoformat(), owner.id, job_id))
+
+        await self._run(renew)
+
+    async def unregister(self, owner: Owner) -> None:
+        await self._run(lambda db: db.execute("DELETE FROM instances WHERE id=?", (owner.id,)))
 
     # -- the watch: which job's thread hears about a running cluster ------------------------
 
@@ -215,6 +326,43 @@ class Store:
             "SELECT report_json FROM bench_results WHERE json_extract(report_json, '$.setup_key')=? "
             "ORDER BY id DESC LIMIT 1", (setup_key,)).fetchone())
         return row["report_json"] if row else None
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    with _transaction(db):
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        for statements in MIGRATIONS[version:]:
+            for statement in statements:
+                db.execute(statement)
+        db.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _instance(row: sqlite3.Row) -> InstanceRecord:
+    return InstanceRecord(row["id"], row["pid"], row["host"], datetime.fromisoformat(row["started"]),
+                          datetime.fromisoformat(row["heartbeat"]))
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """Statements that take effect together or not at all (the connection is in autocommit)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:  # a failed COMMIT (busy, disk full) leaves it open
+            db.execute("ROLLBACK")
+        raise
 
 
 def _job(row: sqlite3.Row) -> JobRecord:

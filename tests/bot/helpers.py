@@ -9,6 +9,7 @@ from bot.slack import SlackBot, SlackChat, make_client
 from cluster.config import ClusterConfig, Secrets
 from cluster.controller import Controller
 from handlers.dispatch import Dispatcher
+from handlers.jobs import ControllerFactory
 from handlers.settings import BotSettings
 from handlers.store import Store
 from tests.controller.helpers import collect
@@ -19,10 +20,12 @@ RED, GREEN = "#e01e5a", "#2eb67d"
 
 
 @asynccontextmanager
-async def slack_bot(slack: SlackStandIn, cluster: ClusterConfig, bot_settings: BotSettings, *, http: bool = False):
+async def slack_bot(slack: SlackStandIn, cluster: ClusterConfig, bot_settings: BotSettings, *, http: bool = False,
+                    controllers: ControllerFactory | None = None):
+    """The bot on the stand-in; on the real controller unless `controllers` (the handler doubles')."""
     client = make_client(slack.bot_token, slack.api_url)
     dispatcher = Dispatcher(cluster, bot_settings, SlackChat(client), Store(bot_settings.store.path),
-                            lambda config: Controller(config, Secrets({})))
+                            controllers or (lambda config: Controller(config, Secrets({}))))
     bot = SlackBot(dispatcher, client, app_token=slack.app_token, signing_secret=slack.signing_secret,
                    http=http, host="127.0.0.1", port=0)
     await bot.start()

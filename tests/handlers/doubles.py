@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -135,18 +137,22 @@ class ScriptedControllers:
 
     An operation without a script yields nothing; `status` reports no container and `watch`
     holds until stopped, unless scripted otherwise. `calls` lists every operation started,
-    `cleaned_up` every one whose generator was closed (the controller's own cleanup ran)."""
+    `cleaned_up` every one whose generator was closed (the controller's own cleanup ran),
+    `stopped_early` those closed before the end of their script (where the real controller
+    removes what it started)."""
 
     def __init__(self, **scripts: list[Step]):
         self.scripts: dict[str, list[Step]] = {"status": [status_report()], "watch": [Hold()], **scripts}
         self.calls: list[Call] = []
         self.cleaned_up: list[str] = []
+        self.stopped_early: list[str] = []
 
     def __call__(self, config: ClusterConfig) -> ScriptedController:
         return ScriptedController(self, config)
 
     async def play(self, operation: str, config: ClusterConfig, options: dict[str, Any]) -> AsyncIterator[Event]:
         self.calls.append(Call(operation, config, options))
+        played = False
         try:
             for step in self.scripts.get(operation, []):
                 if isinstance(step, Hold):
@@ -156,8 +162,11 @@ class ScriptedControllers:
                     raise step
                 else:
                     yield step
+            played = True
         finally:
             self.cleaned_up.append(operation)
+            if not played:
+                self.stopped_early.append(operation)
 
 
 class ScriptedController:
@@ -219,15 +228,61 @@ def status_report(*, running: bool = False) -> StatusReport:
     return StatusReport(elapsed_s=0.0, containers=containers, api_healthy=running or None)
 
 
+# -- the store --------------------------------------------------------------------------------
+
+class Clock:
+    """The store's time for leases and heartbeats, moved only by the test."""
+
+    def __init__(self) -> None:
+        self.at = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+
+    def __call__(self) -> datetime:
+        return self.at
+
+    def advance(self, seconds: float) -> None:
+        self.at += timedelta(seconds=seconds)
+
+
+class FailingStore(Store):
+    """A Store whose writes fail, while `failing` is set, as SQLite's do on a full disk (or with
+    `error`: "database is locked", "disk I/O error"); `refused` counts the writes that failed."""
+
+    def __init__(self, path: Path | str, error: str = "database or disk is full"):
+        super().__init__(path)
+        self.error = error
+        self.failing = False
+        self.refused = 0
+
+    async def _run(self, fn, *args) -> Any:
+        return await super()._run(lambda db, *a: fn(_FailingConnection(db, self), *a), *args)
+
+
+class _FailingConnection:
+    WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "BEGIN")
+
+    def __init__(self, db: sqlite3.Connection, store: FailingStore):
+        self._db, self._store = db, store
+
+    def execute(self, sql: str, parameters: Any = ()) -> sqlite3.Cursor:
+        if self._store.failing and sql.lstrip().upper().startswith(self.WRITES):
+            self._store.refused += 1
+            raise sqlite3.OperationalError(self._store.error)
+        return self._db.execute(sql, parameters)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
 # -- the bot ----------------------------------------------------------------------------------
 
 @asynccontextmanager
 async def running_dispatcher(controllers: ControllerFactory, bot_settings: BotSettings | None = None, *,
-                             cluster: ClusterConfig = CLUSTER) -> AsyncIterator[tuple[Dispatcher, RecordingChat]]:
+                             cluster: ClusterConfig = CLUSTER,
+                             store: Store | None = None) -> AsyncIterator[tuple[Dispatcher, RecordingChat]]:
     """A started dispatcher on a RecordingChat; `controllers`: usually ScriptedControllers. Stopped after."""
     bot_settings = bot_settings or settings()
     chat = RecordingChat()
-    dispatcher = Dispatcher(cluster, bot_settings, chat, Store(bot_settings.store.path), controllers)
+    dispatcher = Dispatcher(cluster, bot_settings, chat, store or Store(bot_settings.store.path), controllers)
     await dispatcher.start()
     try:
         yield dispatcher, chat

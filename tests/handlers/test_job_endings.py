@@ -89,13 +89,14 @@ async def test_a_job_the_bot_died_during_is_closed_as_interrupted_at_the_next_st
     store = Store(bot_settings.store.path)
     await store.open()
     record = await store.create_job(CLUSTER.name, "up", ALICE, CH)
-    assert await store.acquire(CLUSTER.name, record.id, "the previous run") is None
+    assert await store.acquire(CLUSTER.name, record.id, "the previous run", 30) is None
     posted_before = "1700000000.000100"
     parent = Message(title="🚀 Launch", tone="running")
     await store.set_parent(record.id, posted_before, None, parent.model_dump_json())
     await store.close()
 
     async with running_dispatcher(ScriptedControllers(), bot_settings) as (dispatcher, chat):
+        await dispatcher.idle()  # the reconciliation runs in a task
         assert await dispatcher.store.locks() == []
         assert (await dispatcher.store.job(record.id)).state == JobState.INTERRUPTED
     assert chat.latest[posted_before].footer.startswith("⚠ Interrupted")
@@ -159,3 +160,23 @@ async def test_a_job_that_cannot_start_frees_the_lock_and_tells_the_asker_what_t
     assert problem.title == "✘ `/spark up` did not start" and problem.tone == "failure"
     assert "the cluster is free" in problem.text and "*Try:* start dockerd" in problem.text
     assert chat.posts == [], "nothing started, nothing posted in the channel"
+
+
+async def test_a_cancel_reaches_a_job_still_preparing():
+    asking = Hold()
+    controllers = ScriptedControllers(up=[ready()])
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        await dispatcher.idle()  # the start-up reconciliation has asked the nodes
+        controllers.scripts["status"] = [asking, status_report()]
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await asking.reached.wait()  # `up` asks the nodes whether a cluster runs (to confirm a replace)
+        await cancel(dispatcher)
+        await dispatcher.idle()
+
+        assert await dispatcher.store.locks() == [] and dispatcher.jobs.claim is None
+        record = await dispatcher.store.job(1)
+        assert (record.state, record.outcome) == (JobState.CANCELLED, f"cancelled by {ALICE} before it started")
+    assert "up" not in [call.operation for call in controllers.calls], "nothing was started"
+    assert chat.posts == []
+    assert [message.title for user, message in chat.private if user == ALICE] == [
+        "✋ `/spark up` cancelled before it started"]

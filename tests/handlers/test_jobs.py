@@ -15,13 +15,13 @@ async def test_a_cancel_during_the_release_does_not_stop_it(tmp_path):
     await store.open()
     try:
         record = await store.create_job("lab", "up", "U0ALICE", "C0SPARKOPS")
-        assert await store.acquire("lab", record.id, "me") is None
+        assert await store.acquire("lab", record.id, "me", 30) is None
         started, proceed = asyncio.Event(), asyncio.Event()
 
         async def release() -> None:
             started.set()
             await proceed.wait()
-            await store.release("lab", record.id)
+            await store.release("lab", record.id, "me")
             await store.finish_job(record.id, "cancelled", "cancelled by U0ALICE")
 
         task = asyncio.create_task(finish_uncancelled(release()))
