@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from cluster.errors import ConfigError
+from cluster.redact import redact
 
 # Values that end up in remote commands or Docker API calls: each pattern admits no shell
 # metacharacter, so even a quoting mistake downstream cannot turn config into code.
@@ -310,10 +311,8 @@ class Secrets:
         return dict(self._values)
 
     def redact(self, text: str) -> str:
-        for value in self._values.values():
-            if len(value) >= 4:
-                text = text.replace(value, "***")
-        return text
+        """`text` with these values, and anything shaped like a secret, masked."""
+        return redact(text, self._values.values())
 
     def __repr__(self) -> str:
         return f"Secrets({sorted(self._values)})"
