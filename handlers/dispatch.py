@@ -19,6 +19,7 @@ from cluster.checkpoints import BENCH, launch_plan, verify_plan
 from cluster.config import ClusterConfig
 from cluster.errors import NodeError, SparkBotError
 from cluster.events import BenchResult, Event, LogTail, Ready, StatusReport
+from cluster.redact import redact
 from handlers import commands as c
 from handlers.access import Access
 from handlers.chat import Chat
@@ -88,9 +89,10 @@ class Dispatcher:
         try:
             command = c.parse_command(text, self.cluster, self.settings.commands)
         except c.CommandError as error:
-            await self.store.audit(user, channel, text[:200], f"invalid: {error}")
+            # redacted before it is cut short: a token cut in two no longer has a token's shape
+            await self.store.audit(user, channel, redact(text)[:200], f"invalid: {redact(str(error))}")
             return Message(title="That is not a /spark command I can run", tone="warning",
-                           text=f"{error}\n\n*Usage*\n{c.USAGE}")
+                           text=f"{redact(str(error))}\n\n*Usage*\n{c.USAGE}")
         denied = self._denied(command, user, channel)
         if denied:
             return denied
@@ -118,7 +120,7 @@ class Dispatcher:
             try:
                 command = c.parse_command(action.value, self.cluster, self.settings.commands)
             except c.CommandError as error:
-                return Message(title="This confirmation is no longer valid", text=str(error), tone="warning")
+                return Message(title="This confirmation is no longer valid", text=redact(str(error)), tone="warning")
             denied = self._denied(command, action.user, action.channel)
             if denied:
                 return denied

@@ -1,7 +1,8 @@
 """SQLite persistence: jobs (with their channel and thread), the cluster lock, the watch, the serve
 settings the running cluster was launched with, the audit trail and bench results (the bot's one
 bench history: a new result is compared with the last of the same setup here). Every query runs
-in a worker thread: nothing blocks the event loop."""
+in a worker thread: nothing blocks the event loop. Command text and outcomes are stored redacted:
+they may carry what a user pasted (a token typed after `/spark up`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from cluster.redact import redact
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -109,7 +112,7 @@ class Store:
         def insert(db: sqlite3.Connection) -> int:
             cursor = db.execute(
                 "INSERT INTO jobs (cluster, command, user, channel, state, started_at) VALUES (?,?,?,?,?,?)",
-                (cluster, command, user, channel, "starting", now().isoformat()),
+                (cluster, redact(command), user, channel, "starting", now().isoformat()),
             )
             return int(cursor.lastrowid)
 
@@ -132,7 +135,7 @@ class Store:
     async def finish_job(self, job_id: int, state: str, outcome: str) -> None:
         await self._run(lambda db: db.execute(
             "UPDATE jobs SET state=?, outcome=?, ended_at=? WHERE id=?",
-            (state, outcome, now().isoformat(), job_id)))
+            (state, redact(outcome), now().isoformat(), job_id)))
 
     # -- the cluster lock -------------------------------------------------------------------
 
@@ -196,7 +199,7 @@ class Store:
                     job_id: int | None = None, link: str | None = None) -> None:
         await self._run(lambda db: db.execute(
             "INSERT INTO audit (at, user, channel, command, outcome, job_id, link) VALUES (?,?,?,?,?,?,?)",
-            (now().isoformat(), user, channel, command, outcome, job_id, link)))
+            (now().isoformat(), user, channel, redact(command), redact(outcome), job_id, link)))
 
     async def audit_trail(self) -> list[dict[str, Any]]:
         rows = await self._run(lambda db: db.execute("SELECT * FROM audit ORDER BY id").fetchall())
