@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import re
 import sys
@@ -155,14 +156,15 @@ def diagnose_log(args: argparse.Namespace) -> int:
 def run_bot(args: argparse.Namespace) -> int:
     from bot.app import configure_logging, run_slack
 
-    configure_logging()
+    configure_logging(os.environ)
     http = True if args.http else None
     return asyncio.run(run_slack(load_config(args.config), os.environ, http=http, port=args.port))
 
 
 def run_console(args: argparse.Namespace) -> int:
-    from bot.app import run_console as console
+    from bot.app import configure_logging, run_console as console
 
+    configure_logging(os.environ, logging.WARNING)  # the terminal shows the replies; the logs only warn
     return asyncio.run(console(load_config(args.config), os.environ, assume_yes=args.yes))
 
 

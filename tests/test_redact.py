@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,3 +132,18 @@ def test_the_logging_filter_masks_messages_arguments_and_tracebacks():
     assert token not in text and "swordfish-1" not in text
     assert "/spark up *** failed: *** refused" in text
     assert "RuntimeError: bad token ***" in text
+
+
+def test_the_bot_logs_through_the_filter_with_the_environment_secrets_known():
+    """As `spark-bot run` and `console` configure logging: a fresh interpreter, real stderr."""
+    token = "xoxb-1234567890-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
+    code = (
+        "import logging, os\n"
+        "from bot.app import configure_logging\n"
+        "configure_logging(os.environ)\n"
+        "logging.getLogger('handlers.dispatch').warning('job failed: %s, %s', os.environ['TOKEN_IN_LOG'], "
+        "'signed with ' + os.environ['SLACK_SIGNING_SECRET'])\n"
+    )
+    env = {**os.environ, "SLACK_SIGNING_SECRET": "plain-words-secret", "TOKEN_IN_LOG": token}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert "WARNING handlers.dispatch: job failed: ***, signed with ***" in result.stderr, result.stderr
