@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,10 +19,9 @@ from cluster.config import resolve_secrets
 from cluster.controller import Controller
 from cluster.errors import SparkBotError
 from cluster.events import Failed
+from cluster.redact import MASK, looks_secret, redact, secret_name
 from cluster.signatures import LogDiagnoser, first_error, unrecognised, with_knowledge
 from handlers.commands import CommandError, check_bench, parse_concurrency, resolve_node
-
-_SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE", re.IGNORECASE)
 
 
 def check_config(args: argparse.Namespace) -> int:
@@ -31,7 +29,7 @@ def check_config(args: argparse.Namespace) -> int:
     data = config.model_dump(mode="json")
     container = data["cluster"]["container"]
     container["env"] = {
-        key: ("***" if _SECRET_LOOKING.search(key) else value)
+        key: (MASK if secret_name(key) or looks_secret(value) else value)
         for key, value in container["env"].items()
     }
     container["secret_env"] = {
@@ -39,7 +37,8 @@ def check_config(args: argparse.Namespace) -> int:
         for dest, src in container["secret_env"].items()
     }
     print(f"# {args.config}: valid")
-    print(yaml.safe_dump(data, sort_keys=False), end="")
+    # the whole text too: a token may sit elsewhere (serve.extra_args: --api-key=sk-...)
+    print(redact(yaml.safe_dump(data, sort_keys=False)), end="")
     return 0
 
 

@@ -91,6 +91,27 @@ def test_check_config_prints_resolved_config_with_secrets_masked(capsys, monkeyp
     assert "hf_supersecret" not in out
 
 
+def test_check_config_masks_env_values_by_name_and_by_shape(tmp_path, capsys):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    wandb = "0123456789abcdef0123456789abcdef01234567"  # hex: only its name says it is a key
+    text = seed.replace('RAY_memory_monitor_refresh_ms: "0"', "\n      ".join([
+        'RAY_memory_monitor_refresh_ms: "0"',
+        "HF_HUB_AUTH: hubAuthValue1",
+        f"WANDB_KEY: {wandb}",
+        "STORAGE_KEY: /run/secrets/db",
+        "EXTRA_SETTING: hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
+    ])).replace("served_model_name: qwen35", "served_model_name: qwen35\n"
+                "    extra_args: [--api-key=sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf6hIj9k]")
+    assert main(["check-config", str(_write(tmp_path, text))]) == 0
+    out = capsys.readouterr().out
+    for secret in ["hubAuthValue1", wandb, "/run/secrets/db", "hf_AbCdEf", "sk-proj-Ab3d"]:
+        assert secret not in out
+    for masked in ["HF_HUB_AUTH: '***'", "WANDB_KEY: '***'", "STORAGE_KEY: '***'", "EXTRA_SETTING: '***'",
+                   "- --api-key=***"]:
+        assert masked in out, out
+    assert "PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True" in out, "ordinary values are shown"
+
+
 def test_check_config_reports_errors_on_stderr(tmp_path, capsys):
     path = _write(tmp_path, "cluster: {}\n")
     assert main(["check-config", str(path)]) == 2
