@@ -133,6 +133,47 @@ def test_a_pasted_secret_is_refused_without_being_echoed(tmp_path):
     assert "abc123secret" not in str(err.value)
 
 
+TOKEN = "xoxb-1234567890-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
+
+
+@pytest.mark.parametrize(("planted", "secret"), [
+    # a value with no token shape, on the line the parser stops at: str(yaml error) quotes that line
+    ('HF_TOKEN: HF_TOKEN\n      WANDB_KEY: "correct horse battery', "correct horse"),
+    (f"HF_TOKEN: HF_TOKEN\n\tSLACK: {TOKEN}", TOKEN),
+    (f"HF_TOKEN: HF_TOKEN\n      SLACK: [{TOKEN}, ", TOKEN),
+], ids=["unclosed-quote", "tab", "unclosed-list"])
+def test_a_yaml_syntax_error_says_where_without_echoing_the_line(tmp_path, capsys, planted, secret):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    path = _write(tmp_path, seed.replace("HF_TOKEN: HF_TOKEN", planted))
+    planted_line = next(n for n, line in enumerate(seed.splitlines(), 1) if "HF_TOKEN: HF_TOKEN" in line) + 1
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: not valid YAML: " in err and f"(line {planted_line}, column" in err, err
+    assert secret not in err and "xoxb-" not in err, err
+
+
+@pytest.mark.parametrize(("old", "new", "secret", "field"), [
+    ("backend: ray", f"backend: {TOKEN}", TOKEN, "cluster.serve.backend"),
+    ("served_model_name: qwen35", "served_model_name: qwen35\n    extra_args: ['--hf-token=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123;']",
+     "hf_AbCdEfGhIjKlMnOp", "cluster.serve.extra_args.0"),
+    ('RAY_memory_monitor_refresh_ms: "0"', 'WANDB_KEY: "0123456789abcdef!"', "0123456789abcdef", "cluster.container.env"),
+    ('RAY_memory_monitor_refresh_ms: "0"', f'EXTRA: "{TOKEN}!"', TOKEN, "cluster.container.env"),
+    ("user: aurora", f"user: {TOKEN}", TOKEN, "cluster.nodes.0.ssh.user"),
+], ids=["literal", "extra_args", "env-secret-name", "env-token-shape", "ssh-user"])
+def test_a_validation_error_names_the_field_without_echoing_a_secret(tmp_path, capsys, old, new, secret, field):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    assert old in seed
+    assert main(["check-config", str(_write(tmp_path, seed.replace(old, new, 1)))]) == 2
+    err = capsys.readouterr().err
+    assert field in err and secret not in err, err
+
+
+def test_an_ordinary_bad_env_value_is_still_quoted(tmp_path):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"env NCCL_DEBUG='INFO;': values may hold"):
+        load_config(_write(tmp_path, seed.replace('RAY_memory_monitor_refresh_ms: "0"', 'NCCL_DEBUG: "INFO;"')))
+
+
 def test_a_knowledge_file_named_in_the_config_is_loaded_relative_to_it(tmp_path):
     (tmp_path / "k.yaml").write_text((CONFIGS / "knowledge.example.yaml").read_text())
     config = tmp_path / "sparks.yaml"
