@@ -1,7 +1,7 @@
 """A token pasted into a chat command is neither stored nor shown back.
 
-Driven through the console adapter (the same dispatcher and store as Slack), on a cluster whose
-nodes have no Docker engine: the commands are refused before anything would reach a node.
+Driven through the console adapter (the same dispatcher and store as Slack); the commands are
+refused before anything would reach a node.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from bot.app import run_console
-from bot.config import SparkBotConfig
-from cluster.config import ClusterConfig, ContainerConfig, NodeConfig, ServeConfig
 from handlers.store import Store
+from tests.handlers.helpers import bot_config, lines
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,29 +23,6 @@ HF = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
 OPENAI = "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf6hIj9k"
 GITHUB = "ghp_Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3d"
 TOKENS = [SLACK, HF, OPENAI, GITHUB]
-
-
-def bot_config(tmp_path: Path) -> SparkBotConfig:
-    cluster = ClusterConfig(
-        name="nowhere",
-        nodes=[NodeConfig(name="spark-a", driver="local", fabric_ip="10.0.0.1",
-                          docker_socket=str(tmp_path / "a.sock")),
-               NodeConfig(name="spark-b", driver="local", fabric_ip="10.0.0.2",
-                          docker_socket=str(tmp_path / "b.sock"))],
-        container=ContainerConfig(image="vllm:test", name="vllm_test", privileged=False, gpus=False,
-                                  shm_size=None, ulimits={}),
-        serve=ServeConfig(model="org/model"),
-    )
-    return SparkBotConfig.model_validate({
-        "cluster": cluster.model_dump(),
-        "commands": {"overrides": {"max_model_len": {"min": 1024, "max": 32768}}},
-        "store": {"path": str(tmp_path / "spark-bot.db")},
-    })
-
-
-async def lines(*texts: str):
-    for text in texts:
-        yield text + "\n"
 
 
 def fragments(token: str, size: int = 10) -> list[str]:
