@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from cluster.errors import SparkBotError
 from cluster.redact import redact
 
 SCHEMA = """
@@ -39,6 +40,10 @@ CREATE TABLE IF NOT EXISTS bench_results (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job_id INTEGER, at TEXT NOT NULL, report_json TEXT NOT NULL
 );
 """
+
+
+class StoreError(SparkBotError):
+    """The database file cannot be used: names the file and what to do."""
 
 
 def now() -> datetime:
@@ -76,16 +81,36 @@ class Store:
         self._mutex = threading.Lock()
 
     async def open(self) -> None:
+        """Open (or create) the database; StoreError says which file is unusable and what to do."""
+
         def connect() -> sqlite3.Connection:
             if str(self.path) != ":memory:":
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(SCHEMA)
+            try:
+                db.row_factory = sqlite3.Row
+                db.execute("PRAGMA journal_mode=WAL")
+                # damaged pages do not fail the statements above: find them now, not mid-job
+                problems = [row[0] for row in db.execute("PRAGMA quick_check(1)")]
+                if problems != ["ok"]:
+                    found = " ".join(" ".join(problems).replace("*** in database main ***", "").split())
+                    raise sqlite3.DatabaseError(f"damaged: {found[:160]}")
+                db.executescript(SCHEMA)
+            except BaseException:
+                db.close()
+                raise
             return db
 
-        self._db = await asyncio.to_thread(connect)
+        try:
+            self._db = await asyncio.to_thread(connect)
+        except sqlite3.DatabaseError as error:
+            raise StoreError(
+                f"{self.path} is not a usable spark-bot database ({error}): move it aside (or restore "
+                "it from a backup) and start again; a new, empty one is created in its place"
+            ) from None
+        except OSError as error:
+            raise StoreError(f"{self.path}: cannot create the database ({error.strerror}): "
+                             "check that its folder can be written") from None
 
     async def close(self) -> None:
         def close() -> None:
