@@ -51,11 +51,11 @@ async def _print_events(events, as_json: bool) -> int:
     """Print each event as it comes; exit 1 when the operation failed (diagnosis on stderr)."""
     status = 0
     async for event in events:
-        print(event.to_json() if as_json else render(event), flush=True)
+        print(redact(event.to_json() if as_json else render(event)), flush=True)
         if isinstance(event, Failed):
             status = 1
             if as_json:
-                print(f"spark-bot: {event.summary}\ncause: {event.cause}\nfix: {event.fix}", file=sys.stderr)
+                print(redact(f"spark-bot: {event.summary}\ncause: {event.cause}\nfix: {event.fix}"), file=sys.stderr)
     return status
 
 

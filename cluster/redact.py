@@ -44,8 +44,8 @@ _TOKEN_SHAPES = re.compile(
         r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",
         r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}",
         r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
-        # to its END line, or (a block cut short) to the end of the line
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|[^\n]*)",
+        # to its END line, or (a block cut short) over its base64 body (\n escapes of JSON included)
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|[A-Za-z0-9+/=\r\n\\]*)",
     ])
 )
 _RUN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
