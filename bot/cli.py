@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,8 +24,7 @@ from cluster.failures import with_knowledge
 from handlers.commands import check_bench, parse_concurrency, resolve_node
 from handlers.errors import CommandError
 from handlers.specs import SPECS
-
-_SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE", re.IGNORECASE)
+from cluster.redact import MASK, looks_secret, redact, secret_name
 
 
 def check_config(args: argparse.Namespace) -> int:
@@ -33,7 +32,7 @@ def check_config(args: argparse.Namespace) -> int:
     data = config.model_dump(mode="json")
     container = data["cluster"]["container"]
     container["env"] = {
-        key: ("***" if _SECRET_LOOKING.search(key) else value)
+        key: (MASK if secret_name(key) or looks_secret(value) else value)
         for key, value in container["env"].items()
     }
     container["secret_env"] = {
@@ -41,7 +40,8 @@ def check_config(args: argparse.Namespace) -> int:
         for dest, src in container["secret_env"].items()
     }
     print(f"# {args.config}: valid")
-    print(yaml.safe_dump(data, sort_keys=False), end="")
+    # the whole text too: a token may sit elsewhere (serve.extra_args: --api-key=sk-...)
+    print(redact(yaml.safe_dump(data, sort_keys=False)), end="")
     return 0
 
 
@@ -54,11 +54,11 @@ async def _print_events(events, as_json: bool) -> int:
     """Print each event as it comes; exit 1 when the operation failed (diagnosis on stderr)."""
     status = 0
     async for event in events:
-        print(event.to_json() if as_json else render(event), flush=True)
+        print(redact(event.to_json() if as_json else render(event)), flush=True)
         if isinstance(event, Failed):
             status = 1
             if as_json:
-                print(f"spark-bot: {event.summary}\ncause: {event.cause}\nfix: {event.fix}", file=sys.stderr)
+                print(redact(f"spark-bot: {event.summary}\ncause: {event.cause}\nfix: {event.fix}"), file=sys.stderr)
     return status
 
 
@@ -152,14 +152,15 @@ def diagnose_log(args: argparse.Namespace) -> int:
 def run_bot(args: argparse.Namespace) -> int:
     from bot.app import configure_logging, run_slack
 
-    configure_logging()
+    configure_logging(os.environ)
     http = True if args.http else None
     return asyncio.run(run_slack(load_config(args.config), os.environ, http=http, port=args.port))
 
 
 def run_console(args: argparse.Namespace) -> int:
-    from bot.app import run_console as console
+    from bot.app import configure_logging, run_console as console
 
+    configure_logging(os.environ, logging.WARNING)  # the terminal shows the replies; the logs only warn
     return asyncio.run(console(load_config(args.config), os.environ, assume_yes=args.yes))
 
 

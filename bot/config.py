@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cluster.config import ClusterConfig, Knowledge
 from cluster.errors import ConfigError
+from cluster.redact import redact, secret_name
 from handlers.settings import AccessConfig, BotSettings, CommandsConfig, JobsConfig, StoreConfig
 
 
@@ -49,7 +50,20 @@ def _read_yaml(path: Path, what: str) -> tuple[Any, yaml.Node | None]:
     try:
         return yaml.safe_load(text), yaml.compose(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What the parser saw and where, without the snippet of the offending line that str(exc)
+    quotes: that line may hold a secret."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return "the YAML parser refused it"
+    parts = [
+        f"{what} (line {mark.line + 1}, column {mark.column + 1})" if mark else what
+        for what, mark in ((exc.context, exc.context_mark), (exc.problem, exc.problem_mark))
+        if what
+    ]
+    return redact(": ".join(parts))
 
 
 def load_knowledge(path: str | Path) -> Knowledge:
@@ -93,10 +107,11 @@ def _describe(path: Path, root: yaml.Node | None, exc: ValidationError) -> str:
         line = _line_of(root, location)
         where = f"line {line}: " if line else ""
         got = error.get("input")
-        # Never echo what was written under secret_env or env: it may be a pasted secret.
-        private = any(part in ("secret_env", "env") for part in location)
+        # Never echo what was written under secret_env or env, or under a name that says secret:
+        # it may be a pasted secret. Elsewhere the value is shown redacted (a token in extra_args).
+        private = any(part in ("secret_env", "env") or secret_name(str(part)) for part in location)
         seen = "" if private or isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
-        lines.append(f"  {where}{field}: {error['msg']}{seen}")
+        lines.append(redact(f"  {where}{field}: {error['msg']}{seen}"))
     return "\n".join(lines)
 
 

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from cluster.errors import ConfigError
+from cluster.redact import looks_secret, redact, secret_name
 
 # Values that end up in remote commands or Docker API calls: each pattern admits no shell
 # metacharacter, so even a quoting mistake downstream cannot turn config into code.
@@ -140,9 +141,8 @@ class ContainerConfig(_Model):
                     "bot's environment variable holding it) so its value never sits in the config"
                 )
             if not _SAFE_VALUE.match(value):
-                raise ValueError(
-                    f"env {key}={value!r}: values may hold letters, digits and ._:/,=+@%- only"
-                )
+                shown = "" if secret_name(key) or looks_secret(value) else f"={value!r}"
+                raise ValueError(f"env {key}{shown}: values may hold letters, digits and ._:/,=+@%- only")
         return env
 
 
@@ -316,10 +316,8 @@ class Secrets:
         return dict(self._values)
 
     def redact(self, text: str) -> str:
-        for value in self._values.values():
-            if len(value) >= 4:
-                text = text.replace(value, "***")
-        return text
+        """`text` with these values, and anything shaped like a secret, masked."""
+        return redact(text, self._values.values())
 
     def __repr__(self) -> str:
         return f"Secrets({sorted(self._values)})"

@@ -124,7 +124,7 @@ def serve_command(config: ClusterConfig, *, rank: int = 0, head_ip: str | None =
         "--tensor-parallel-size", str(serve.tensor_parallel_size),
         "--pipeline-parallel-size", str(serve.pipeline_parallel_size),
         "--distributed-executor-backend", serve.backend,
-        "--gpu-memory-utilization", f"{serve.gpu_memory_utilization:g}",
+        "--gpu-memory-utilization", repr(serve.gpu_memory_utilization),  # exactly, not :g's 6 digits
     ]
     if serve.served_model_name:
         argv += ["--served-model-name", serve.served_model_name]

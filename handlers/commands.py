@@ -224,5 +224,6 @@ def resolve_node(given: str, cluster: ClusterConfig) -> str:
 
 
 def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+    # repr, not :g (6 significant digits): the text is audited and re-parsed on confirmation
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 

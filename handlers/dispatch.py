@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from cluster.config import ClusterConfig
 from cluster.errors import NodeError, SparkBotError
+from cluster.redact import redact
 from handlers import commands as c
 from handlers.access import Access
 from handlers.chat import Chat
@@ -91,9 +92,10 @@ class Dispatcher:
         try:
             command = parse_command(text, self.cluster, self.settings.commands)
         except CommandError as error:
-            self.audit(user, channel, text[:200], f"invalid: {error}")
+            # redacted before it is cut short: a token cut in two no longer has a token's shape
+            self.audit(user, channel, redact(text)[:200], f"invalid: {redact(str(error))}")
             return Message(title="That is not a /spark command I can run", tone="warning",
-                           text=f"{error}\n\n*Usage*\n{chat_usage()}")
+                           text=f"{redact(str(error))}\n\n*Usage*\n{chat_usage()}")
         return await self._start(command, invocation, confirmed=False)
 
     async def action(self, action: Action) -> Message | None:
@@ -110,7 +112,7 @@ class Dispatcher:
             try:
                 command = parse_command(action.value, self.cluster, self.settings.commands)
             except CommandError as error:
-                return Message(title="This confirmation is no longer valid", text=str(error), tone="warning")
+                return Message(title="This confirmation is no longer valid", text=redact(str(error)), tone="warning")
             reply = await self._start(command, Invocation(action.user, action.channel, command.text()), confirmed=True)
             return reply or Message(title=f"Confirmed: `/spark {command.text()}`", text=f"by <@{action.user}>")
         log.warning("unknown action %s", action.action)

@@ -3,9 +3,9 @@
 Which fields are markup: `text`, `footer` and a checklist item's `title` and `note` use the small
 markup every adapter understands (*bold*, `code`, <@USER>, <#CHANNEL>, <URL|label>); any untrusted
 piece (a log line, an error, a failure's summary, model output) goes in through `escape()`, so a
-`<!channel>` in a log cannot ping a channel nor `<http://x|y>` spoof a link. `code` and `evidence`
-are raw text: the adapter escapes them and keeps them inside their code block. `title` is plain
-text.
+`<!channel>` in a log cannot ping a channel nor `<http://x|y>` spoof a link, and a token quoted
+in an error is masked. `code` and `evidence` are raw text: the adapter escapes them and keeps
+them inside their code block. `title` is plain text.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cluster.redact import redact
+
 Tone = Literal["neutral", "running", "success", "failure", "warning"]
 ItemState = Literal["pending", "running", "done", "failed", "skipped"]
 
@@ -23,8 +25,9 @@ CANCEL_ACTION = "spark_cancel"
 
 
 def escape(text: object) -> str:
-    """Untrusted text -> markup that shows it literally (Slack's rule: & < > as entities)."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Untrusted text -> markup that shows it literally (Slack's rule: & < > as entities), with
+    anything shaped like a secret masked (a Docker or SSH error may quote one)."""
+    return redact(str(text)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def unescape(text: str) -> str:

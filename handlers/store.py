@@ -1,7 +1,8 @@
 """SQLite persistence: jobs (with their channel and thread), the cluster lock, the watch, the serve
 settings the running cluster was launched with, the audit trail and bench results (the bot's one
 bench history: a new result is compared with the last of the same setup here). Every query runs
-in a worker thread: nothing blocks the event loop."""
+in a worker thread: nothing blocks the event loop. Command text and outcomes are stored redacted:
+they may carry what a user pasted (a token typed after `/spark up`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from cluster.errors import SparkBotError
+from cluster.redact import redact
 from handlers.job_state import JobState
 
 # A locked database fails a statement after this long instead of SQLite's 5 s: the writers retry
@@ -58,6 +61,10 @@ MIGRATIONS: list[list[str]] = [
      "CREATE TABLE instances (id TEXT PRIMARY KEY, pid INTEGER NOT NULL, host TEXT NOT NULL, "
      "started TEXT NOT NULL, heartbeat TEXT NOT NULL)"],
 ]
+
+
+class StoreError(SparkBotError):
+    """The database file cannot be used: names the file and what to do."""
 
 
 def now() -> datetime:
@@ -127,17 +134,37 @@ class Store:
         self._executor: ThreadPoolExecutor | None = None
 
     async def open(self) -> None:
+        """Open (or create) the database; StoreError says which file is unusable and what to do."""
+
         def connect() -> sqlite3.Connection:
             if str(self.path) != ":memory:":
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=BUSY_WAIT, check_same_thread=False, isolation_level=None)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            _migrate(db)
+            try:
+                db.row_factory = sqlite3.Row
+                db.execute("PRAGMA journal_mode=WAL")
+                # damaged pages do not fail the statements above: find them now, not mid-job
+                problems = [row[0] for row in db.execute("PRAGMA quick_check(1)")]
+                if problems != ["ok"]:
+                    found = " ".join(" ".join(problems).replace("*** in database main ***", "").split())
+                    raise sqlite3.DatabaseError(f"damaged: {found[:160]}")
+                _migrate(db)
+            except BaseException:
+                db.close()
+                raise
             return db
 
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-bot-store")
-        self._db = await self._in_thread(connect)
+        try:
+            self._db = await self._in_thread(connect)
+        except sqlite3.DatabaseError as error:
+            raise StoreError(
+                f"{self.path} is not a usable spark-bot database ({error}): move it aside (or restore "
+                "it from a backup) and start again; a new, empty one is created in its place"
+            ) from None
+        except OSError as error:
+            raise StoreError(f"{self.path}: cannot create the database ({error.strerror}): "
+                             "check that its folder can be written") from None
 
     async def close(self) -> None:
         def close() -> None:
@@ -172,7 +199,7 @@ class Store:
         def insert(db: sqlite3.Connection) -> int:
             cursor = db.execute(
                 "INSERT INTO jobs (cluster, command, user, channel, state, started_at) VALUES (?,?,?,?,?,?)",
-                (cluster, command, user, channel, JobState.STARTING, now().isoformat()),
+                (cluster, redact(command), user, channel, JobState.STARTING, now().isoformat()),
             )
             return int(cursor.lastrowid)
 
@@ -195,7 +222,7 @@ class Store:
     async def finish_job(self, job_id: int, state: JobState, outcome: str) -> None:
         await self._run(lambda db: db.execute(
             "UPDATE jobs SET state=?, outcome=?, ended_at=? WHERE id=?",
-            (state, outcome, now().isoformat(), job_id)))
+            (state, redact(outcome), now().isoformat(), job_id)))
 
     # -- the cluster lock -------------------------------------------------------------------
 
@@ -309,7 +336,7 @@ class Store:
                     job_id: int | None = None, link: str | None = None) -> None:
         await self._run(lambda db: db.execute(
             "INSERT INTO audit (at, user, channel, command, outcome, job_id, link) VALUES (?,?,?,?,?,?,?)",
-            (now().isoformat(), user, channel, command, outcome, job_id, link)))
+            (now().isoformat(), user, channel, redact(command), redact(outcome), job_id, link)))
 
     async def audit_trail(self) -> list[dict[str, Any]]:
         rows = await self._run(lambda db: db.execute("SELECT * FROM audit ORDER BY id").fetchall())

@@ -91,6 +91,27 @@ def test_check_config_prints_resolved_config_with_secrets_masked(capsys, monkeyp
     assert "hf_supersecret" not in out
 
 
+def test_check_config_masks_env_values_by_name_and_by_shape(tmp_path, capsys):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    wandb = "0123456789abcdef0123456789abcdef01234567"  # hex: only its name says it is a key
+    text = seed.replace('RAY_memory_monitor_refresh_ms: "0"', "\n      ".join([
+        'RAY_memory_monitor_refresh_ms: "0"',
+        "HF_HUB_AUTH: hubAuthValue1",
+        f"WANDB_KEY: {wandb}",
+        "STORAGE_KEY: /run/secrets/db",
+        "EXTRA_SETTING: hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
+    ])).replace("served_model_name: qwen35", "served_model_name: qwen35\n"
+                "    extra_args: [--api-key=sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf6hIj9k]")
+    assert main(["check-config", str(_write(tmp_path, text))]) == 0
+    out = capsys.readouterr().out
+    for secret in ["hubAuthValue1", wandb, "/run/secrets/db", "hf_AbCdEf", "sk-proj-Ab3d"]:
+        assert secret not in out
+    for masked in ["HF_HUB_AUTH: '***'", "WANDB_KEY: '***'", "STORAGE_KEY: '***'", "EXTRA_SETTING: '***'",
+                   "- --api-key=***"]:
+        assert masked in out, out
+    assert "PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True" in out, "ordinary values are shown"
+
+
 def test_check_config_reports_errors_on_stderr(tmp_path, capsys):
     path = _write(tmp_path, "cluster: {}\n")
     assert main(["check-config", str(path)]) == 2
@@ -110,6 +131,47 @@ def test_a_pasted_secret_is_refused_without_being_echoed(tmp_path):
         load_config(_write(tmp_path, in_env))
     assert "looks like a secret: move it to secret_env" in str(err.value)
     assert "abc123secret" not in str(err.value)
+
+
+TOKEN = "xoxb-1234567890-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
+
+
+@pytest.mark.parametrize(("planted", "secret"), [
+    # a value with no token shape, on the line the parser stops at: str(yaml error) quotes that line
+    ('HF_TOKEN: HF_TOKEN\n      WANDB_KEY: "correct horse battery', "correct horse"),
+    (f"HF_TOKEN: HF_TOKEN\n\tSLACK: {TOKEN}", TOKEN),
+    (f"HF_TOKEN: HF_TOKEN\n      SLACK: [{TOKEN}, ", TOKEN),
+], ids=["unclosed-quote", "tab", "unclosed-list"])
+def test_a_yaml_syntax_error_says_where_without_echoing_the_line(tmp_path, capsys, planted, secret):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    path = _write(tmp_path, seed.replace("HF_TOKEN: HF_TOKEN", planted))
+    planted_line = next(n for n, line in enumerate(seed.splitlines(), 1) if "HF_TOKEN: HF_TOKEN" in line) + 1
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: not valid YAML: " in err and f"(line {planted_line}, column" in err, err
+    assert secret not in err and "xoxb-" not in err, err
+
+
+@pytest.mark.parametrize(("old", "new", "secret", "field"), [
+    ("backend: ray", f"backend: {TOKEN}", TOKEN, "cluster.serve.backend"),
+    ("served_model_name: qwen35", "served_model_name: qwen35\n    extra_args: ['--hf-token=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123;']",
+     "hf_AbCdEfGhIjKlMnOp", "cluster.serve.extra_args.0"),
+    ('RAY_memory_monitor_refresh_ms: "0"', 'WANDB_KEY: "0123456789abcdef!"', "0123456789abcdef", "cluster.container.env"),
+    ('RAY_memory_monitor_refresh_ms: "0"', f'EXTRA: "{TOKEN}!"', TOKEN, "cluster.container.env"),
+    ("user: aurora", f"user: {TOKEN}", TOKEN, "cluster.nodes.0.ssh.user"),
+], ids=["literal", "extra_args", "env-secret-name", "env-token-shape", "ssh-user"])
+def test_a_validation_error_names_the_field_without_echoing_a_secret(tmp_path, capsys, old, new, secret, field):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    assert old in seed
+    assert main(["check-config", str(_write(tmp_path, seed.replace(old, new, 1)))]) == 2
+    err = capsys.readouterr().err
+    assert field in err and secret not in err, err
+
+
+def test_an_ordinary_bad_env_value_is_still_quoted(tmp_path):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"env NCCL_DEBUG='INFO;': values may hold"):
+        load_config(_write(tmp_path, seed.replace('RAY_memory_monitor_refresh_ms: "0"', 'NCCL_DEBUG: "INFO;"')))
 
 
 def test_a_knowledge_file_named_in_the_config_is_loaded_relative_to_it(tmp_path):
