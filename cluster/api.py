@@ -9,11 +9,13 @@ from __future__ import annotations
 import httpx
 
 
-def api_client(base_url: str, *, read_timeout: float = 120.0, connections: int = 4) -> httpx.AsyncClient:
+def api_client(base_url: str, *, read_timeout: float = 120.0, connections: int = 4,
+               api_key: str | None = None) -> httpx.AsyncClient:
     # Explicit timeouts (httpx's 5 s default would cut a long time-to-first-token) and
     # connection limits sized to the load.
     return httpx.AsyncClient(
         base_url=base_url,
+        headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
         timeout=httpx.Timeout(connect=10.0, read=read_timeout, write=10.0, pool=read_timeout),
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
     )

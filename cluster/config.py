@@ -174,11 +174,21 @@ class ServeConfig(_Model):
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
+API_KEY_ENV = "VLLM_API_KEY"  # vLLM's own variable: with it set, /v1/* asks for `Bearer <key>`
+
+
 class APIConfig(_Model):
     access: Literal["ssh_forward", "direct"] = "ssh_forward"
     host: str | None = Field(
         None, pattern=_HOST, description="with access=direct: the head's reachable address"
     )
+    bind: IPAddress = Field(
+        "0.0.0.0", description="the address vLLM's API listens on, on the head (host networking): "
+        "0.0.0.0 serves every network the head is on; 127.0.0.1 only the head itself (the bot "
+        "still reaches it through its SSH forward)")
+    key_env: EnvName | None = Field(
+        None, description="the bot's environment variable holding an API key: vLLM then "
+        "answers /v1/* only with `Authorization: Bearer <key>`, which the bot's own client sends")
 
 
 def _regex(pattern: str) -> str:
@@ -265,6 +275,9 @@ class ClusterConfig(_Model):
             )
         if self.api.access == "direct" and self.api.host is None:
             raise ValueError("api: access 'direct' needs api.host (the head's address)")
+        if self.api.access == "direct" and ipaddress.ip_address(self.api.bind).is_loopback:
+            raise ValueError(f"api: access 'direct' cannot reach an API bound to {self.api.bind}; "
+                             "use access: ssh_forward, or bind: 0.0.0.0")
         return self
 
     @property
@@ -315,6 +328,11 @@ class Secrets:
     def container_env(self) -> dict[str, str]:
         return dict(self._values)
 
+    @property
+    def api_key(self) -> str | None:
+        """The key the API asks for, if the config names one (api.key_env)."""
+        return self._values.get(API_KEY_ENV)
+
     def redact(self, text: str) -> str:
         """`text` with these values, and anything shaped like a secret, masked."""
         return redact(text, self._values.values())
@@ -324,12 +342,13 @@ class Secrets:
 
 
 def resolve_secrets(config: ClusterConfig, environ: dict[str, str]) -> Secrets:
-    missing = [src for src in config.container.secret_env.values() if not environ.get(src)]
+    wanted = dict(config.container.secret_env)
+    if config.api.key_env is not None:
+        wanted[API_KEY_ENV] = config.api.key_env
+    missing = [src for src in wanted.values() if not environ.get(src)]
     if missing:
         raise ConfigError(
-            f"container.secret_env refers to environment variables that are not set: "
-            f"{', '.join(missing)}. Export them before starting spark-bot."
+            f"container.secret_env or api.key_env refer to environment variables that are not "
+            f"set: {', '.join(missing)}. Export them before starting spark-bot."
         )
-    return Secrets(
-        {dest: environ[src] for dest, src in config.container.secret_env.items()}
-    )
+    return Secrets({dest: environ[src] for dest, src in wanted.items()})

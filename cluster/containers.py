@@ -119,7 +119,7 @@ def serve_command(config: ClusterConfig, *, rank: int = 0, head_ip: str | None =
     serve = config.serve
     argv = [
         "vllm", "serve", serve.model,
-        "--host", "0.0.0.0",
+        "--host", config.api.bind,
         "--port", str(serve.port),
         "--tensor-parallel-size", str(serve.tensor_parallel_size),
         "--pipeline-parallel-size", str(serve.pipeline_parallel_size),

@@ -74,7 +74,7 @@ class Controller:
             head_running = any(s.running for s in states if s.node == self.config.head.name)
             if head_running:
                 base_url = await api_base_url(self.config, connection.head)
-                async with api.api_client(base_url, read_timeout=10) as client:
+                async with api.api_client(base_url, read_timeout=10, api_key=self.secrets.api_key) as client:
                     healthy, detail = await api.health(client)
                     version = await api.vllm_version(client) if healthy else None
             unreachable = "; ".join(str(e) for e in connection.errors.values())
@@ -113,6 +113,7 @@ class Controller:
                 base_url, self.config.serve.api_model_name, options,
                 cluster_fingerprint(self.config, state.image_id),
                 history=BenchHistory(history) if history else None, reporter=report,
+                api_key=self.secrets.api_key,
             )
             async with aclosing(benchmark) as events:
                 async for event in events:

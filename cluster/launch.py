@@ -114,7 +114,8 @@ class Launch:
         """`GET /health -> 200` if the head's API answers so right now, else None."""
         try:
             base_url = await api_base_url(self.config, self.connection.head)
-            async with api.api_client(base_url, read_timeout=HEALTH_PROBE_TIMEOUT_S) as client:
+            async with api.api_client(base_url, read_timeout=HEALTH_PROBE_TIMEOUT_S,
+                                      api_key=self.secrets.api_key) as client:
                 ok, detail = await api.health(client)
         except (NodeError, httpx.HTTPError, OSError):
             return None
@@ -288,7 +289,8 @@ class Launch:
         head = self.connection.head
         base_url = await api_base_url(self.config, head)
         model = self.config.serve.api_model_name
-        async with api.api_client(base_url, read_timeout=self.config.timeouts.api) as client:
+        async with api.api_client(base_url, read_timeout=self.config.timeouts.api,
+                                  api_key=self.secrets.api_key) as client:
             ok, detail = await api.health(client)
             if not ok:
                 yield self._api_failed("health", detail)

@@ -128,7 +128,8 @@ class Verify:
         tail = self.tails[head.name]
         model = self.config.serve.api_model_name
         base_url = await api_base_url(self.config, head)
-        async with api.api_client(base_url, read_timeout=self.config.timeouts.api) as client:
+        async with api.api_client(base_url, read_timeout=self.config.timeouts.api,
+                                  api_key=self.secrets.api_key) as client:
             ok, detail = await api.health(client)
             if not ok:
                 yield self._failed("health", API_UNHEALTHY, {"detail": detail}, node=head.name, tail=tail,

@@ -42,7 +42,7 @@ async def watch(
 
     async def probe() -> None:
         misses = 0
-        async with api.api_client(base_url, read_timeout=10) as client:
+        async with api.api_client(base_url, read_timeout=10, api_key=secrets.api_key) as client:
             while True:
                 ok, detail = await api.health(client)
                 misses = 0 if ok else misses + 1

@@ -74,12 +74,13 @@ def test_missing_file_and_bad_yaml(tmp_path):
 
 def test_secrets_are_resolved_from_the_environment_and_redacted():
     cluster = load_config(CONFIGS / "sparks.example.yaml").cluster
-    with pytest.raises(ConfigError, match="HF_TOKEN"):
+    with pytest.raises(ConfigError, match="HF_TOKEN, SPARK_API_KEY"):
         resolve_secrets(cluster, {})
-    secrets = resolve_secrets(cluster, {"HF_TOKEN": "hf_supersecret"})
-    assert secrets.container_env() == {"HF_TOKEN": "hf_supersecret"}
-    assert secrets.redact("token=hf_supersecret") == "token=***"
-    assert "hf_supersecret" not in repr(secrets)
+    secrets = resolve_secrets(cluster, {"HF_TOKEN": "hf_supersecret", "SPARK_API_KEY": "plain-key-12"})
+    assert secrets.container_env() == {"HF_TOKEN": "hf_supersecret", "VLLM_API_KEY": "plain-key-12"}
+    assert secrets.api_key == "plain-key-12"
+    assert secrets.redact("token=hf_supersecret key=plain-key-12") == "token=*** key=***"
+    assert "hf_supersecret" not in repr(secrets) and "plain-key-12" not in repr(secrets)
 
 
 def test_check_config_prints_resolved_config_with_secrets_masked(capsys, monkeypatch):

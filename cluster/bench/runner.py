@@ -254,6 +254,7 @@ async def run_bench(
     *,
     history: BenchHistory | None = None,
     reporter: Report | None = None,
+    api_key: str | None = None,
 ) -> AsyncIterator[Event]:
     options.validate()
     reporter = reporter or Report()
@@ -262,7 +263,8 @@ async def run_bench(
     warnings: list[str] = []
     tally = _Tally()
     started = time.perf_counter()
-    async with api_client(base_url, read_timeout=options.read_timeout, connections=connections) as client:
+    async with api_client(base_url, read_timeout=options.read_timeout, connections=connections,
+                          api_key=api_key) as client:
         version = await vllm_version(client)
         if version and not fingerprint.vllm_version:
             fingerprint = fingerprint.model_copy(update={"vllm_version": version})

@@ -5,6 +5,7 @@ Token pacing: first token at TTFT (profile) after arrival, then one chunk of
 absolute monotonic deadlines (no drift).  Not affected by SPARK_EMU_TIME_SCALE.
 """
 import json
+import os
 import threading
 import time
 import uuid
@@ -176,7 +177,7 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def _access(self, code):
-        phrase = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error",
+        phrase = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 500: "Internal Server Error",
                   405: "Method Not Allowed"}.get(code, "")
         out('%sINFO:     %s:%d - "%s %s HTTP/1.1" %d %s' % (self.engine.api_proc, self.client_address[0],
                                                             self.client_address[1], self.command,
@@ -205,10 +206,20 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             return None
 
+    def _authorised(self, path):
+        """As vLLM's API server: with VLLM_API_KEY set, /v1/* wants `Authorization: Bearer <key>`."""
+        key = os.environ.get("VLLM_API_KEY")
+        if not key or not path.startswith("/v1") or self.headers.get("Authorization") == "Bearer " + key:
+            return True
+        self._send(401, {"error": "Unauthorized"})
+        return False
+
     # --- GET ---------------------------------------------------------------------------
     def do_GET(self):
         e = self.engine
         path = self.path.split("?")[0]
+        if not self._authorised(path):
+            return
         if path == "/health":
             if e.dead:
                 return self._send(500, b"")
@@ -237,6 +248,8 @@ class Handler(BaseHTTPRequestHandler):
         e = self.engine
         path = self.path.split("?")[0]
         req = self._body()
+        if not self._authorised(path):
+            return
         if req is None:
             return self._send(400, _err("JSON decode error", "BadRequestError", 400))
         if path == "/tokenize":

@@ -25,8 +25,8 @@ def real_cluster(path: Path = MP, *, env: dict[str, str] | None = None, serve: d
     })
 
 
-def real_controller(path: Path = MP, **kwargs) -> Controller:
-    return Controller(real_cluster(path, **kwargs), Secrets({}))
+def real_controller(path: Path = MP, *, secrets: Secrets | None = None, **kwargs) -> Controller:
+    return Controller(real_cluster(path, **kwargs), secrets or Secrets({}))
 
 
 def shm_entries() -> set[str]:

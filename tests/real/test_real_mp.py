@@ -15,29 +15,50 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from cluster.checkpoints import BY_ID, launch_plan, verify_plan
+from cluster.config import Secrets
 from cluster.events import BenchResult, CheckpointPassed, Failed, LogTail, Progress, Ready, Removed, StatusReport
+from cluster.launch import api_base_url
 from cluster.logtext import clean_line, strip_prefixes
+from cluster.nodes import connect_cluster
 from tests.controller.helpers import collect
 from tests.real.helpers import VERSION, real_controller, shm_entries
 
 pytestmark = [pytest.mark.lab, pytest.mark.real_engine, pytest.mark.timeout(400)]
 
 REPO = Path(__file__).resolve().parents[2]
+API_KEY = "spark-real-key-7Hc2Lq9Xw0"
 
 
 @pytest.fixture(scope="module")
 def launched(real_lab):
-    """The module's one launch: (controller, its events); removed at the end."""
-    controller = real_controller()
+    """The module's one launch, with an API key the bot's client must send: (controller, its
+    events); removed at the end."""
+    controller = real_controller(secrets=Secrets({"VLLM_API_KEY": API_KEY}))
     asyncio.run(collect(controller.down()))
     shm_before = shm_entries()
     events = asyncio.run(collect(controller.up()))
     yield controller, events
     asyncio.run(collect(controller.down()))
     assert shm_entries() <= shm_before, "the engine's shared memory stays in its containers"
+
+
+async def _unauthenticated_models(config) -> httpx.Response:
+    async with connect_cluster(config) as connection:
+        base_url = await api_base_url(config, connection.head)
+        async with httpx.AsyncClient(base_url=base_url, timeout=10) as client:
+            return await client.get("/v1/models")
+
+
+def test_the_real_engine_wants_the_key_the_bot_sends(launched):
+    controller, events = launched
+    assert isinstance(events[-1], Ready), "launched, verified by the bot's own client with the key"
+    refused = asyncio.run(_unauthenticated_models(controller.config))
+    assert refused.status_code == 401 and refused.json() == {"error": "Unauthorized"}, "as the emulator says it"
+    assert API_KEY not in "".join(e.model_dump_json() for e in events)
 
 
 def passed(events) -> dict[str, CheckpointPassed]:
