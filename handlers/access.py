@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from handlers.settings import AccessConfig, AccessLevel, Level
 
+DIRECT_MESSAGE = "D"  # Slack's IDs of direct-message conversations begin so
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -32,13 +34,21 @@ class Access:
 
     def _denial(self, level: Level, command: str) -> str:
         rule = self.config.operate if level == "operate" else self.config.read
-        if not rule.users or not rule.channels:
+        if not rule.users or not (rule.channels or rule.direct_messages):
             return (f"`/spark {command}` needs {level} access, and nobody has it: "
                     f"an admin lists user and channel IDs under `access.{level}` in the bot's config.")
         users = "anyone" if "*" in rule.users else ", ".join(f"<@{u}>" for u in rule.users)
-        channels = "any channel" if "*" in rule.channels else ", ".join(f"<#{c}>" for c in rule.channels)
-        return f"`/spark {command}` needs {level} access: {users}, in {channels}."
+        places = ["any channel"] if "*" in rule.channels else [f"<#{c}>" for c in rule.channels]
+        if rule.direct_messages:
+            places.append("a direct message with the bot")
+        return f"`/spark {command}` needs {level} access: {users}, in {', '.join(places)}."
 
 
 def _matches(rule: AccessLevel, user: str, channel: str) -> bool:
-    return ("*" in rule.users or user in rule.users) and ("*" in rule.channels or channel in rule.channels)
+    if channel in rule.channels:
+        where = True
+    elif channel.startswith(DIRECT_MESSAGE):
+        where = rule.direct_messages
+    else:
+        where = "*" in rule.channels
+    return where and ("*" in rule.users or user in rule.users)

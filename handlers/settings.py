@@ -24,18 +24,21 @@ class _Model(BaseModel):
 
 
 class AccessLevel(_Model):
-    """Who may run a level's commands, and where: both lists must match ("*" matches any)."""
+    """Who may run a level's commands, and where: both lists must match ("*" matches any
+    channel, but a direct message only with `direct_messages`)."""
 
     users: list[UserId] = Field(default_factory=list)
     channels: list[ChannelId] = Field(default_factory=list)
+    direct_messages: bool = Field(False, description="also in direct messages with the bot")
 
 
 class AccessConfig(_Model):
     """read: status, verify, logs, help. operate: up, down, bench, cancel (and read).
 
-    operate is denied by default: list user and channel IDs to allow it."""
+    Least privilege by default: anyone may read, but only in the channels the config names;
+    nobody may operate until users and channels are listed."""
 
-    read: AccessLevel = AccessLevel(users=["*"], channels=["*"])
+    read: AccessLevel = AccessLevel(users=["*"])
     operate: AccessLevel = AccessLevel()
 
 

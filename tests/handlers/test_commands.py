@@ -124,7 +124,8 @@ def test_a_denial_says_who_may_run_it():
 def test_operate_is_denied_by_default():
     decision = Access(AccessConfig()).check("operate", "U0ALICE", "C0SPARKOPS", "down")
     assert not decision.allowed and "nobody has it" in decision.reason and "access.operate" in decision.reason
-    assert Access(AccessConfig()).check("read", "U0ANY", "C0ANY", "status").allowed
+    read = Access(AccessConfig()).check("read", "U0ANY", "C0ANY", "status")
+    assert not read.allowed and "access.read" in read.reason, "read too: only where the config says"
 
 
 def test_access_config_takes_ids_not_names():
