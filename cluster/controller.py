@@ -26,7 +26,7 @@ from cluster.inventory import (
 from cluster.launch import Launch, api_base_url
 from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster
 from cluster.preflight import Preflight
-from cluster.report import Report
+from cluster.reporter import Reporter
 from cluster.verify import verify as verify_cluster
 from cluster.watch import watch as watch_cluster
 
@@ -38,7 +38,7 @@ class Controller:
 
     async def preflight(self, *, replace: bool = False) -> AsyncIterator[Event]:
         async with connect_cluster(self.config) as connection:
-            preflight = Preflight(self.config, connection, Report(), replace=replace)
+            preflight = Preflight(self.config, connection, Reporter(), replace=replace)
             async with aclosing(preflight.run()) as events:
                 async for event in events:
                     yield event
@@ -66,7 +66,7 @@ class Controller:
                     yield event
 
     async def status(self) -> AsyncIterator[Event]:
-        report = Report()
+        reporter = Reporter()
         async with connect_cluster(self.config) as connection:
             states = await container_states(connection.ordered(), self.config.container.name)
             healthy, detail = None, "not asked: the head is unreachable or its container is not running"
@@ -79,7 +79,7 @@ class Controller:
                     version = await api.vllm_version(client) if healthy else None
             unreachable = "; ".join(str(e) for e in connection.errors.values())
             yield StatusReport(
-                elapsed_s=report.elapsed(), containers=states, api_healthy=healthy,
+                elapsed_s=reporter.elapsed(), containers=states, api_healthy=healthy,
                 api_detail=detail + (f"; unreachable: {unreachable}" if unreachable else ""),
                 vllm_version=version,
             )
@@ -97,7 +97,7 @@ class Controller:
     ) -> AsyncIterator[Event]:
         """Single stream (warm-up + median of `runs`), then a sweep over `concurrency`; ends with
         BenchResult (compared with the last run of the same setup in `history`) or Failed."""
-        report = Report()
+        reporter = Reporter()
         options = BenchOptions(prompt=prompt, max_tokens=max_tokens, runs=runs, concurrency=tuple(concurrency),
                                requests_per_level=requests_per_level, allow_busy=allow_busy)
         options.validate()
@@ -105,14 +105,14 @@ class Controller:
             head = _reachable(connection, self.config.head.name)
             state = await container_state(head, self.config.container.name)
             if not state.running:
-                yield report.known(BENCH, CLUSTER_NOT_UP, {"container": self.config.container.name, "node": head.name},
+                yield reporter.known(BENCH, CLUSTER_NOT_UP, {"container": self.config.container.name, "node": head.name},
                                    node=head.name, evidence=f"container status: {state.status}")
                 return
             base_url = await api_base_url(self.config, head)
             benchmark = run_bench(
                 base_url, self.config.serve.api_model_name, options,
                 cluster_fingerprint(self.config, state.image_id),
-                history=BenchHistory(history) if history else None, reporter=report,
+                history=BenchHistory(history) if history else None, reporter=reporter,
                 api_key=self.secrets.api_key,
             )
             async with aclosing(benchmark) as events:
@@ -121,23 +121,23 @@ class Controller:
 
     async def logs(self, node: str | None = None, lines: int = 50) -> AsyncIterator[Event]:
         """The tail of our container's log on `node` (head when None)."""
-        report = Report()
+        reporter = Reporter()
         name = node or self.config.head.name
         self.config.node(name)  # KeyError for an unknown node: callers validate first
         async with connect_cluster(self.config) as connection:
             target = _reachable(connection, name)
             container = self.config.container.name
             text = await read_log_tail(target, container, lines, self.secrets)
-            yield LogTail(elapsed_s=report.elapsed(), node=name, container=container,
+            yield LogTail(elapsed_s=reporter.elapsed(), node=name, container=container,
                           lines=text or [f"(no container {container} on {name})"])
 
     async def down(self) -> AsyncIterator[Event]:
         """Stop and remove our container on every node; idempotent."""
-        report = Report()
+        reporter = Reporter()
         name = self.config.container.name
         async with connect_cluster(self.config) as connection:
             for node, error in connection.errors.items():
-                yield Removed(elapsed_s=report.elapsed(), node=node, container=name,
+                yield Removed(elapsed_s=reporter.elapsed(), node=node, container=name,
                               removed=False, detail=f"not reachable, nothing removed: {error}")
             results = await asyncio.gather(
                 *(remove_container(n, name, owner=self.config.name, timeout=self.config.timeouts.down)
@@ -151,7 +151,7 @@ class Controller:
                     removed, detail = False, f"could not remove {name} from {node.name}: {result}"
                 else:
                     removed, detail = result
-                yield Removed(elapsed_s=report.elapsed(), node=node.name, container=name,
+                yield Removed(elapsed_s=reporter.elapsed(), node=node.name, container=name,
                               removed=removed, detail=detail)
 
 

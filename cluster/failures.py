@@ -15,7 +15,7 @@ anchored) in the message after `logtext.clean_line` + `logtext.strip_prefixes`, 
 against the bare message. When several rows match one line, the first row in the table wins:
 keep specific rows above general ones. `title`, `cause` and `fix` may name a pattern's named
 groups, or the cluster's words (`cluster_words`), as `{name}`; a row found without a log line
-names the values its call site passes (`Report.known`).
+names the values its call site passes (`Reporter.known`).
 
 The engine that reads logs with this table is `cluster.diagnosis`.
 """
@@ -504,7 +504,7 @@ UNRECOGNISED = KnownFailure(
 # --- Failures found without a log line --------------------------------------------------------
 # What the controller finds by asking (preflight's checks, `ray status`, the API, Docker's
 # streams) or by waiting too long. Each row's `title` is the failure's one-line summary; the
-# `{name}`s are filled where the failure is found (`Report.known`).
+# `{name}`s are filled where the failure is found (`Reporter.known`).
 
 _RELAUNCH_FIX = "read the head's log tail; `down` then `up` relaunches"
 

@@ -16,7 +16,7 @@ from cluster.logtext import ray_repeats, strip_prefixes
 from cluster.monitor import ClusterMonitor, ContainerExited, FollowLost, LogLine, MonitorItem, StopRequested
 from cluster.diagnosis import Diagnosis, LogDiagnoser, diagnose, diagnosis_of, unrecognised
 from cluster.failures import PHASE_TIMEOUT, STOPPED_ON_REQUEST, for_cluster
-from cluster.report import Report
+from cluster.reporter import Reporter
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +100,10 @@ SYMPTOM_GRACE_S = 2.0
 class LogFollower:
     """Per-node diagnosers over one monitor; `expect` yields checkpoint events or one `Failed`."""
 
-    def __init__(self, config: ClusterConfig, monitor: ClusterMonitor, report: Report):
+    def __init__(self, config: ClusterConfig, monitor: ClusterMonitor, reporter: Reporter):
         self.config = config
         self.monitor = monitor
-        self.report = report
+        self.reporter = reporter
         self._diagnosers: dict[str, LogDiagnoser] = {}
         self._symptom: tuple[str, float] | None = None  # node, deadline for its cause
         self._reported_findings: set[str] = set()
@@ -129,7 +129,7 @@ class LogFollower:
         return self.failure_from(diagnosis, checkpoint, node)
 
     def failure_from(self, diagnosis: Diagnosis, checkpoint: Checkpoint, node: str | None) -> Failed:
-        return self.report.failed(
+        return self.reporter.failed(
             checkpoint, f"{checkpoint.title}: {diagnosis.title}" + (f" on {node}" if node else ""),
             cause=diagnosis.cause, fix=diagnosis.fix, node=node, evidence=diagnosis.evidence,
             context=diagnosis.context, signature=diagnosis.signature_id,
@@ -192,7 +192,7 @@ class LogFollower:
                     for expectation in pending:
                         expectation.offer(item)
                 elif isinstance(item, Shed):
-                    yield Progress(elapsed_s=self.report.elapsed(), phase=current.phase,
+                    yield Progress(elapsed_s=self.reporter.elapsed(), phase=current.phase,
                                    message=f"{item.count} log lines skipped: they came faster than they "
                                            "were read (checkpoint and failure lines are kept)")
             while pending and (pending[0].done or pending[0].provisionally_done):
@@ -227,7 +227,7 @@ class LogFollower:
             f"a later stage proves it: {proof}"
         )
         evidence = "\n".join([line.text for line in expectation.lines] + [f"proven by: {proof}"])
-        return self.report.passed(checkpoint, evidence, node=expectation.node,
+        return self.reporter.passed(checkpoint, evidence, node=expectation.node,
                                   log_tail=context, warning=warning)
 
     async def failures(self, checkpoint: Checkpoint) -> AsyncIterator[Failed | Progress]:
@@ -242,7 +242,7 @@ class LogFollower:
             if isinstance(item, StopRequested) or (
                     self._stop is not None and isinstance(item, ContainerExited | FollowLost)):
                 self._stopping(item)
-                yield Progress(elapsed_s=self.report.elapsed(), phase="stopped", node=self._stop[0],
+                yield Progress(elapsed_s=self.reporter.elapsed(), phase="stopped", node=self._stop[0],
                                message=f"stopped on request: {self._stop[1]}")
                 return
             failure = self._symptom_failure(checkpoint) if item is None else self._failure(item, checkpoint)
@@ -265,7 +265,7 @@ class LogFollower:
         if isinstance(item, StopRequested):
             self._stopping(item)
             assert self._stop is not None
-            return self.report.known(
+            return self.reporter.known(
                 checkpoint, STOPPED_ON_REQUEST, {"checkpoint": checkpoint.title, "how": self._stop[1]},
                 node=item.node, evidence=self._stop[1], log_tail=self.monitor.tail(item.node),
             )
@@ -280,7 +280,7 @@ class LogFollower:
             return self.failure_from(diagnosis, checkpoint, item.node)
         if isinstance(item, ContainerExited):
             return self._exit_failure(checkpoint, item)
-        return self.report.known(
+        return self.reporter.known(
             checkpoint, item.failure, {"reason": item.reason, "checkpoint": checkpoint.title},
             node=item.node, evidence=item.reason, log_tail=self.monitor.tail(item.node),
         )
@@ -306,7 +306,7 @@ class LogFollower:
         evidence = "\n".join(line.text for line in lines)
         findings = self._new_findings()
         warning = "; ".join(f"{f.title} ({f.evidence.strip()[-120:]}): {f.fix}" for f in findings) or None
-        return self.report.passed(
+        return self.reporter.passed(
             expectation.checkpoint, evidence,
             node=expectation.node or (node if expectation.count == 1 else None),
             log_tail=self.monitor.tail(node), warning=warning, logged_at=dated.logged_at,

@@ -36,7 +36,7 @@ from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.preflight import Preflight
 from cluster.ray_status import parse_ray_status, shortfall
-from cluster.report import Report
+from cluster.reporter import Reporter
 from cluster.steps import Step, run_steps
 
 log = logging.getLogger(__name__)
@@ -57,11 +57,11 @@ class Launch:
         self.config = config
         self.secrets = secrets
         self.connection = connection
-        self.report = Report()
+        self.reporter = Reporter()
         self.monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines,
                                       matters=must_see(config))
-        self.follower = LogFollower(config, self.monitor, self.report)
-        self.preflight = Preflight(config, connection, self.report, replace=replace)
+        self.follower = LogFollower(config, self.monitor, self.reporter)
+        self.preflight = Preflight(config, connection, self.reporter, replace=replace)
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []
         self._in_flight: list[asyncio.Future[str]] = []
@@ -69,7 +69,7 @@ class Launch:
 
     async def run(self) -> AsyncIterator[Event]:
         try:
-            async with aclosing(run_steps(self._steps(), self.report)) as events:
+            async with aclosing(run_steps(self._steps(), self.reporter)) as events:
                 async for event in events:
                     yield event
         except BaseException:
@@ -158,9 +158,9 @@ class Launch:
     def _containers_failed(self, error: NodeError) -> Failed:
         node = error.node
         if isinstance(error, DockerRefused):
-            return self.report.known(RAY_STARTED, DOCKER_REFUSED, {"node": node, "message": error.message},
+            return self.reporter.known(RAY_STARTED, DOCKER_REFUSED, {"node": node, "message": error.message},
                                      node=node, evidence=f"{error.status}: {error.message}")
-        return self.report.failed(RAY_STARTED, f"{node}: {error.problem}", cause=error.cause, fix=error.fix,
+        return self.reporter.failed(RAY_STARTED, f"{node}: {error.problem}", cause=error.cause, fix=error.fix,
                                   node=node, evidence=error.problem)
 
     async def _ray_head(self) -> AsyncIterator[Event]:
@@ -172,7 +172,7 @@ class Launch:
         except NodeError as error:
             yield self._containers_failed(error)
             return
-        yield Progress(elapsed_s=self.report.elapsed(), phase="containers", node=head.name,
+        yield Progress(elapsed_s=self.reporter.elapsed(), phase="containers", node=head.name,
                        message=f"head container {self._ids[head.name][:12]} started: ray start --head")
         ray_started = Expectation(
             BY_ID["containers"], RAY_RUNTIME_STARTED, count=1, nodes=frozenset({head.name}), node=head.name
@@ -213,7 +213,7 @@ class Launch:
                 if isinstance(ray_event, Failed):
                     yield ray_event
                     return
-        yield self.report.passed(
+        yield self.reporter.passed(
             RAY_STARTED,
             "\n".join(f"{name}: container {cid[:12]} up, Ray runtime started" for name, cid in self._ids.items()),
             log_tail=self.monitor.tail(head.name),
@@ -227,7 +227,7 @@ class Launch:
         head = self.connection.head
         serve = into_container_log(serve_command(self.config))
         await head.docker.exec_detached(self.config.container.name, serve)
-        yield Progress(elapsed_s=self.report.elapsed(), phase="weights", node=head.name,
+        yield Progress(elapsed_s=self.reporter.elapsed(), phase="weights", node=head.name,
                        message="vllm serve started on the head: " + " ".join(serve_command(self.config)))
 
     async def _wait_for_ray_cluster(
@@ -250,10 +250,10 @@ class Launch:
             lacking = shortfall(state, want_nodes, want_gpus)
             tail = output.splitlines()[-20:]
             if lacking is None:
-                yield self.report.passed(BY_ID["ray_cluster"], state.describe(), node=head.name, log_tail=tail)
+                yield self.reporter.passed(BY_ID["ray_cluster"], state.describe(), node=head.name, log_tail=tail)
                 return
             if time.monotonic() + delay > deadline:
-                yield self.report.known(BY_ID["ray_cluster"], RAY_INCOMPLETE, lacking, node=head.name,
+                yield self.reporter.known(BY_ID["ray_cluster"], RAY_INCOMPLETE, lacking, node=head.name,
                                         evidence=state.describe(), log_tail=tail)
                 return
             await asyncio.sleep(delay)
@@ -276,7 +276,7 @@ class Launch:
         except NodeError as error:
             yield self._containers_failed(error)
             return
-        yield self.report.passed(
+        yield self.reporter.passed(
             RAY_STARTED,
             "\n".join(f"{name}: container {ids[name][:12]} up, vllm serve rank {rank}"
                       for name, rank in rank_of.items()),
@@ -317,17 +317,17 @@ class Launch:
                 "sample",
                 f"{sample.completion_tokens} tokens, TTFT {sample.ttft_s * 1000:.0f} ms, decode {rate}",
             )
-        yield Ready(elapsed_s=self.report.elapsed(), model=model,
+        yield Ready(elapsed_s=self.reporter.elapsed(), model=model,
                     api_url=f"http://{self._head_ip()}:{self.config.serve.port}", sample=sample,
                     vllm_version=version)
 
     def _api_passed(self, checkpoint: str, evidence: str) -> CheckpointPassed:
         head = self.config.head.name
-        return self.report.passed(BY_ID[checkpoint], evidence, node=head, log_tail=self.monitor.tail(head))
+        return self.reporter.passed(BY_ID[checkpoint], evidence, node=head, log_tail=self.monitor.tail(head))
 
     def _api_failed(self, checkpoint: str, evidence: str) -> Failed:
         head = self.config.head.name
-        return self.report.known(
+        return self.reporter.known(
             BY_ID[checkpoint], API_UNEXPECTED, {"checkpoint": BY_ID[checkpoint].title, "evidence": evidence},
             node=head, evidence=evidence, log_tail=self.monitor.tail(head),
         )

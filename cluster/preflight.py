@@ -24,7 +24,7 @@ from cluster.failures import (
 )
 from cluster.interfaces import InterfaceProblem, NodeInterfaces, resolve_interfaces
 from cluster.nodes import ClusterConnection, NodeConnection
-from cluster.report import Report
+from cluster.reporter import Reporter
 from cluster.steps import Step, run_steps
 
 _MEM_AVAILABLE = re.compile(r"^MemAvailable:\s+(\d+) kB", re.MULTILINE)
@@ -46,16 +46,16 @@ class Preflight:
 
     config: ClusterConfig
     connection: ClusterConnection
-    report: Report
+    reporter: Reporter
     replace: bool = False
     facts: dict[str, NodeFacts] = field(default_factory=dict)
 
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None) -> CheckpointPassed:
-        return self.report.passed(BY_ID[checkpoint], evidence, node=node)
+        return self.reporter.passed(BY_ID[checkpoint], evidence, node=node)
 
     def _failed(self, checkpoint: str, node: str | None, failure: KnownFailure, values: dict[str, str],
                 evidence: str | None = None) -> Failed:
-        return self.report.known(BY_ID[checkpoint], failure, values, node=node, evidence=evidence)
+        return self.reporter.known(BY_ID[checkpoint], failure, values, node=node, evidence=evidence)
 
     async def run(self) -> AsyncIterator[Event]:
         """One checkpoint per check; nothing after the first Failed. A node that stops
@@ -69,7 +69,7 @@ class Preflight:
             Step(BY_ID["no_stale_container"], self._no_stale_container),
             Step(BY_ID["api_port"], self._ports_free),
         ]
-        async with aclosing(run_steps(steps, self.report)) as events:
+        async with aclosing(run_steps(steps, self.reporter)) as events:
             async for event in events:
                 yield event
 
@@ -79,7 +79,7 @@ class Preflight:
 
     async def _reachable(self) -> AsyncIterator[Event]:
         for error in self.connection.errors.values():
-            yield self.report.unreachable(error, BY_ID[error.checkpoint])
+            yield self.reporter.unreachable(error, BY_ID[error.checkpoint])
             return
         yield self._passed(
             "ssh", "; ".join(f"{n.name}: connected in {n.connect_s * 1000:.0f} ms" for n in self._nodes),

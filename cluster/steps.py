@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from cluster.checkpoints import Checkpoint
 from cluster.errors import NodeError
 from cluster.events import Event, Failed
-from cluster.report import Report
+from cluster.reporter import Reporter
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Step:
     run: Callable[[], AsyncIterator[Event]]
 
 
-async def run_steps(steps: Iterable[Step], report: Report) -> AsyncIterator[Event]:
+async def run_steps(steps: Iterable[Step], reporter: Reporter) -> AsyncIterator[Event]:
     """Every step's events in order; nothing after the first Failed."""
     for step in steps:
         try:
@@ -33,5 +33,5 @@ async def run_steps(steps: Iterable[Step], report: Report) -> AsyncIterator[Even
                     if isinstance(event, Failed):
                         return
         except NodeError as error:
-            yield report.unreachable(error, step.checkpoint)
+            yield reporter.unreachable(error, step.checkpoint)
             return

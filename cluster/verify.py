@@ -18,7 +18,7 @@ from cluster.inventory import container_states, read_log_tail
 from cluster.launch import api_base_url
 from cluster.nodes import ClusterConnection
 from cluster.ray_status import parse_ray_status, shortfall
-from cluster.report import Report
+from cluster.reporter import Reporter
 from cluster.diagnosis import Diagnosis, diagnose
 from cluster.failures import (
     API_NOT_ANSWERING,
@@ -38,7 +38,7 @@ async def verify(
     config: ClusterConfig, secrets: Secrets, connection: ClusterConnection, *, sample_max_tokens: int = 32
 ) -> AsyncIterator[Event]:
     checks = Verify(config, secrets, connection, sample_max_tokens)
-    async with aclosing(run_steps(checks.steps(), checks.report)) as events:
+    async with aclosing(run_steps(checks.steps(), checks.reporter)) as events:
         async for event in events:
             yield event
 
@@ -52,7 +52,7 @@ class Verify:
         self.secrets = secrets
         self.connection = connection
         self.sample_max_tokens = sample_max_tokens
-        self.report = Report()
+        self.reporter = Reporter()
         self.plan = {c.id: c for c in verify_plan(config)}
         self.tails: dict[str, list[str]] = {}
         self.states: list[ContainerState] = []
@@ -64,13 +64,13 @@ class Verify:
         return [*steps, Step(self.plan["health"], self._api)]
 
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None, tail: Sequence[str] = ()):
-        return self.report.passed(self.plan[checkpoint], evidence, node=node, log_tail=tail)
+        return self.reporter.passed(self.plan[checkpoint], evidence, node=node, log_tail=tail)
 
     def _failed(self, checkpoint: str, failure: KnownFailure, values: dict[str, str], node: str | None = None,
                 evidence: str | None = None, tail: Sequence[str] = (), explained: Diagnosis | None = None) -> Failed:
         """`failure` of the checkpoint; the cause and fix of `explained` instead, when the log
         tail says why (the summary stays what was seen)."""
-        failed = self.report.known(self.plan[checkpoint], failure, values, node=node, evidence=evidence,
+        failed = self.reporter.known(self.plan[checkpoint], failure, values, node=node, evidence=evidence,
                                    log_tail=tail)
         if explained is None:
             return failed
@@ -79,7 +79,7 @@ class Verify:
 
     async def _containers(self) -> AsyncIterator[Event]:
         for error in self.connection.errors.values():
-            yield self.report.unreachable(error, self.plan["containers"])
+            yield self.reporter.unreachable(error, self.plan["containers"])
             return
         name, nodes = self.config.container.name, self.connection.ordered()
         tails = await asyncio.gather(

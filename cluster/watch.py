@@ -18,7 +18,7 @@ from cluster.follow import LogFollower, must_see
 from cluster.launch import api_base_url
 from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection
-from cluster.report import Report
+from cluster.reporter import Reporter
 
 
 async def watch(
@@ -29,12 +29,12 @@ async def watch(
     health_interval: float = 30.0,
     health_failures: int = 3,
 ) -> AsyncIterator[Event]:
-    report = Report()
+    reporter = Reporter()
     for error in connection.errors.values():
-        yield report.unreachable(error, SERVING)
+        yield reporter.unreachable(error, SERVING)
         return
     monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines, matters=must_see(config))
-    follower = LogFollower(config, monitor, report)
+    follower = LogFollower(config, monitor, reporter)
     for node in connection.ordered():
         monitor.follow(node, backlog=config.log_tail_lines)
     base_url = await api_base_url(config, connection.head)
@@ -53,7 +53,7 @@ async def watch(
 
     prober = asyncio.create_task(probe())
     try:
-        yield Progress(elapsed_s=report.elapsed(), phase="watch",
+        yield Progress(elapsed_s=reporter.elapsed(), phase="watch",
                        message=f"watching {len(connection.nodes)} node(s) and {base_url}/health")
         failures = follower.failures(SERVING)
         health_miss = asyncio.create_task(unhealthy.get())
@@ -70,7 +70,7 @@ async def watch(
             yield next_failure.result()  # the first failure, or a stop on request (no failure)
         else:
             head = config.head.name
-            yield report.known(BY_ID["health"], API_DOWN, {"detail": health_miss.result()}, node=head,
+            yield reporter.known(BY_ID["health"], API_DOWN, {"detail": health_miss.result()}, node=head,
                                evidence=health_miss.result(), log_tail=monitor.tail(head))
     finally:
         prober.cancel()

@@ -12,7 +12,7 @@ import pytest
 from cluster import failures
 from cluster.checkpoints import BY_ID
 from cluster.failures import RANK0_INIT, SIGNATURES, FailureSignature, KnownFailure, cluster_words
-from cluster.report import Report
+from cluster.reporter import Reporter
 
 CLUSTER = Path(__file__).resolve().parent.parent / "cluster"
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -84,7 +84,7 @@ def test_a_log_rows_names_are_its_patterns_groups_or_the_cluster_words(sig: Fail
 
 
 def test_report_known_makes_the_failure_from_the_row():
-    failed = Report().known(BY_ID["image"], failures.IMAGE_MISSING, CALL_SITE_VALUES["image_missing"],
+    failed = Reporter().known(BY_ID["image"], failures.IMAGE_MISSING, CALL_SITE_VALUES["image_missing"],
                             node="spark-b")
     assert failed.summary == failed.evidence == "image vllm:1 is not on spark-b"
     assert failed.cause == failures.IMAGE_MISSING.cause
@@ -98,11 +98,11 @@ def _literal_texts(node: ast.AST) -> bool:
 
 
 def test_no_module_but_the_table_writes_a_cause_or_fix_for_a_failure():
-    # Report.failed's texts come from a row, a diagnosis or a node error; a wrapper taking a
+    # Reporter.failed's texts come from a row, a diagnosis or a node error; a wrapper taking a
     # `cause` parameter would let texts be written inline again, so none may exist.
     written = []
     for path in sorted(CLUSTER.rglob("*.py")):
-        if path.parent == CLUSTER and path.name in ("failures.py", "report.py"):
+        if path.parent == CLUSTER and path.name in ("failures.py", "reporter.py"):
             continue
         where = path.relative_to(CLUSTER)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

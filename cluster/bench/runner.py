@@ -30,7 +30,7 @@ from cluster.bench.stream import Measured, measure_request, sample_answer
 from cluster.checkpoints import BENCH
 from cluster.events import BenchResult, Event, Progress
 from cluster.failures import ENGINE_BUSY
-from cluster.report import Report
+from cluster.reporter import Reporter
 
 DEFAULT_PROMPT = "Explain how tensor parallelism splits a transformer layer across two GPUs."
 MAX_CONCURRENCY = 1024
@@ -253,11 +253,11 @@ async def run_bench(
     fingerprint: Fingerprint,
     *,
     history: BenchHistory | None = None,
-    reporter: Report | None = None,
+    reporter: Reporter | None = None,
     api_key: str | None = None,
 ) -> AsyncIterator[Event]:
     options.validate()
-    reporter = reporter or Report()
+    reporter = reporter or Reporter()
     levels = list(options.concurrency)
     connections = max([1, *levels]) + 2
     warnings: list[str] = []

@@ -12,7 +12,7 @@ from cluster.events import CheckpointPassed, Failed
 from cluster.failures import KnownFailure
 
 
-class Report:
+class Reporter:
     """Started with the operation; every event it makes carries the seconds since then."""
 
     def __init__(self) -> None:
