@@ -178,8 +178,19 @@ async def _ask_replace(d: Dispatcher, command: c.Up) -> Question | None:
     report = await status_report(d.controller_for(d.cluster))
     if not any(x.present for x in report.containers):
         return None
-    return Question(f"`{d.cluster.name}` is already running ({describe_state(report)}). Replace it?",
-                    "Replace", "The running server is removed and launched again.")
+    foreign = [x for x in report.containers if x.present and x.owner != d.cluster.name]
+    if not foreign:
+        return Question(f"`{d.cluster.name}` is already running ({describe_state(report)}). Replace it?",
+                        "Replace", "The running server is removed and launched again.")
+    # a container spark-bot did not start is removed only when the question names it
+    named = ", ".join(f"`{escape(x.container)}` on `{escape(x.node)}` ({escape(x.status)})" for x in foreign)
+    it, was = ("it", "was") if len(foreign) == 1 else ("them", "were")
+    return Question(
+        f"{named} {was} NOT started by spark-bot for `{d.cluster.name}`. Replace removes {it} "
+        f"(`docker rm -f {escape(d.cluster.container.name)}`) and launches `{d.cluster.name}` in its place. "
+        f"Cluster now: {describe_state(report)}. Remove {it} and replace?",
+        "Remove and replace", f"{named}: not started by spark-bot; removed for good, with whatever {it} runs.",
+        Consent(replace_foreign=tuple(x.node for x in foreign)))
 
 
 async def _up(d: Dispatcher, command: c.Up, record: JobRecord, consent: Consent | None) -> JobPlan:
@@ -195,7 +206,8 @@ async def _up(d: Dispatcher, command: c.Up, record: JobRecord, consent: Consent 
             await d.jobs.start_watch(job.record, job.view, job.journal)
 
     return JobPlan(title=f"🚀 Launch on `{d.cluster.name}`", checkpoints=launch_plan(config),
-                   events=d.controller_for(config).up(replace=consent is not None), on_event=launched,
+                   events=d.controller_for(config).up(
+                       replace=consent is not None, replace_foreign=consent.replace_foreign if consent else ()), on_event=launched,
                    success_footer=_up_footer)
 
 

@@ -140,3 +140,17 @@ async def test_a_stored_question_for_a_command_that_never_asks_is_refused():
         assert await dispatcher.store.locks() == [] and dispatcher.jobs.claim is None
     assert reply is not None and "`/spark verify` is not a command that asks first" in reply.text
     assert operations(controllers) == []
+
+
+async def test_replace_names_a_container_spark_bot_did_not_start_and_a_yes_consents_to_that_node_only():
+    worker = CLUSTER.nodes[1].name
+    controllers = ScriptedControllers(status=[status_report(running=True, owners={worker: None})], up=[ready()])
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        question = await ask(dispatcher, chat, "up")
+        await click(dispatcher, question.buttons[0].value)
+    name = CLUSTER.container.name
+    assert question.text.startswith(f"`{name}` on `{worker}` (running) was NOT started by spark-bot for "
+                                    f"`{CLUSTER.name}`. Replace removes it (`docker rm -f {name}`)")
+    assert question.buttons[0].label == "Remove and replace"
+    [up] = [call for call in controllers.calls if call.operation == "up"]
+    assert up.options == {"replace": True, "replace_foreign": (worker,)}
