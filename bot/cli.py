@@ -206,7 +206,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true", help="print events as JSON lines")
         if name == "up":
             sub.add_argument("--replace", action="store_true",
-                             help="remove a leftover container with our name first")
+                             help="remove a leftover container spark-bot started (never one it did not start) first")
         if name == "logs":
             sub.add_argument("node", nargs="?", help="head, worker or a node name (default: head)")
             sub.add_argument("--lines", type=_bounded_int(1, 5000), default=50,

@@ -23,6 +23,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.replay import Replay, ReplayGuard
 from bot.slack_blocks import to_slack
 from handlers.chat import Posted
 from handlers.dispatch import Action, Dispatcher, Invocation
@@ -131,6 +132,7 @@ class SlackBot:
         self.client = client
         self.http = http
         self.app = build_app(dispatcher, client, signing_secret if http else None)
+        self.replays = ReplayGuard(signing_secret, on_replay=self._audit_replay) if http and signing_secret else None
         self.app_token = app_token
         self.host, self.port = host, port
         self.socket: AsyncSocketModeHandler | None = None
@@ -148,7 +150,13 @@ class SlackBot:
         return web.json_response(body, status=200 if connected else 503)
 
     async def _events(self, request: web.Request) -> web.Response:
-        return await to_aiohttp_response(await self.app.async_dispatch(await to_bolt_request(request)))
+        bolt_request = await to_bolt_request(request)
+        assert self.replays is not None  # HTTP mode has a signing secret
+        return await to_aiohttp_response(await self.replays.handle(bolt_request, self.app.async_dispatch))
+
+    def _audit_replay(self, replay: Replay) -> None:
+        self.dispatcher.audit(replay.user, replay.channel, replay.what,
+                              "refused: a replayed HTTP request (its signature was already used)")
 
     async def start(self) -> None:
         await self.dispatcher.start()

@@ -6,7 +6,7 @@ It knows nothing of chat; every surface (CLI, Slack, console, tests) drives thes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import aclosing
 from pathlib import Path
 
@@ -36,16 +36,20 @@ class Controller:
         self.config = config
         self.secrets = secrets
 
-    async def preflight(self, *, replace: bool = False) -> AsyncIterator[Event]:
+    async def preflight(self, *, replace: bool = False, replace_foreign: Collection[str] = ()) -> AsyncIterator[Event]:
         async with connect_cluster(self.config) as connection:
-            preflight = Preflight(self.config, connection, Reporter(), replace=replace)
+            preflight = Preflight(self.config, connection, Reporter(), replace=replace,
+                                  replace_foreign=frozenset(replace_foreign))
             async with aclosing(preflight.run()) as events:
                 async for event in events:
                     yield event
 
-    async def up(self, *, replace: bool = False, sample_max_tokens: int = 128) -> AsyncIterator[Event]:
+    async def up(self, *, replace: bool = False, replace_foreign: Collection[str] = (),
+                 sample_max_tokens: int = 128) -> AsyncIterator[Event]:
+        """Launch; `replace` removes a leftover container spark-bot started, `replace_foreign`
+        names the nodes where a user consented to removing one it did not start."""
         async with connect_cluster(self.config) as connection:
-            launch = Launch(self.config, self.secrets, connection, replace=replace,
+            launch = Launch(self.config, self.secrets, connection, replace=replace, replace_foreign=replace_foreign,
                             sample_max_tokens=sample_max_tokens)
             # Closed before the connections are: a cancelled launch cleans up over them.
             async with aclosing(launch.run()) as events:

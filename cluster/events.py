@@ -89,6 +89,7 @@ class ContainerState(BaseModel):
     started_at: datetime | None = None
     image_id: str | None = None
     exit_code: int | None = None
+    owner: str | None = None  # the cluster spark-bot started it for (its label); None: not started by spark-bot
 
 
 class StatusReport(_Event):

@@ -543,6 +543,16 @@ STALE_CONTAINER = KnownFailure(
     cause="a previous launch is still there (running or stopped)",
     fix="run `down` first, or `up --replace` to remove it and launch again",
 )
+FOREIGN_CONTAINER = KnownFailure(
+    id="foreign_container", role="cause", fatal=True, source="spark-bot preflight",
+    title="a container named {container} on {node} was not started by spark-bot ({state})",
+    cause="someone started a container under the name this cluster's config gives ours "
+          "(container.name); spark-bot removes only what it started, or what a question named and a "
+          "user confirmed",
+    fix="look at it on {node} (`docker inspect {container}`); if it may go, remove it by hand with "
+        "`docker rm -f {container}` (or answer yes to `/spark up`'s Replace question, which names it), "
+        "or give this cluster another container.name",
+)
 SS_FAILED = KnownFailure(
     id="ss_failed", role="cause", fatal=True, source="spark-bot preflight",
     title="cannot list listening ports on {node}: `ss` exited {status} ({stderr})",

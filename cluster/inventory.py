@@ -27,6 +27,7 @@ async def container_state(node: NodeConnection, name: str) -> ContainerState:
         started_at=parse_docker_timestamp(state.get("StartedAt")),
         image_id=info.get("Image"),
         exit_code=None if state.get("Running") else state.get("ExitCode"),
+        owner=(info["Config"].get("Labels") or {}).get(LABEL_CLUSTER),
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import aclosing
 
 import httpx
@@ -52,6 +52,7 @@ class Launch:
         connection: ClusterConnection,
         *,
         replace: bool = False,
+        replace_foreign: Collection[str] = (),
         sample_max_tokens: int = 128,
     ):
         self.config = config
@@ -61,7 +62,8 @@ class Launch:
         self.monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines,
                                       matters=must_see(config))
         self.follower = LogFollower(config, self.monitor, self.reporter)
-        self.preflight = Preflight(config, connection, self.reporter, replace=replace)
+        self.preflight = Preflight(config, connection, self.reporter, replace=replace,
+                                   replace_foreign=frozenset(replace_foreign))
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []
         self._in_flight: list[asyncio.Future[str]] = []

@@ -13,6 +13,7 @@ from cluster.config import ClusterConfig
 from cluster.containers import LABEL_CLUSTER
 from cluster.events import CheckpointPassed, Event, Failed
 from cluster.failures import (
+    FOREIGN_CONTAINER,
     IMAGE_DIFFERS,
     IMAGE_MISSING,
     INTERFACES_UNEXPECTED,
@@ -38,6 +39,7 @@ class NodeFacts:
     mem_available_gib: float = 0.0
     home: str = "/root"
     stale_container: str | None = None
+    stale_is_ours: bool = False  # labelled by spark-bot for this cluster
 
 
 @dataclass
@@ -48,6 +50,8 @@ class Preflight:
     connection: ClusterConnection
     reporter: Reporter
     replace: bool = False
+    # nodes where removing a same-named container spark-bot did not start was asked and confirmed
+    replace_foreign: frozenset[str] = frozenset()
     facts: dict[str, NodeFacts] = field(default_factory=dict)
 
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None) -> CheckpointPassed:
@@ -154,6 +158,14 @@ class Preflight:
     async def _no_stale_container(self) -> AsyncIterator[Event]:
         name = self.config.container.name
         stale = [(n, self.facts[n.name].stale_container) for n in self._nodes if self.facts[n.name].stale_container]
+        foreign = next(((n, state) for n, state in stale
+                        if not self.facts[n.name].stale_is_ours and n.name not in self.replace_foreign), None)
+        if foreign is not None:
+            node, state = foreign
+            yield self._failed("no_stale_container", node.name, FOREIGN_CONTAINER,
+                               {"container": name, "node": node.name, "state": state},
+                               evidence=f"{node.name}: {state}")
+            return
         if stale and not self.replace:
             listing = "; ".join(f"{n.name}: {state}" for n, state in stale)
             yield self._failed("no_stale_container", stale[0][0].name, STALE_CONTAINER,
@@ -202,6 +214,6 @@ class Preflight:
         facts.image_id = await node.docker.image_id(config.container.image)
         info = await node.docker.find_container(config.container.name)
         if info is not None:
-            ours = (info["Config"].get("Labels") or {}).get(LABEL_CLUSTER) == config.name
-            facts.stale_container = info["State"]["Status"] + ("" if ours else ", not started by spark-bot")
+            facts.stale_is_ours = (info["Config"].get("Labels") or {}).get(LABEL_CLUSTER) == config.name
+            facts.stale_container = info["State"]["Status"] + ("" if facts.stale_is_ours else ", not started by spark-bot")
         return facts

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from dataclasses import dataclass
 
 from cluster.config import ClusterConfig
@@ -20,6 +21,7 @@ from handlers.chat import Chat
 from handlers.errors import Busy, CommandError, StoreUnavailable
 from handlers.job_state import JobState
 from handlers.jobs import ControllerFactory, JobManager, JobPlan, since
+from handlers.journal import retried
 from handlers.messages import (
     CANCEL_ACTION,
     CONFIRM_ACTION,
@@ -30,8 +32,8 @@ from handlers.messages import (
 )
 from handlers.render import Delivery
 from handlers.settings import BotSettings
-from handlers.specs import CommandSpec, Question, chat_usage, parse_command, spec_for
-from handlers.store import JobRecord, Store
+from handlers.specs import CommandSpec, Consent, Question, chat_usage, parse_command, spec_for
+from handlers.store import ConfirmationRecord, JobRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +98,7 @@ class Dispatcher:
             self.audit(user, channel, redact(text)[:200], f"invalid: {redact(str(error))}")
             return Message(title="That is not a /spark command I can run", tone="warning",
                            text=f"{redact(str(error))}\n\n*Usage*\n{chat_usage()}")
-        return await self._start(command, invocation, confirmed=False)
+        return await self._start(command, invocation, consent=None)
 
     async def action(self, action: Action) -> Message | None:
         """A button click; the reply replaces the clicked private message (None: leave it)."""
@@ -109,12 +111,7 @@ class Dispatcher:
             self.audit(action.user, action.channel, "cancel (button)", outcome)
             return None
         if action.action == CONFIRM_ACTION:
-            try:
-                command = parse_command(action.value, self.cluster, self.settings.commands)
-            except CommandError as error:
-                return Message(title="This confirmation is no longer valid", text=redact(str(error)), tone="warning")
-            reply = await self._start(command, Invocation(action.user, action.channel, command.text()), confirmed=True)
-            return reply or Message(title=f"Confirmed: `/spark {command.text()}`", text=f"by <@{action.user}>")
+            return await self._confirmed(action)
         log.warning("unknown action %s", action.action)
         return None
 
@@ -130,15 +127,58 @@ class Dispatcher:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    async def _start(self, command: c.Command, invocation: Invocation, *, confirmed: bool) -> Message | None:
+    async def _confirmed(self, action: Action) -> Message:
+        """A Confirm button: its value is the nonce of a question asked; what runs is the command
+        stored with it, once, for the user it was asked of, in that channel, before it expires."""
+        try:
+            record, taken = await retried(lambda: self.store.answer(action.value, self.cluster.name, action.user,
+                                                                    action.channel))
+        except sqlite3.Error as error:
+            log.error("confirmation not checked: %s", error)
+            return Message(title="This confirmation could not be checked", tone="warning",
+                           text=f"The bot's database cannot be read now ({escape(error)}); nothing was done. "
+                                "Click again in a moment.")
+        if not taken:
+            return self._refuse(action, record, self._why_not(record, action))
+        assert record is not None
+        try:
+            command = parse_command(record.command, self.cluster, self.settings.commands)
+        except CommandError as error:  # the config changed since it was asked
+            return self._refuse(action, record, redact(str(error)))
+        if spec_for(command).confirmation is None:  # (specs.py lets only operate-level jobs ask)
+            return self._refuse(action, record, f"`/spark {command.text()}` is not a command that asks first.")
+        reply = await self._start(command, Invocation(action.user, action.channel, command.text()),
+                                  consent=Consent(record.replace_foreign))
+        return reply or Message(title=f"Confirmed: `/spark {command.text()}`", text=f"by <@{action.user}>")
+
+    def _refuse(self, action: Action, record: ConfirmationRecord | None, why: str) -> Message:
+        self.audit(action.user, action.channel, f"confirm {record.command if record else '(unknown)'}",
+                   f"refused: {why}")
+        return Message(title="This confirmation is no longer valid", tone="warning",
+                       text=f"{why} Nothing was done; run the command again to be asked anew.")
+
+    def _why_not(self, record: ConfirmationRecord | None, action: Action) -> str:
+        """Why a question cannot be answered by this click (it was not taken)."""
+        if record is None:
+            return "This button does not belong to a question this bot asked."
+        if record.used_at is not None:
+            return f"It was already answered by <@{record.used_by}> at {record.used_at:%H:%M:%S} UTC."
+        if record.cluster != self.cluster.name:
+            return f"It was asked about cluster `{escape(record.cluster)}`, not `{escape(self.cluster.name)}`."
+        if record.user != action.user or record.channel != action.channel:
+            return f"It was asked of <@{record.user}> in <#{record.channel}>: only they can answer it there."
+        asked_for = (record.expires - record.created).total_seconds()
+        return f"It expired at {record.expires:%H:%M:%S} UTC, {asked_for:g} s after it was asked."
+
+    async def _start(self, command: c.Command, invocation: Invocation, *, consent: Consent | None) -> Message | None:
         spec = spec_for(command)
         denied = self._denied(command, invocation.user, invocation.channel)
         if denied:
             return denied
         if spec.reply is not None:
             return await spec.reply(self, command, invocation)
-        self.jobs.spawn(self._run(spec, command, invocation, confirmed),
-                        f"{'confirmed' if confirmed else 'command'}-{command.name}")
+        self.jobs.spawn(self._run(spec, command, invocation, consent),
+                        f"{'command' if consent is None else 'confirmed'}-{command.name}")
         return None
 
     def _denied(self, command: c.Command, user: str, channel: str) -> Message | None:
@@ -152,9 +192,10 @@ class Dispatcher:
         await self.deliver(f"private reply to {invocation.user}",
                            self.chat.reply_private(invocation.channel, invocation.user, message))
 
-    async def _run(self, spec: CommandSpec, command: c.Command, invocation: Invocation, confirmed: bool) -> None:
+    async def _run(self, spec: CommandSpec, command: c.Command, invocation: Invocation,
+                   consent: Consent | None) -> None:
         if spec.answer is None:
-            await self._job(spec, command, invocation, confirmed)
+            await self._job(spec, command, invocation, consent)
             return
         try:
             reply = await spec.answer(self, command, invocation)
@@ -166,7 +207,8 @@ class Dispatcher:
         if reply is not None:
             await self._reply(invocation, reply)
 
-    async def _job(self, spec: CommandSpec, command: c.Command, invocation: Invocation, confirmed: bool) -> None:
+    async def _job(self, spec: CommandSpec, command: c.Command, invocation: Invocation,
+                   consent: Consent | None) -> None:
         try:
             record = await self.jobs.open_job(command.text(), invocation.user, invocation.channel)
         except Busy as busy:
@@ -188,7 +230,7 @@ class Dispatcher:
         # From here the job holds the lock: until `jobs.run` owns it (and releases it in every
         # case), any failure or cancel must close the job and free the lock here.
         try:
-            plan = await self._prepare(spec, command, invocation, record, confirmed)
+            plan = await self._prepare(spec, command, invocation, record, consent)
         except BaseException as error:
             who = self.jobs.cancelled_by(record)
             if isinstance(error, asyncio.CancelledError) and who:
@@ -215,18 +257,21 @@ class Dispatcher:
             await self.jobs.run(record, plan)
 
     async def _prepare(self, spec: CommandSpec, command: c.Command, invocation: Invocation, record: JobRecord,
-                       confirmed: bool) -> JobPlan | None:
+                       consent: Consent | None) -> JobPlan | None:
         """Everything before the job runs: the confirmation, then the spec's own preparation (the
         watch, the config); None: the user was asked to confirm and the job is closed."""
-        if not confirmed and spec.confirmation is not None:
+        if consent is None and spec.confirmation is not None:
             question = await spec.confirmation.ask(self, command)
             if question is not None:
+                nonce = await retried(lambda: self.store.ask(
+                    self.cluster.name, invocation.user, invocation.channel, command.text(), question.text,
+                    question.consent.replace_foreign, self.settings.commands.confirm_within))
                 await self.jobs.close_unstarted(record, JobState.UNCONFIRMED, "asked for confirmation")
                 self.audit(invocation.user, invocation.channel, command.text(), "asked for confirmation", record.id)
-                await self._reply(invocation, _confirm(command, question))
+                await self._reply(invocation, _confirm(nonce, question))
                 return None
         assert spec.job is not None
-        return await spec.job(self, command, record, confirmed)
+        return await spec.job(self, command, record, consent)
 
 
 def problem_message(title: str, error: BaseException, *, done: str = "") -> Message:
@@ -244,10 +289,10 @@ def problem_message(title: str, error: BaseException, *, done: str = "") -> Mess
     return Message(title=f"✘ {title}"[:150], text=text, tone="failure")
 
 
-def _confirm(command: c.Command, question: Question) -> Message:
+def _confirm(nonce: str, question: Question) -> Message:
     label = question.label
     return Message(
         title="Confirm", text=question.text, tone="warning",
-        buttons=[Button(label=label, action=CONFIRM_ACTION, value=command.text(), style="danger",
+        buttons=[Button(label=label, action=CONFIRM_ACTION, value=nonce, style="danger",
                         confirm=Confirm(title=f"{label}?", text=question.consequence, confirm=label, deny="Keep it"))],
     )

@@ -54,13 +54,16 @@ class Bound(_Model):
 
 
 class CommandsConfig(_Model):
-    """What `/spark up` may change: only the listed serve settings, within their bounds."""
+    """What `/spark up` may change (only the listed serve settings, within their bounds), the
+    limits of the other commands, and how long a confirmation can be answered."""
 
     overrides: dict[OverrideName, Bound] = Field(default_factory=dict)
     presets: dict[PresetName, dict[OverrideName, float]] = Field(default_factory=dict)
     logs_max_lines: int = Field(500, ge=1, le=5000)
     bench_max_concurrency: int = Field(64, ge=1, le=1024)
     bench_max_tokens: int = Field(2048, ge=2, le=32768)
+    confirm_within: float = Field(600, ge=10, le=86400, description=(
+        "seconds a confirmation button (down, replace) can be answered; once, by the user asked"))
 
     @model_validator(mode="after")
     def _presets_within_bounds(self) -> CommandsConfig:

@@ -42,16 +42,25 @@ log = logging.getLogger(__name__)
 # Each takes the dispatcher (the bot's cluster, settings, store, jobs, chat) and the parsed command.
 Reply = Callable[["Dispatcher", Any, "Invocation"], Awaitable[Message]]
 Answer = Callable[["Dispatcher", Any, "Invocation"], Awaitable[Message | None]]  # None: it posted itself
-BuildJob = Callable[["Dispatcher", Any, JobRecord, bool], Awaitable[JobPlan]]  # bool: the user confirmed
+BuildJob = Callable[["Dispatcher", Any, JobRecord, "Consent | None"], Awaitable[JobPlan]]  # None: not confirmed
+
+
+@dataclass(frozen=True)
+class Consent:
+    """What a user confirmed beyond the command itself: the nodes whose same-named container
+    spark-bot did not start, named in the question (a replace removes those too)."""
+
+    replace_foreign: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Question:
-    """A confirmation: the question, the button's label, and what a yes does."""
+    """A confirmation: the question, the button's label, what a yes does, and what it consents to."""
 
     text: str
     label: str
     consequence: str
+    consent: Consent = Consent()
 
 
 @dataclass(frozen=True)
@@ -75,8 +84,9 @@ class CommandSpec:
     def __post_init__(self) -> None:
         if sum(kind is not None for kind in (self.reply, self.answer, self.job)) != 1:
             raise TypeError(f"`{self.name}`: give exactly one of reply, answer and job")
-        if self.confirmation is not None and self.job is None:
-            raise TypeError(f"`{self.name}`: only a job asks for confirmation")
+        if self.confirmation is not None and (self.job is None or self.level != "operate"):
+            # a confirmed command runs as a job under the cluster lock: only operate may lead there
+            raise TypeError(f"`{self.name}`: only an operate-level job asks for confirmation")
 
     @property
     def name(self) -> str:
@@ -168,11 +178,22 @@ async def _ask_replace(d: Dispatcher, command: c.Up) -> Question | None:
     report = await status_report(d.controller_for(d.cluster))
     if not any(x.present for x in report.containers):
         return None
-    return Question(f"`{d.cluster.name}` is already running ({describe_state(report)}). Replace it?",
-                    "Replace", "The running server is removed and launched again.")
+    foreign = [x for x in report.containers if x.present and x.owner != d.cluster.name]
+    if not foreign:
+        return Question(f"`{d.cluster.name}` is already running ({describe_state(report)}). Replace it?",
+                        "Replace", "The running server is removed and launched again.")
+    # a container spark-bot did not start is removed only when the question names it
+    named = ", ".join(f"`{escape(x.container)}` on `{escape(x.node)}` ({escape(x.status)})" for x in foreign)
+    it, was = ("it", "was") if len(foreign) == 1 else ("them", "were")
+    return Question(
+        f"{named} {was} NOT started by spark-bot for `{d.cluster.name}`. Replace removes {it} "
+        f"(`docker rm -f {escape(d.cluster.container.name)}`) and launches `{d.cluster.name}` in its place. "
+        f"Cluster now: {describe_state(report)}. Remove {it} and replace?",
+        "Remove and replace", f"{named}: not started by spark-bot; removed for good, with whatever {it} runs.",
+        Consent(replace_foreign=tuple(x.node for x in foreign)))
 
 
-async def _up(d: Dispatcher, command: c.Up, record: JobRecord, confirmed: bool) -> JobPlan:
+async def _up(d: Dispatcher, command: c.Up, record: JobRecord, consent: Consent | None) -> JobPlan:
     await d.jobs.stop_watch()
     await d.jobs.clear_launch()  # what runs now is no longer that launch
     config = command.apply(d.cluster, d.settings.commands)
@@ -185,7 +206,8 @@ async def _up(d: Dispatcher, command: c.Up, record: JobRecord, confirmed: bool) 
             await d.jobs.start_watch(job.record, job.view, job.journal)
 
     return JobPlan(title=f"🚀 Launch on `{d.cluster.name}`", checkpoints=launch_plan(config),
-                   events=d.controller_for(config).up(replace=confirmed), on_event=launched,
+                   events=d.controller_for(config).up(
+                       replace=consent is not None, replace_foreign=consent.replace_foreign if consent else ()), on_event=launched,
                    success_footer=_up_footer)
 
 
@@ -196,13 +218,13 @@ def _up_footer(job: Job) -> str:
     return "Ready"
 
 
-async def _verify(d: Dispatcher, command: c.Verify, record: JobRecord, confirmed: bool) -> JobPlan:
+async def _verify(d: Dispatcher, command: c.Verify, record: JobRecord, consent: Consent | None) -> JobPlan:
     controller = d.controller_for(await d.jobs.launched_config())
     return JobPlan(title=f"🔍 Verify `{d.cluster.name}`", checkpoints=verify_plan(d.cluster),
                    events=controller.verify(), success_footer=lambda job: "Verified")
 
 
-async def _bench(d: Dispatcher, command: c.Bench, record: JobRecord, confirmed: bool) -> JobPlan:
+async def _bench(d: Dispatcher, command: c.Bench, record: JobRecord, consent: Consent | None) -> JobPlan:
     # the figures are filed under the setup the cluster runs: the launched config, overrides included
     controller = d.controller_for(await d.jobs.launched_config())
     events = controller.bench(concurrency=command.concurrency, max_tokens=command.max_tokens,
@@ -251,7 +273,7 @@ async def _ask_teardown(d: Dispatcher, command: c.Down) -> Question:
                     "Tear down", "The vLLM server stops for everyone.")
 
 
-async def _down(d: Dispatcher, command: c.Down, record: JobRecord, confirmed: bool) -> JobPlan:
+async def _down(d: Dispatcher, command: c.Down, record: JobRecord, consent: Consent | None) -> JobPlan:
     await d.jobs.stop_watch()
     await d.jobs.clear_launch()
     return JobPlan(title=f"🧹 Tear down `{d.cluster.name}`", checkpoints=[],

@@ -1,5 +1,5 @@
 """SQLite persistence: jobs (with their channel and thread), the cluster lock, the watch, the serve
-settings the running cluster was launched with, the audit trail and bench results (the bot's one
+settings the running cluster was launched with, the confirmations asked, the audit trail and bench results (the bot's one
 bench history: a new result is compared with the last of the same setup here). Every query runs
 in a worker thread: nothing blocks the event loop. Command text and outcomes are stored redacted:
 they may carry what a user pasted (a token typed after `/spark up`)."""
@@ -10,6 +10,7 @@ import asyncio
 import json
 import sqlite3
 import os
+import secrets
 import socket
 import threading
 import uuid
@@ -60,6 +61,12 @@ MIGRATIONS: list[list[str]] = [
     ["ALTER TABLE locks ADD COLUMN expires TEXT",
      "CREATE TABLE instances (id TEXT PRIMARY KEY, pid INTEGER NOT NULL, host TEXT NOT NULL, "
      "started TEXT NOT NULL, heartbeat TEXT NOT NULL)"],
+    # each confirmation asked: its button carries only the nonce; the command (and what a yes
+    # consents to beyond it) is read back from here, once, before it expires
+    ["CREATE TABLE confirmations (nonce TEXT PRIMARY KEY, cluster TEXT NOT NULL, user TEXT NOT NULL, "
+     "channel TEXT NOT NULL, command TEXT NOT NULL, question TEXT NOT NULL, "
+     "replace_foreign TEXT NOT NULL DEFAULT '[]', created TEXT NOT NULL, expires TEXT NOT NULL, "
+     "used_at TEXT, used_by TEXT)"],
 ]
 
 
@@ -107,6 +114,23 @@ class Owner:
     @classmethod
     def this_process(cls) -> Owner:
         return cls(uuid.uuid4().hex, os.getpid(), socket.gethostname())
+
+
+@dataclass(frozen=True)
+class ConfirmationRecord:
+    """A confirmation as it was asked: of whom, where, for which command, and until when."""
+
+    nonce: str
+    cluster: str
+    user: str
+    channel: str
+    command: str
+    question: str
+    replace_foreign: tuple[str, ...]  # nodes whose container spark-bot did not start, named in the question
+    created: datetime
+    expires: datetime
+    used_at: datetime | None
+    used_by: str | None
 
 
 @dataclass(frozen=True)
@@ -300,6 +324,36 @@ class Store:
     async def unregister(self, owner: Owner) -> None:
         await self._run(lambda db: db.execute("DELETE FROM instances WHERE id=?", (owner.id,)))
 
+    # -- confirmations: one answer per question asked --------------------------------------
+
+    async def ask(self, cluster: str, user: str, channel: str, command: str, question: str,
+                  replace_foreign: tuple[str, ...], within: float) -> str:
+        """Record a question asked of `user`; the nonce its button carries. The command is kept as
+        it was asked, not redacted: it is canonical text of safe words, and it is what a yes runs."""
+        nonce = secrets.token_urlsafe(24)
+        at = self.clock()
+        await self._run(lambda db: db.execute(
+            "INSERT INTO confirmations (nonce, cluster, user, channel, command, question, replace_foreign, "
+            "created, expires) VALUES (?,?,?,?,?,?,?,?,?)",
+            (nonce, cluster, user, channel, command, redact(question), json.dumps(list(replace_foreign)),
+             at.isoformat(), (at + timedelta(seconds=within)).isoformat())))
+        return nonce
+
+    async def answer(self, nonce: str, cluster: str, user: str, channel: str) -> tuple[ConfirmationRecord | None, bool]:
+        """Mark the question `nonce` answered by `user`, if it was asked of them, in `channel`, for
+        `cluster`, is not answered yet and has not expired; the question (None: unknown) and
+        whether this call is the one answer it gets."""
+
+        def take(db: sqlite3.Connection) -> tuple[sqlite3.Row | None, bool]:
+            at = self.clock().isoformat()
+            taken = db.execute(
+                "UPDATE confirmations SET used_at=?, used_by=? WHERE nonce=? AND used_at IS NULL AND cluster=? "
+                "AND user=? AND channel=? AND expires>?", (at, user, nonce, cluster, user, channel, at)).rowcount == 1
+            return db.execute("SELECT * FROM confirmations WHERE nonce=?", (nonce,)).fetchone(), taken
+
+        row, taken = await self._run(take)
+        return (_confirmation(row) if row else None), taken
+
     # -- the watch: which job's thread hears about a running cluster ------------------------
 
     async def set_watch(self, cluster: str, job_id: int) -> None:
@@ -372,6 +426,14 @@ def _running(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+def _confirmation(row: sqlite3.Row) -> ConfirmationRecord:
+    return ConfirmationRecord(
+        nonce=row["nonce"], cluster=row["cluster"], user=row["user"], channel=row["channel"], command=row["command"],
+        question=row["question"], replace_foreign=tuple(json.loads(row["replace_foreign"])),
+        created=datetime.fromisoformat(row["created"]), expires=datetime.fromisoformat(row["expires"]),
+        used_at=datetime.fromisoformat(row["used_at"]) if row["used_at"] else None, used_by=row["used_by"])
 
 
 def _instance(row: sqlite3.Row) -> InstanceRecord:

@@ -31,6 +31,7 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "interfaces_unexpected": {"node": "spark-b", "problem": "no interface has 10.0.0.2"},
     "memory_short": {"short": "spark-a", "memory": "spark-a: MemAvailable 3.0 GiB", "need": "80"},
     "stale_container": {"container": "vllm", "listing": "spark-a: running"},
+    "foreign_container": {"container": "vllm", "node": "spark-b", "state": "running, not started by spark-bot"},
     "ss_failed": {"node": "spark-a", "status": "127", "stderr": ""},
     "port_taken": {"ports": "8000, 6379", "node": "spark-a"},
     "docker_refused": {"node": "spark-a", "message": "could not select device driver"},

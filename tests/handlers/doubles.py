@@ -222,9 +222,13 @@ def failed(checkpoint: str = "weights") -> Failed:
                   cause="no IPC_LOCK", fix="add --cap-add=IPC_LOCK")
 
 
-def status_report(*, running: bool = False) -> StatusReport:
+def status_report(*, running: bool = False, owners: dict[str, str | None] | None = None) -> StatusReport:
+    """Our containers on every node, running or absent; `owners`: who started the one on a node
+    (default: spark-bot, for this cluster; None: not spark-bot)."""
+    owners = owners or {}
     containers = [ContainerState(node=n.name, container=CLUSTER.container.name, present=running, running=running,
-                                 status="running" if running else "absent") for n in CLUSTER.nodes]
+                                 status="running" if running else "absent", owner=owners.get(n.name, CLUSTER.name))
+                  for n in CLUSTER.nodes]
     return StatusReport(elapsed_s=0.0, containers=containers, api_healthy=running or None)
 
 

@@ -146,7 +146,7 @@ async def test_up_asks_before_replacing_a_running_cluster_and_replaces_once_conf
         await dispatcher.action(Action(ALICE, CH, CONFIRM_ACTION, question.buttons[0].value))
         await dispatcher.idle()
     [up] = [call for call in controllers.calls if call.operation == "up"]
-    assert up.options == {"replace": True}
+    assert up.options == {"replace": True, "replace_foreign": ()}
 
 
 async def test_a_job_that_cannot_start_frees_the_lock_and_tells_the_asker_what_to_try():

@@ -46,8 +46,10 @@ def test_a_spec_is_exactly_one_kind_of_command():
 
     with pytest.raises(TypeError, match="exactly one of reply, answer and job"):
         CommandSpec(c.Status, summary="s", level="read", reply=anything, answer=anything)
-    with pytest.raises(TypeError, match="only a job asks for confirmation"):
+    with pytest.raises(TypeError, match="only an operate-level job asks for confirmation"):
         CommandSpec(c.Status, summary="s", level="read", answer=anything, confirmation=Confirmation("x", anything))
+    with pytest.raises(TypeError, match="only an operate-level job asks for confirmation"):
+        CommandSpec(c.Verify, summary="s", level="read", job=anything, confirmation=Confirmation("x", anything))
 
 
 async def test_help_is_the_generated_usage_and_what_this_config_lets_up_change():

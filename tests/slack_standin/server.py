@@ -1196,6 +1196,7 @@ class SlackStandIn:
             user_name=self.users.get(user_id, user_id.lower()),
             channel_name=self.channels.get(channel_id, channel_id.lower()),
             response_url=response_url,
+            trigger_id=f"{int(time.time())}.{uuid.uuid4().int % 10**12}.trigger",
             team_id=self.team_id,
             team_domain=self.team_domain,
             api_app_id=self.app_id,
