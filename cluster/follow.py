@@ -9,13 +9,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from cluster.backlog import Shed
-from cluster.checkpoints import CHECKPOINTS, Checkpoint, Spelling, spellings_for
+from cluster.checkpoints import BY_ID, CHECKPOINTS, Checkpoint, Spelling, spellings_for
 from cluster.config import ClusterConfig
 from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.logtext import ray_repeats, strip_prefixes
-from cluster.monitor import ClusterMonitor, ContainerExited, FollowLost, LogLine, MonitorItem, StopRequested
+from cluster.monitor import (
+    ClusterMonitor,
+    ContainerExited,
+    FollowLost,
+    HealthLost,
+    LogLine,
+    MonitorItem,
+    StopRequested,
+)
 from cluster.diagnosis import Diagnosis, LogDiagnoser, diagnose, diagnosis_of, unrecognised
-from cluster.failures import PHASE_TIMEOUT, STOPPED_ON_REQUEST, for_cluster
+from cluster.failures import API_DOWN, PHASE_TIMEOUT, STOPPED_ON_REQUEST, for_cluster
 from cluster.reporter import Reporter
 
 log = logging.getLogger(__name__)
@@ -235,12 +243,12 @@ class LogFollower:
         Progress saying it was stopped on request (a `down`, `docker stop`): no failure."""
         while True:
             item = await self._next(timeout=None)
-            if isinstance(item, ContainerExited | FollowLost) and self._stop is None:
+            if isinstance(item, ContainerExited | FollowLost | HealthLost) and self._stop is None:
                 shutdown = self._diagnoser(item.node).stopped_on_request
                 if shutdown is not None:  # its own log says it was asked to stop
                     self._stop = (item.node, f"{item.node} logged a requested shutdown: {shutdown}")
             if isinstance(item, StopRequested) or (
-                    self._stop is not None and isinstance(item, ContainerExited | FollowLost)):
+                    self._stop is not None and isinstance(item, ContainerExited | FollowLost | HealthLost)):
                 self._stopping(item)
                 yield Progress(elapsed_s=self.reporter.elapsed(), phase="stopped", node=self._stop[0],
                                message=f"stopped on request: {self._stop[1]}")
@@ -262,6 +270,9 @@ class LogFollower:
         if isinstance(item, Shed):
             log.warning("%d log lines shed: they came faster than they were read", item.count)
             return None
+        if isinstance(item, HealthLost):
+            return self.reporter.known(BY_ID["health"], API_DOWN, {"detail": item.detail}, node=item.node,
+                                       evidence=item.detail, log_tail=self.monitor.tail(item.node))
         if isinstance(item, StopRequested):
             self._stopping(item)
             assert self._stop is not None

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from cluster.backlog import KEEP, MATTERS, PLAIN, Backlog, Shed
 from cluster.config import Secrets
@@ -55,10 +56,18 @@ class StopRequested:
     signal: int
 
 
+@dataclass(frozen=True)
+class HealthLost:
+    """The API stopped answering /health (probed at an interval: an endpoint has no stream)."""
+
+    node: str
+    detail: str
+
+
 # Signals of a requested, graceful stop; `docker kill` (SIGKILL) is a death like any other.
 GRACEFUL_SIGNALS = frozenset({2, 15})
 
-MonitorItem = LogLine | ContainerExited | FollowLost | StopRequested | Shed
+MonitorItem = LogLine | ContainerExited | FollowLost | StopRequested | HealthLost | Shed
 
 QUEUED_LINES = 20_000  # lines waiting for the reader (a launch busy posting to chat)
 READ_LINE_CHARS = 16_384  # of a line without a newline, kept while reading; the rest is skipped
@@ -91,6 +100,14 @@ class ClusterMonitor:
         self._tails[node.name] = deque(maxlen=max(self._tail_lines, 200))
         self._tasks.append(asyncio.create_task(self._follow_log(node, backlog)))
         self._tasks.append(asyncio.create_task(self._watch_events(node)))
+
+    def run(self, source: Coroutine[Any, Any, None]) -> None:
+        """Run another source of items beside the followers (a health probe, which `publish`es
+        into the same stream); stopped with them."""
+        self._tasks.append(asyncio.create_task(source))
+
+    def publish(self, item: MonitorItem) -> None:
+        self._queue.put(item)
 
     async def next(self, timeout: float | None) -> MonitorItem:
         """The next item; TimeoutError when nothing arrives for `timeout` seconds."""

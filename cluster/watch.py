@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from cluster import api
-from cluster.checkpoints import BY_ID, SERVING
+from cluster.checkpoints import SERVING
 from cluster.config import ClusterConfig, Secrets
 from cluster.events import Event, Progress
-from cluster.failures import API_DOWN
 from cluster.follow import LogFollower, must_see
 from cluster.launch import api_base_url
-from cluster.monitor import ClusterMonitor
+from cluster.monitor import ClusterMonitor, HealthLost
 from cluster.nodes import ClusterConnection
 from cluster.reporter import Reporter
 
@@ -38,7 +38,7 @@ async def watch(
     for node in connection.ordered():
         monitor.follow(node, backlog=config.log_tail_lines)
     base_url = await api_base_url(config, connection.head)
-    unhealthy: asyncio.Queue[str] = asyncio.Queue()
+    head = config.head.name
 
     async def probe() -> None:
         misses = 0
@@ -47,32 +47,19 @@ async def watch(
                 ok, detail = await api.health(client)
                 misses = 0 if ok else misses + 1
                 if misses >= health_failures:
-                    await unhealthy.put(detail)
+                    monitor.publish(HealthLost(head, detail))
                     return
                 await asyncio.sleep(health_interval)
 
-    prober = asyncio.create_task(probe())
     try:
+        monitor.run(probe())
         yield Progress(elapsed_s=reporter.elapsed(), phase="watch",
                        message=f"watching {len(connection.nodes)} node(s) and {base_url}/health")
-        failures = follower.failures(SERVING)
-        health_miss = asyncio.create_task(unhealthy.get())
-        next_failure = asyncio.create_task(anext(failures))
-        try:
-            done, _ = await asyncio.wait({health_miss, next_failure}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (health_miss, next_failure):
-                task.cancel()
-            # the generator cannot be closed while the cancelled anext() still runs it
-            await asyncio.gather(health_miss, next_failure, return_exceptions=True)
-            await failures.aclose()
-        if next_failure in done and not next_failure.cancelled():
-            yield next_failure.result()  # the first failure, or a stop on request (no failure)
-        else:
-            head = config.head.name
-            yield reporter.known(BY_ID["health"], API_DOWN, {"detail": health_miss.result()}, node=head,
-                               evidence=health_miss.result(), log_tail=monitor.tail(head))
+        # One stream: log lines, deaths and the probe's verdict; the first failure (or a stop
+        # on request, which is none) ends the watch.
+        async with aclosing(follower.failures(SERVING)) as failures:
+            async for event in failures:
+                yield event
+                return
     finally:
-        prober.cancel()
-        await asyncio.gather(prober, return_exceptions=True)
         await monitor.aclose()
