@@ -14,6 +14,7 @@ import yaml
 
 from bot.config import load_config, load_knowledge
 from bot.render_text import render
+from cluster.bench.history import JsonLinesHistory
 from cluster.bench.runner import DEFAULT_PROMPT, MAX_CONCURRENCY, MAX_REQUESTS, MAX_RUNS, MAX_TOKENS, BenchOptions
 from cluster.config import resolve_secrets
 from cluster.controller import Controller
@@ -113,7 +114,7 @@ def bench(args: argparse.Namespace) -> int:
     events = controller.bench(
         concurrency=options.concurrency, max_tokens=options.max_tokens, runs=options.runs, prompt=options.prompt,
         requests_per_level=options.requests_per_level, allow_busy=options.allow_busy,
-        history=None if args.no_history else (args.history or _default_history()),
+        history=None if args.no_history else JsonLinesHistory(args.history or _default_history()),
     )
     return asyncio.run(_print_events(events, args.json))
 

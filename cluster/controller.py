@@ -97,7 +97,7 @@ class Controller:
         prompt: str = DEFAULT_PROMPT,
         requests_per_level: int | None = None,
         allow_busy: bool = False,
-        history: Path | None = None,
+        history: BenchHistory | None = None,
     ) -> AsyncIterator[Event]:
         """Single stream (warm-up + median of `runs`), then a sweep over `concurrency`; ends with
         BenchResult (compared with the last run of the same setup in `history`) or Failed."""
@@ -116,7 +116,7 @@ class Controller:
             benchmark = run_bench(
                 base_url, self.config.serve.api_model_name, options,
                 cluster_fingerprint(self.config, state.image_id),
-                history=BenchHistory(history) if history else None, reporter=reporter,
+                history=history, reporter=reporter,
                 api_key=self.secrets.api_key,
             )
             async with aclosing(benchmark) as events:

@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import logging
 import re
-import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from cluster.bench.history import compare
-from cluster.bench.models import BenchReport
 from cluster.checkpoints import BENCH, launch_plan, verify_plan
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
 from cluster.events import BenchResult, Event, LogTail, Ready, StatusReport
 from handlers import commands as c
+from handlers.bench_history import StoreHistory
 from handlers.errors import CommandError
 from handlers.jobs import Job, JobPlan, describe_state
 from handlers.messages import Attachment, Message, escape
@@ -227,32 +224,12 @@ async def _verify(d: Dispatcher, command: c.Verify, record: JobRecord, consent: 
 async def _bench(d: Dispatcher, command: c.Bench, record: JobRecord, consent: Consent | None) -> JobPlan:
     # the figures are filed under the setup the cluster runs: the launched config, overrides included
     controller = d.controller_for(await d.jobs.launched_config())
+    # Compared with the last run of the same setup in the store, and recorded there, before
+    # anyone sees it: the bot's one bench history.
     events = controller.bench(concurrency=command.concurrency, max_tokens=command.max_tokens,
-                              runs=command.runs, history=None)
+                              runs=command.runs, history=StoreHistory(d.store, d.jobs.journal, record.id))
     return JobPlan(title=f"📊 Benchmark on `{d.cluster.name}`", checkpoints=[BENCH],
-                   events=_compared(d, events, record.id), on_event=_after_bench, success_footer=_bench_footer)
-
-
-async def _compared(d: Dispatcher, events: AsyncIterator[Event], job_id: int) -> AsyncIterator[Event]:
-    """Bench events, the result compared with the last of the same setup in the store (the
-    bot's one bench history) and recorded there before anyone sees it; a store that cannot be
-    read or written leaves the result as measured."""
-    async with aclosing(events):
-        async for event in events:
-            if isinstance(event, BenchResult):
-                report = event.report
-                try:
-                    previous = await d.store.previous_bench(report.setup_key)
-                except sqlite3.Error as error:
-                    log.error("bench of job %s not compared: %s", job_id, error)
-                    previous = None
-                if previous is not None:
-                    earlier = BenchReport.model_validate_json(previous)
-                    report = report.model_copy(update={"comparisons": compare(report, earlier)})
-                    event = event.model_copy(update={"report": report})
-                await d.jobs.journal.write(f"job {job_id}'s bench result",
-                                           lambda: d.store.add_bench(job_id, report.model_dump_json()))
-            yield event
+                   events=events, on_event=_after_bench, success_footer=_bench_footer)
 
 
 async def _after_bench(job: Job, event: Event) -> None:

@@ -10,7 +10,7 @@ import pytest
 from benchmarks.emulator_server import EmulatorServer
 from bot.render_text import render
 from cluster.api import api_client
-from cluster.bench.history import BenchHistory, make_fingerprint
+from cluster.bench.history import JsonLinesHistory, make_fingerprint
 from cluster.bench.runner import BenchOptions, run_bench
 from cluster.bench.stream import chat_body, sample_completion
 from cluster.events import BenchResult, Failed, parse_event
@@ -66,7 +66,7 @@ async def test_single_stream_and_sweep_give_sane_figures_and_an_exact_cross_chec
 
 
 async def test_second_run_is_compared_with_the_first(server, tmp_path):
-    history = BenchHistory(tmp_path / "bench.jsonl")
+    history = JsonLinesHistory(tmp_path / "bench.jsonl")
     options = BenchOptions(max_tokens=32, runs=1)
     first = (await bench(server, options, history))[-1].report
     second = (await bench(server, options, history))[-1].report

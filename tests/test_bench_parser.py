@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from cluster.bench.history import BenchHistory, compare, make_fingerprint, setup_key
+from cluster.bench.history import JsonLinesHistory, compare, make_fingerprint, setup_key
 from cluster.bench.models import (
     BenchReport,
     BenchRun,
@@ -248,13 +248,13 @@ def _report(at: datetime, decode: float, fingerprint_serve: dict) -> BenchReport
     )
 
 
-def test_history_compares_with_the_previous_run_of_the_same_setup(tmp_path):
-    history = BenchHistory(tmp_path / "h" / "bench.jsonl")
+async def test_history_compares_with_the_previous_run_of_the_same_setup(tmp_path):
+    history = JsonLinesHistory(tmp_path / "h" / "bench.jsonl")
     t0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
-    history.append(_report(t0, 27.3, {"tp": 2}))
-    history.append(_report(t0 + timedelta(hours=1), 40.0, {"tp": 1}))  # another setup
+    await history.record(_report(t0, 27.3, {"tp": 2}))
+    await history.record(_report(t0 + timedelta(hours=1), 40.0, {"tp": 1}))  # another setup
     current = _report(t0 + timedelta(hours=2), 27.1, {"tp": 2})
-    previous = history.previous(current.setup_key)
+    previous = await history.previous(current.setup_key)
     assert previous is not None and previous.single.decode_tok_s == 27.3
     (decode, ttft) = compare(current, previous)
     assert decode.describe() == "27.1 tok/s, previous 27.3, -0.7%"

@@ -1,13 +1,16 @@
-"""The config fingerprint and a small JSON-lines history of bench reports.
-
-The store's path is always given by the caller.
+"""The config fingerprint, and the bench history: one interface, the last report of a setup and
+a place to record the new one, with two backends (a JSON-lines file here for the CLI; the bot's
+SQLite store in handlers/bench_history.py). A run is compared with its predecessor in one place,
+`run_bench`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import ValidationError
 
@@ -32,9 +35,24 @@ def setup_key(fingerprint: Fingerprint, prompt: str, max_tokens: int) -> str:
     return _digest({"fingerprint": fingerprint.hash, "prompt": prompt, "max_tokens": max_tokens})
 
 
-class BenchHistory:
+class BenchHistory(Protocol):
+    async def previous(self, key: str) -> BenchReport | None:
+        """The last report of this setup (`setup_key`), None when there is none or it cannot be read."""
+
+    async def record(self, report: BenchReport) -> None: ...
+
+
+class JsonLinesHistory:
+    """The CLI's history: one report per line, read and appended in a thread (not on the loop)."""
+
     def __init__(self, path: Path):
         self.path = Path(path)
+
+    async def previous(self, key: str) -> BenchReport | None:
+        return await asyncio.to_thread(self._previous, key)
+
+    async def record(self, report: BenchReport) -> None:
+        await asyncio.to_thread(self._append, report)
 
     def reports(self) -> list[BenchReport]:
         try:
@@ -51,11 +69,11 @@ class BenchHistory:
                 continue  # a line from an older format, or a torn write: not comparable
         return out
 
-    def previous(self, key: str) -> BenchReport | None:
+    def _previous(self, key: str) -> BenchReport | None:
         matching = [r for r in self.reports() if r.setup_key == key]
         return matching[-1] if matching else None
 
-    def append(self, report: BenchReport) -> None:
+    def _append(self, report: BenchReport) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as handle:
             handle.write(report.model_dump_json() + "\n")

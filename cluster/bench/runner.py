@@ -322,8 +322,8 @@ async def run_bench(
                               parse_share=tally.parse_s / wall if wall > 0 else 0.0, chunks=tally.chunks),
         warnings=warnings, duration_s=wall,
     )
-    if history is not None:  # a file: read and appended in a thread, not on the event loop
-        previous = await asyncio.to_thread(history.previous, report.setup_key)
+    if history is not None:
+        previous = await history.previous(report.setup_key)
         report = report.model_copy(update={"comparisons": compare(report, previous)})
-        await asyncio.to_thread(history.append, report)
+        await history.record(report)
     yield BenchResult(elapsed_s=reporter.elapsed(), report=report)
