@@ -30,9 +30,11 @@ def hanging(reached: asyncio.Event) -> Behaviour:
 
 
 @asynccontextmanager
-async def docker_standin(socket: Path, behaviour: Behaviour) -> AsyncIterator[Path]:
+async def docker_standin(socket: Path, behaviour: Behaviour, *, hang_version: bool = False) -> AsyncIterator[Path]:
+    """`behaviour` answers every call but /version (and /version too with `hang_version`)."""
+
     async def handle(request: web.Request) -> web.StreamResponse:
-        if request.path.rstrip("/").endswith(("/version", "/_ping")):
+        if not hang_version and request.path.rstrip("/").endswith(("/version", "/_ping")):
             return web.json_response(VERSION)
         return await behaviour(request)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import gc
 from pathlib import Path
 
 import aiodocker
@@ -22,6 +23,7 @@ from cluster.errors import (
     NodeUnreachable,
 )
 from cluster.events import Failed
+from cluster.nodes.local import LocalNode
 from cluster.nodes.seam import command_error, docker_error
 from tests.controller.helpers import collect
 from tests.docker_standin import docker_standin, hanging
@@ -122,3 +124,23 @@ async def test_a_hung_engine_is_a_bounded_node_error_in_status_logs_preflight_an
 
         [removed] = await collect(controller.down())
         assert not removed.removed and "within 0.5 s" in removed.detail
+
+
+async def test_a_connect_cancelled_while_the_engine_answers_leaks_no_session(tmp_path):
+    """Cancelling while the Docker connection opens closes its HTTP session (aiohttp reports an
+    unclosed one through the loop's exception handler when it is collected)."""
+    reached = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    reported: list[str] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context.get("message", "")))
+    socket = Path("/tmp") / f"spark-slow-{tmp_path.name[-20:]}.sock"
+    async with docker_standin(socket, hanging(reached), hang_version=True):
+        node = hung_cluster(socket).nodes[0]
+        connecting = asyncio.create_task(LocalNode.connect(node, timeout=30, call_timeout=30))
+        await reached.wait()
+        connecting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await connecting
+    del connecting
+    gc.collect()
+    assert not [m for m in reported if "Unclosed" in m], reported

@@ -14,7 +14,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 from bot.console import render_message
 from bot.slack import SlackChat, make_client
@@ -26,32 +25,17 @@ from handlers.dispatch import Invocation
 from handlers.render import JobView, failure_message
 from handlers.settings import JobsConfig
 from tests.bot.helpers import block_text
+from tests.docker_standin import docker_standin, failing
 from tests.handlers.doubles import ALICE, CH, running_dispatcher, settings
 
 pytestmark = pytest.mark.timeout(120)
 
 
-
 @pytest.fixture
 async def broken_engine(tmp_path):
     """A Docker engine that answers /version but fails every other call with a 500."""
-
-    async def handle(request: web.Request) -> web.Response:
-        if request.path.rstrip("/").endswith(("/version", "/_ping")):
-            return web.json_response({"ApiVersion": "1.43", "Version": "24.0.0", "MinAPIVersion": "1.12"})
-        return web.json_response({"message": "write /var/lib/docker: no space left on device"}, status=500)
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    socket = Path("/tmp") / f"spark-broken-{tmp_path.name[-20:]}.sock"
-    await web.UnixSite(runner, str(socket)).start()
-    try:
+    async with docker_standin(Path("/tmp") / f"spark-broken-{tmp_path.name[-20:]}.sock", failing) as socket:
         yield socket
-    finally:
-        await runner.cleanup()
-        socket.unlink(missing_ok=True)
 
 
 def broken_cluster(engine: Path, tmp_path: Path) -> ClusterConfig:
