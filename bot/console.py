@@ -80,14 +80,22 @@ class ConsoleChat:
         self._print(f"  #{posted.ts} ↻ {status}  {plain(message.footer or '')}".rstrip())
 
     async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:
+        path = await self._save(f"{thread}-{attachment.filename}", attachment)
+        self._print(f"  #{thread} ↳ 📎 {attachment.title}: {path}")
+
+    async def upload_private(self, user: str, attachment: Attachment, comment: str) -> None:
+        path = await self._save(attachment.filename, attachment)
+        self._print(f"📎 {comment}: {path}")
+
+    async def _save(self, name: str, attachment: Attachment) -> Path:
         await asyncio.to_thread(self.files_dir.mkdir, parents=True, exist_ok=True)
-        path = self.files_dir / f"{thread}-{attachment.filename}"
+        path = self.files_dir / name
         # a log file can be megabytes: written in a thread, not on the event loop
         if isinstance(attachment.content, bytes):
             await asyncio.to_thread(path.write_bytes, attachment.content)
         else:
             await asyncio.to_thread(path.write_text, attachment.content)
-        self._print(f"  #{thread} ↳ 📎 {attachment.title}: {path}")
+        return path
 
     async def reply_private(self, channel: str, user: str, message: Message) -> None:
         self._print(render_message(message))

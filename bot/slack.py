@@ -80,6 +80,12 @@ class SlackChat:
         await self._call("chat.postEphemeral", self.client.chat_postEphemeral(
             channel=channel, user=user, **to_slack(message)))
 
+    async def upload_private(self, user: str, attachment: Attachment, comment: str) -> None:
+        opened = await self._call("conversations.open", self.client.conversations_open(users=user))
+        await self._call("files_upload_v2", self.client.files_upload_v2(
+            channel=opened["channel"]["id"], content=attachment.content, filename=attachment.filename,
+            title=attachment.title, initial_comment=comment))
+
     async def permalink(self, posted: Posted) -> str | None:
         response = await self._call("chat.getPermalink", self.client.chat_getPermalink(
             channel=posted.channel, message_ts=posted.ts))

@@ -33,5 +33,8 @@ class Chat(Protocol):
     async def reply_private(self, channel: str, user: str, message: Message) -> None:
         """Only `user` sees it (Slack: ephemeral)."""
 
+    async def upload_private(self, user: str, attachment: Attachment, comment: str) -> None:
+        """A file only `user` sees (Slack: in the bot's direct message with them)."""
+
     async def permalink(self, posted: Posted) -> str | None:
         """A link to the message, or None when the chat has none."""

@@ -24,7 +24,7 @@ from cluster.controller import Controller
 from cluster.events import BenchResult, Event, LogTail, Ready, StatusReport
 from handlers import commands as c
 from handlers.bench_history import StoreHistory
-from handlers.errors import CommandError
+from handlers.errors import ChatError, CommandError
 from handlers.jobs import Job, JobPlan, describe_state
 from handlers.messages import Attachment, Message, escape
 from handlers.render import INLINE_CHARS
@@ -157,16 +157,18 @@ async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Messa
     title = f"Last {len(tail.lines)} lines of `{escape(tail.container)}` on `{escape(tail.node)}`"
     if len(tail.lines) == len(inline) and sum(len(x) + 1 for x in inline) <= INLINE_CHARS:
         return Message(title=title, code=tail.lines or ["(empty)"])
-    # Too long for a message: a short post in the channel, the whole log as a file in its thread.
-    posted = await d.deliver("logs message", d.chat.post(invocation.channel, Message(
-        title=title, text=f"Asked by <@{invocation.user}>; the whole tail is in the thread as a file.",
-        code=inline, code_title=f"last {len(inline)} lines")))
-    if posted:
-        await d.deliver("logs file", d.chat.upload(
-            invocation.channel, posted.ts,
-            Attachment(filename=f"{tail.node}-{tail.container}.log", title=title,
-                       content="\n".join(tail.lines) + "\n"), title))
-    return None
+    # Too long for a message: the last lines privately here, the whole tail as a file only the
+    # asker sees (a log may show more than the channel should).
+    try:
+        await d.chat.upload_private(invocation.user, Attachment(
+            filename=f"{tail.node}-{tail.container}.log", title=title,
+            content="\n".join(tail.lines) + "\n"), title)
+        where = "the whole tail is in your direct messages with the bot, as a file"
+    except ChatError as error:
+        log.error("could not send the log file to %s: %s", invocation.user, error)
+        where = "the whole tail could not be sent as a file; `spark-bot logs` on the bot's host shows it"
+    return Message(title=title, text=f"Only you see this; {where}.", code=inline,
+                   code_title=f"last {len(inline)} lines")
 
 
 # -- jobs -------------------------------------------------------------------------------------

@@ -192,24 +192,27 @@ async def test_down_asks_for_confirmation_then_tears_down(slack, cluster, tmp_pa
         assert await containers_present(cluster) == []
 
 
-async def test_status_and_a_long_log_as_a_file_with_429_honoured(slack, cluster, tmp_path):
+async def test_status_and_a_long_log_privately_as_a_file_with_429_honoured(slack, cluster, tmp_path):
     async with slack_bot(slack, cluster, settings(tmp_path)):
         await up_and_wait(slack)
         await slack.send_slash_command(BOB, CH, "status")
         status = await slack.wait_for_call("chat.postEphemeral", 10)
         assert "`spark-lab-0` vllm_lab: *running*" in block_text(status) and "API: healthy" in block_text(status)
 
-        slack.rate_limit("chat.postMessage", times=1, retry_after=1)
+        slack.rate_limit("chat.postEphemeral", times=1, retry_after=1)
         mark = slack.last_seq()
         await slack.send_slash_command(BOB, CH, "logs head 300")
         upload = await slack.wait_for(lambda c: c.method == "files.completeUploadExternal", 20, after=mark)
-    posts = [c for c in slack.calls("chat.postMessage") if c.seq > mark]
-    assert [p.status for p in posts[:2]] == [429, 200]
-    assert posts[1].time - posts[0].time >= 1.0, "Retry-After honoured"
-    log_post = posts[1]
-    assert upload.params["thread_ts"] == log_post.result["ts"]
+        reply = await slack.wait_for(lambda c: c.method == "chat.postEphemeral" and c.status == 200, 20, after=mark)
+    replies = [c for c in slack.calls("chat.postEphemeral") if c.seq > mark]
+    assert [r.status for r in replies[:2]] == [429, 200]
+    assert replies[1].time - replies[0].time >= 1.0, "Retry-After honoured"
+    assert not [c for c in slack.calls("chat.postMessage") if c.seq > mark], "nothing of the log in the channel"
+    [opened] = [c for c in slack.calls("conversations.open") if c.seq > mark]
+    assert opened.params["users"] == BOB and upload.params["channel_id"] == opened.result["channel"]["id"]
     content = slack.file_content(upload.params["files"][0]["id"]).decode()
-    assert len(content.splitlines()) > 15 and "```" in block_text(log_post)
+    assert len(content.splitlines()) > 15
+    assert "```" in block_text(reply) and "Only you see this" in block_text(reply)
 
 
 async def test_bench_posts_the_table_the_sample_and_the_chart_into_the_thread(slack, cluster, tmp_path):

@@ -66,6 +66,7 @@ class RecordingChat:
     def __init__(self) -> None:
         self.posts: list[Sent] = []
         self.private: list[tuple[str, Message]] = []  # (user, message)
+        self.private_uploads: list[tuple[str, Attachment]] = []  # (user, file)
         self.uploads: list[tuple[str, Attachment]] = []  # (thread, attachment)
         self.latest: dict[str, Message] = {}  # ts -> the message as it reads now
         self._ts = itertools.count(1)
@@ -88,6 +89,10 @@ class RecordingChat:
 
     async def reply_private(self, channel: str, user: str, message: Message) -> None:
         self.private.append((user, message))
+        await self._notify()
+
+    async def upload_private(self, user: str, attachment: Attachment, comment: str) -> None:
+        self.private_uploads.append((user, attachment))
         await self._notify()
 
     async def permalink(self, posted: Posted) -> str | None:
@@ -281,11 +286,11 @@ class _FailingConnection:
 
 @asynccontextmanager
 async def running_dispatcher(controllers: ControllerFactory, bot_settings: BotSettings | None = None, *,
-                             cluster: ClusterConfig = CLUSTER,
-                             store: Store | None = None) -> AsyncIterator[tuple[Dispatcher, RecordingChat]]:
+                             cluster: ClusterConfig = CLUSTER, store: Store | None = None,
+                             chat: RecordingChat | None = None) -> AsyncIterator[tuple[Dispatcher, RecordingChat]]:
     """A started dispatcher on a RecordingChat; `controllers`: usually ScriptedControllers. Stopped after."""
     bot_settings = bot_settings or settings()
-    chat = RecordingChat()
+    chat = chat or RecordingChat()
     dispatcher = Dispatcher(cluster, bot_settings, chat, store or Store(bot_settings.store.path), controllers)
     await dispatcher.start()
     try:

@@ -498,6 +498,7 @@ class SlackStandIn:
             "reactions.add": self._reactions_add,
             "users.info": self._users_info,
             "conversations.info": self._conversations_info,
+            "conversations.open": self._conversations_open,
             "files.getUploadURLExternal": self._files_get_upload_url,
             "files.completeUploadExternal": self._files_complete_upload,
         }.get(method)
@@ -726,6 +727,17 @@ class SlackStandIn:
                 "profile": {"display_name": name, "real_name": name.title()},
             },
         }
+
+    def _conversations_open(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+        """A direct message with one user (what the bot needs; group DMs are not modelled)."""
+        users = str(p.get("users") or "").split(",")
+        if users == [""]:
+            return {"ok": False, "error": "users_list_not_supplied"}
+        if len(users) != 1 or users[0] not in self.users:
+            return {"ok": False, "error": "user_not_found"}
+        channel = "D" + users[0][1:]
+        self.channels.setdefault(channel, f"dm-{self.users[users[0]]}")
+        return {"ok": True, "channel": {"id": channel}}
 
     def _conversations_info(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
         cid = p.get("channel")
