@@ -105,6 +105,9 @@ class ConsoleChat:
     async def permalink(self, posted: Posted) -> str | None:
         return None
 
+    def without_waiting(self) -> ConsoleChat:
+        return self
+
 
 async def stdin_lines() -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()

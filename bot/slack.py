@@ -7,6 +7,7 @@ Tokens and the signing secret are read here, at the edge, and nowhere else.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from typing import Any
 
@@ -27,7 +28,7 @@ from bot.replay import Replay, ReplayGuard
 from bot.slack_blocks import to_slack
 from handlers.chat import Posted
 from handlers.dispatch import Action, Dispatcher, Invocation
-from handlers.errors import ChatError
+from handlers.errors import ChatError, RateLimited
 from handlers.messages import CANCEL_ACTION, CONFIRM_ACTION, Attachment, Message
 
 log = logging.getLogger(__name__)
@@ -50,10 +51,19 @@ class SlackChat:
     def __init__(self, client: AsyncWebClient):
         self.client = client
 
+    def without_waiting(self) -> SlackChat:
+        # a copy of the client, sharing its settings, without the handler that sleeps on a 429
+        client = copy.copy(self.client)
+        client.retry_handlers = [h for h in self.client.retry_handlers
+                                 if not isinstance(h, AsyncRateLimitErrorRetryHandler)]
+        return SlackChat(client)
+
     async def _call(self, what: str, call) -> Any:
         try:
             return await call
         except SlackApiError as error:
+            if error.response.status_code == 429:
+                raise RateLimited(what, _retry_after(error.response.headers)) from error
             raise ChatError(f"{what}: Slack answered {error.response.get('error')}") from error
         except (SlackClientError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
             raise ChatError(f"{what}: {type(error).__name__}: {error}") from error
@@ -90,6 +100,17 @@ class SlackChat:
         response = await self._call("chat.getPermalink", self.client.chat_getPermalink(
             channel=posted.channel, message_ts=posted.ts))
         return response.get("permalink")
+
+
+def _retry_after(headers: Any) -> float:
+    """Seconds from a 429's Retry-After header (1 if it has none, as slack_sdk assumes)."""
+    value = next((v for k, v in (headers or {}).items() if k.lower() == "retry-after"), None)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    try:
+        return max(0.0, float(value))
+    except (TypeError, ValueError):
+        return 1.0
 
 
 def build_app(dispatcher: Dispatcher, client: AsyncWebClient, signing_secret: str | None) -> AsyncApp:

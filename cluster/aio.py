@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def log_failure(task: asyncio.Task) -> None:
+    """A done callback for a task nothing awaits for its result: its exception is logged, not lost."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("task %s failed", task.get_name(), exc_info=task.exception())
 
 
 async def finish_uncancelled(coro: Coroutine[Any, Any, Any]) -> None:

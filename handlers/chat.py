@@ -2,7 +2,9 @@
 
 Adapters (bot/slack.py, bot/console.py) implement it. A call that cannot be delivered raises
 `handlers.errors.ChatError` after the adapter's own retries; handlers log it and carry on: a chat outage never
-stops a job.
+stops a job. A chat that limits its callers' rate waits inside the call and tries again, except
+on the chat `without_waiting()` returns, which raises `RateLimited` at once: for a caller that
+schedules its own retries (a job's outbox, handlers/outbox.py).
 """
 
 from __future__ import annotations
@@ -38,3 +40,7 @@ class Chat(Protocol):
 
     async def permalink(self, posted: Posted) -> str | None:
         """A link to the message, or None when the chat has none."""
+
+    def without_waiting(self) -> Chat:
+        """The same chat, raising `RateLimited` instead of waiting when it refuses a call for now
+        (a chat without rate limits returns itself)."""

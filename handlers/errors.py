@@ -27,6 +27,14 @@ class ChatError(SparkBotError):
     """A message could not be delivered (after the adapter's retries)."""
 
 
+class RateLimited(ChatError):
+    """The chat takes no more of these calls for now (Slack's 429): try again in `retry_after` seconds."""
+
+    def __init__(self, what: str, retry_after: float):
+        super().__init__(f"{what}: rate limited, retry after {retry_after:g} s")
+        self.retry_after = retry_after
+
+
 class StoreUnavailable(SparkBotError):
     """The bot's database cannot record a job now (another program holds it, the disk is full or
     failing), so the job is not started: its lock could not be taken."""

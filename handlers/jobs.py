@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from cluster.aio import finish_uncancelled
+from cluster.aio import finish_uncancelled, log_failure
 from cluster.checkpoints import Checkpoint
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
@@ -24,6 +24,7 @@ from handlers.errors import AnotherInstance, Busy, StoreUnavailable
 from handlers.job_state import JobState
 from handlers.journal import Journal, retried
 from handlers.messages import Message, escape
+from handlers.outbox import Deliveries
 from handlers.render import Delivery, JobView
 from handlers.settings import BotSettings
 from handlers.store import JobRecord, LockRecord, Owner, Store, now
@@ -82,6 +83,7 @@ class JobManager:
         self.watching: asyncio.Task | None = None
         self.journal = Journal()  # the writes of no one job: the watch, audits
         self.deliver = Delivery(chat)
+        self.deliveries = Deliveries()  # every job view's outbox task
         self._unrecorded: list[tuple[str, Callable[[], Coroutine]]] = []  # job ends the store missed
         self._tasks: set[asyncio.Task] = set()
         self._writes: set[asyncio.Task] = set()
@@ -100,8 +102,7 @@ class JobManager:
 
     def _ended(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("task %s failed", task.get_name(), exc_info=task.exception())
+        log_failure(task)
 
     def record(self, what: str, write: Callable[[], Coroutine]) -> None:
         """Write to the store in a task nothing waits for (an audit); `stop` lets it finish."""
@@ -109,15 +110,17 @@ class JobManager:
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
-    async def idle(self) -> None:
-        """Wait until no command task runs and every write is done (the watch may go on)."""
-        while busy := (self._tasks - {self.watching}) | self._writes:
+    async def idle(self, *, chat: bool = True) -> None:
+        """Wait until no command task runs, every write is done and (unless not `chat`) every
+        message is delivered or given up (the watch may go on)."""
+        while busy := (self._tasks - {self.watching}) | self._writes | (self.deliveries.tasks if chat else set()):
             await asyncio.gather(*busy, return_exceptions=True)
 
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.deliveries.close()  # the jobs' last states, for a few seconds at most
         await asyncio.gather(*self._writes, return_exceptions=True)  # each bounded by its retries
         if self._heartbeat is not None:
             self._heartbeat.cancel()
@@ -200,25 +203,27 @@ class JobManager:
     async def run(self, record: JobRecord, plan: JobPlan) -> Job:
         """Post the parent, feed it the events, finish it; the lock is released in every case."""
         events = plan.events
+        claim = self.claim
+        assert claim is not None and claim.lock.job.id == record.id, "run a job open_job opened"
         journal = Journal(tell=lambda failure: self._tell_unrecorded(record, failure))
+
+        async def on_posted(posted: Posted) -> None:  # in the outbox's task, whenever the chat takes it
+            claim.lock = replace(claim.lock, job=replace(record, ts=posted.ts, link=view.link))
+            await journal.write(f"job {record.id}'s message", lambda: self.store.set_parent(
+                record.id, posted.ts, view.link, view.parent.model_dump_json()))
+
         view = JobView(self.chat, record.channel, title=plan.title,
                        text=f"<@{record.user}> ran `/spark {record.command}` · job #{record.id}",
                        plan=plan.checkpoints, job_id=record.id, requester=record.user, settings=self.settings.jobs,
+                       deliveries=self.deliveries, on_posted=on_posted,
                        on_parent=lambda m: journal.write(f"job {record.id}'s progress",
                                                          lambda: self.store.save_parent(record.id, m.model_dump_json())))
         job = Job(record, view, journal)
-        claim = self.claim
-        assert claim is not None and claim.lock.job.id == record.id, "run a job open_job opened"
         started = asyncio.get_running_loop().time()
         try:
-            posted = await view.open()
-            if posted:
-                claim.lock = replace(claim.lock, job=replace(record, ts=posted.ts, link=view.link))
-            if posted:
-                await journal.write(f"job {record.id}'s message", lambda: self.store.set_parent(
-                    record.id, posted.ts, view.link, view.parent.model_dump_json()))
-            # aclosing: a cancel that lands while we post to chat (the generator suspended at a
-            # yield) must still run the controller's cleanup, now rather than at garbage collection
+            view.open()
+            # aclosing: a cancel that lands while the view records an event (the generator suspended
+            # at a yield) must still run the controller's cleanup, now rather than at garbage collection
             async with aclosing(events):
                 async for event in events:
                     job.events.append(event)
@@ -252,7 +257,6 @@ class JobManager:
                              broadcast=True)
         finally:
             claim.task = None  # no longer cancellable: a Cancel now must not cut the lock's release short
-            await view.close()
             if not job.state.ended:  # neither an Exception nor a cancel: KeyboardInterrupt, SystemExit
                 job.end(JobState.CRASHED, "stopped by a BaseException")
             await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link, journal))
@@ -285,11 +289,12 @@ class JobManager:
                 self._unrecorded.append((what, write))
 
     async def _tell_unrecorded(self, record: JobRecord, failure: str) -> None:
-        await self.deliver(f"job {record.id}'s store failure to {record.user}", self.chat.reply_private(
-            record.channel, record.user, Message(
-                title=f"⚠ The bot could not record job #{record.id}", tone="warning",
-                text=f"{escape(failure)}\nThe cluster work goes on; the bot keeps the job's state in memory "
-                     "and records how it ended once its database can be written again.")))
+        what = f"job {record.id}'s store failure to {record.user}"
+        message = Message(title=f"⚠ The bot could not record job #{record.id}", tone="warning",
+                          text=f"{escape(failure)}\nThe cluster work goes on; the bot keeps the job's state in "
+                               "memory and records how it ended once its database can be written again.")
+        # in a task: the job that hit the failure does not wait for the chat
+        self.deliveries.start(self.deliver(what, self.chat.reply_private(record.channel, record.user, message)), what)
 
     def cancel(self, user: str, job_id: int | None = None) -> LockRecord | None:
         """Cancel the job that holds the lock, wherever it is: preparing (asking the nodes, the
@@ -358,16 +363,14 @@ class JobManager:
     def view_for(self, record: JobRecord) -> JobView:
         """The messages of a job posted by an earlier run of the bot (from what the store kept)."""
         view = JobView(self.chat, record.channel, title="", text="", plan=[], job_id=record.id,
-                       requester=record.user, settings=self.settings.jobs,
+                       requester=record.user, settings=self.settings.jobs, deliveries=self.deliveries,
+                       posted=Posted(record.channel, record.ts) if record.ts else None, link=record.link,
                        on_parent=lambda m: self.journal.write(f"job {record.id}'s message", lambda: self.store.save_parent(
                            record.id, m.model_dump_json())))
         if record.parent_json:
             view.parent = Message.model_validate_json(record.parent_json)
             view.items = {str(i): item for i, item in enumerate(view.parent.checklist)}
         view.parent = view.parent.model_copy(update={"buttons": []})
-        if record.ts:
-            view.posted = Posted(record.channel, record.ts)
-            view.link = record.link
         return view
 
     async def reconcile_within(self, seconds: float) -> None:

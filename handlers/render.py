@@ -1,5 +1,5 @@
 """Controller events -> chat messages for one job: the parent message as a live checklist edited
-in place (throttled), a thread reply per checkpoint, and a loud notification on failure.
+in place (throttled by its outbox), a thread reply per checkpoint, and a loud notification on failure.
 
 Text uses a small markup every adapter understands: *bold*, `code`, <@USER>, <#CHANNEL>,
 <URL|label>; what the cluster says (log lines, errors, summaries, model output) enters it only
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 from cluster.bench.models import BenchReport
@@ -36,6 +35,7 @@ from handlers.messages import (
     Tone,
     escape,
 )
+from handlers.outbox import Deliveries, Outbox
 from handlers.settings import JobsConfig
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,8 @@ class Delivery:
 
 
 class JobView:
-    """The messages of one job. `parent` is the current parent message (persisted by the caller)."""
+    """The messages of one job. `parent` is the current parent message (persisted by the caller
+    through `on_parent`); its outbox delivers them, so nothing here waits for the chat."""
 
     def __init__(
         self,
@@ -75,7 +76,11 @@ class JobView:
         job_id: int,
         requester: str,
         settings: JobsConfig,
+        deliveries: Deliveries | None = None,
+        posted: Posted | None = None,
+        link: str | None = None,
         on_parent: Callable[[Message], Awaitable[None]] | None = None,
+        on_posted: Callable[[Posted], Awaitable[None]] | None = None,
     ):
         self.deliver = Delivery(chat)
         self.chat = chat
@@ -84,14 +89,14 @@ class JobView:
         self.requester = requester
         self.settings = settings
         self.on_parent = on_parent
+        self.on_posted = on_posted
+        self.outbox = Outbox(chat, channel, name=f"job {job_id}", settings=settings,
+                             deliveries=deliveries or Deliveries(), posted=posted,
+                             on_posted=self._posted, on_undelivered=self._undelivered)
+        self.link = link
         self.items: dict[str, ChecklistItem] = {c.id: ChecklistItem(title=c.title) for c in plan}
         self.parent = Message(title=title, text=text, tone="running", buttons=[self._cancel_button()])
-        self.posted: Posted | None = None
-        self.link: str | None = None
         self._progress: str | None = None
-        self._last_update = 0.0
-        self._deferred: asyncio.Task | None = None
-        self._update_lock = asyncio.Lock()
         self._mark_running()
 
     def _cancel_button(self) -> Button:
@@ -100,19 +105,33 @@ class JobView:
                                       "removes what it started.", confirm="Cancel the job", deny="Keep going"))
 
     @property
-    def thread(self) -> str | None:
-        return self.posted.ts if self.posted else None
+    def posted(self) -> Posted | None:
+        return self.outbox.posted
+
+    async def delivered(self) -> None:
+        """Until the chat has everything queued so far (or it was given up)."""
+        await self.outbox.drained()
 
     # -- the parent message -----------------------------------------------------------------
 
-    async def open(self) -> Posted | None:
+    def open(self) -> None:
+        """Queue the parent message; `on_posted` is called once the chat has it."""
         self.parent = self._render_parent()
-        self.posted = await self.deliver(f"job {self.job_id} parent message",
-                                         self.chat.post(self.channel, self.parent))
-        if self.posted:
-            self.link = await self.deliver("permalink", self.chat.permalink(self.posted))
-            self._last_update = time.monotonic()
-        return self.posted
+        self.outbox.open(self.parent)
+
+    async def _posted(self, posted: Posted) -> None:
+        self.link = await self.deliver("permalink", self.chat.permalink(posted))
+        if self.on_posted:
+            await self.on_posted(posted)
+
+    async def _undelivered(self, final: Message, lost: int) -> None:
+        """The chat never took the job's last state: its requester hears how the job ended."""
+        lost_replies = f" ({lost} thread replies are lost)" if lost else ""
+        note = (f"The bot could not show this in <#{self.channel}>: the chat refused its messages{lost_replies}. "
+                f"How job #{self.job_id} ended:")
+        message = final.model_copy(update={"text": f"{note}\n{final.text}".strip(), "buttons": []})
+        await self.deliver(f"job {self.job_id}'s outcome to {self.requester}",
+                           self.chat.reply_private(self.channel, self.requester, message))
 
     def _mark_running(self) -> None:
         for key, item in self.items.items():
@@ -127,47 +146,18 @@ class JobView:
         fields = {"checklist": list(self.items.values()), "footer": footer, **update}
         return self.parent.model_copy(update=fields)
 
-    async def refresh(self, *, force: bool = False, **update) -> None:
-        """Re-render the parent; edit it now, or once the throttle interval has passed."""
+    async def refresh(self, *, final: bool = False, **update) -> None:
+        """Re-render the parent; the chat gets the latest state once the update interval has
+        passed, or at once when `final` (a failure, the job's end: its last look)."""
         self.parent = self._render_parent(**update)
         if self.on_parent:
             await self.on_parent(self.parent)
-        if self.posted is None:
-            return
-        wait = self._last_update + self.settings.update_interval - time.monotonic()
-        if force or wait <= 0:
-            if self._deferred:
-                self._deferred.cancel()
-                self._deferred = None
-            await self._flush()
-        elif self._deferred is None:
-            self._deferred = asyncio.create_task(self._flush_later(wait))
-
-    async def _flush_later(self, wait: float) -> None:
-        await asyncio.sleep(wait)
-        self._deferred = None
-        await self._flush()
-
-    async def _flush(self) -> None:
-        async with self._update_lock:
-            assert self.posted is not None
-            self._last_update = time.monotonic()
-            await self.deliver(f"job {self.job_id} parent update", self.chat.update(self.posted, self.parent))
-
-    async def close(self) -> None:
-        if self._deferred:
-            self._deferred.cancel()
-            self._deferred = None
+        self.outbox.parent(self.parent, urgent=final, final=final)
 
     # -- thread replies ---------------------------------------------------------------------
 
     async def reply(self, message: Message, *, broadcast: bool = False) -> None:
-        what = f"job {self.job_id} reply {message.title!r}"
-        posted = await self.deliver(what, self.chat.post(self.channel, message, thread=self.thread,
-                                                         broadcast=broadcast))
-        if posted and message.attachment and self.thread:
-            await self.deliver(f"{what} file", self.chat.upload(self.channel, self.thread, message.attachment,
-                                                                message.attachment.title))
+        self.outbox.reply(message, broadcast=broadcast)
 
     # -- events -----------------------------------------------------------------------------
 
@@ -229,7 +219,7 @@ class JobView:
             if other.state == "running":
                 self.items[key] = other.model_copy(update={"state": "pending"})
         where = f" on {escape(event.node)}" if event.node else ""
-        await self.refresh(force=True, tone="failure", buttons=[],
+        await self.refresh(final=True, tone="failure", buttons=[],
                            footer=f"✘ {escape(event.title)}{where} failed{during}: {escape(event.summary)}")
         await self.reply(self._with_log(failure_message(event, self.requester, during), event.log_tail,
                                         f"{event.checkpoint}-failure.log"), broadcast=True)
@@ -239,8 +229,7 @@ class JobView:
         for key, item in self.items.items():
             if item.state == "running":
                 self.items[key] = item.model_copy(update={"state": "pending"})
-        await self.close()
-        await self.refresh(force=True, tone=state.tone, buttons=[], footer=footer)
+        await self.refresh(final=True, tone=state.tone, buttons=[], footer=footer)
 
 
 def failure_message(event: Failed, requester: str, during: str = "") -> Message:

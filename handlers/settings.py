@@ -83,6 +83,10 @@ class JobsConfig(_Model):
     )
     watch_health_interval: float = Field(30, gt=0, le=3600)
     inline_log_lines: int = Field(15, ge=1, le=100, description="log lines shown in a thread reply")
+    delivery_timeout: float = Field(180, ge=5, le=3600, description=(
+        "seconds the bot keeps trying to deliver a job's messages while the chat takes none of them "
+        "(Slack answering 429 or failing); then it gives them up and tells the requester privately how "
+        "the job ended"))
 
 
 class StoreConfig(_Model):

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import sqlite3
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -27,8 +29,10 @@ from cluster.config import ClusterConfig
 from cluster.events import CheckpointPassed, CompletionSample, ContainerState, Event, Failed, Ready, StatusReport
 from handlers.chat import Posted
 from handlers.dispatch import Dispatcher
+from handlers.errors import RateLimited
 from handlers.jobs import ControllerFactory
 from handlers.messages import Attachment, Message
+from handlers.outbox import Timing
 from handlers.settings import BotSettings
 from handlers.store import Store
 from tests.controller.helpers import LAB_CONFIG
@@ -98,6 +102,9 @@ class RecordingChat:
     async def permalink(self, posted: Posted) -> str | None:
         return f"https://chat.example/{posted.channel}/p{posted.ts}"
 
+    def without_waiting(self) -> RecordingChat:
+        return self
+
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
@@ -114,6 +121,64 @@ class RecordingChat:
     def thread(self, parent_index: int = 0) -> list[Sent]:
         ts = [p.ts for p in self.posts if p.thread is None][parent_index]
         return [p for p in self.posts if p.thread == ts]
+
+
+class RefusingChat(RecordingChat):
+    """A RecordingChat whose channel calls (post, update, upload) can be held or refused the way
+    Slack refuses them under its rate limits: `refuse("update", 30)` answers the next 30 updates
+    with RateLimited(retry_after); while `gate` is clear every channel call waits. Private
+    replies always get through."""
+
+    def __init__(self, retry_after: float = 1.0) -> None:
+        super().__init__()
+        self.retry_after = retry_after
+        self.refusals: dict[str, float] = {}  # method -> refusals left
+        self.refused: Counter[str] = Counter()
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    def refuse(self, method: str, times: float = math.inf) -> None:
+        self.refusals[method] = times
+
+    async def _admit(self, method: str) -> None:
+        await self.gate.wait()
+        if self.refusals.get(method, 0) > 0:
+            self.refusals[method] -= 1
+            self.refused[method] += 1
+            raise RateLimited(f"chat.{method}", self.retry_after)
+
+    async def post(self, channel: str, message: Message, *, thread: str | None = None,
+                   broadcast: bool = False) -> Posted:
+        await self._admit("post")
+        return await super().post(channel, message, thread=thread, broadcast=broadcast)
+
+    async def update(self, posted: Posted, message: Message) -> None:
+        await self._admit("update")
+        await super().update(posted, message)
+
+    async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:
+        await self._admit("upload")
+        await super().upload(channel, thread, attachment, comment)
+
+
+class VirtualTime:
+    """The outboxes' time, moved only by their waits: a wait returns at once with the clock moved
+    on, so a test of Retry-After or of a timeout of minutes takes no real time."""
+
+    def __init__(self) -> None:
+        self.at = 0.0
+        self.waits: list[float] = []
+
+    def now(self) -> float:
+        return self.at
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.at += max(0.0, seconds)
+        await asyncio.sleep(0)
+
+    def timing(self) -> Timing:
+        return Timing(now=self.now, sleep=self.sleep)
 
 
 # -- the controller ---------------------------------------------------------------------------
@@ -287,11 +352,15 @@ class _FailingConnection:
 @asynccontextmanager
 async def running_dispatcher(controllers: ControllerFactory, bot_settings: BotSettings | None = None, *,
                              cluster: ClusterConfig = CLUSTER, store: Store | None = None,
-                             chat: RecordingChat | None = None) -> AsyncIterator[tuple[Dispatcher, RecordingChat]]:
-    """A started dispatcher on a RecordingChat; `controllers`: usually ScriptedControllers. Stopped after."""
+                             chat: RecordingChat | None = None,
+                             time: VirtualTime | None = None) -> AsyncIterator[tuple[Dispatcher, RecordingChat]]:
+    """A started dispatcher on a RecordingChat (or `chat`), its messages delivered on `time` if
+    given; `controllers`: usually ScriptedControllers. Stopped after."""
     bot_settings = bot_settings or settings()
     chat = chat or RecordingChat()
     dispatcher = Dispatcher(cluster, bot_settings, chat, store or Store(bot_settings.store.path), controllers)
+    if time is not None:
+        dispatcher.jobs.deliveries.timing = time.timing()
     await dispatcher.start()
     try:
         yield dispatcher, chat

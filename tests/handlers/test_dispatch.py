@@ -99,11 +99,13 @@ HOSTILE = "<!channel> see <http://evil.example|the docs> & more"
 async def test_untrusted_text_is_posted_escaped_and_cannot_leave_its_code_block(slack):
     view = JobView(SlackChat(make_client(slack.bot_token, slack.api_url)), CH, title="Launch", text="",
                    plan=[], job_id=7, requester=ALICE, settings=JobsConfig(update_interval=0))
-    await view.open()
+    view.open()
+    await view.delivered()  # posted first, so that the failure is an update
     failure = Failed(elapsed_s=1.0, checkpoint="weights", title="Weights loaded", node="spark-a",
                      summary=f"engine died: {HOSTILE}", evidence=HOSTILE, cause=f"cause {HOSTILE}",
                      fix="fix it", log_tail=["```", HOSTILE, "`<!here>`"])
     await view.failed(failure)
+    await view.delivered()
     [reply] = [c for c in slack.calls("chat.postMessage") if c.params.get("thread_ts")]
     sent = json.dumps(reply.params["blocks"]) + reply.params["text"]
     [update] = slack.calls("chat.update")

@@ -173,6 +173,7 @@ class SlackStandIn:
         self._seq = itertools.count(1)
         self._changed: Optional[asyncio.Condition] = None
         self._faults: Dict[str, Deque[_Fault]] = {}
+        self._share: Optional[tuple] = None  # (every, methods, retry_after, calls so far)
         self._last_ts_us = 0
         self._file_seq = itertools.count(1)
         self._block_seq = itertools.count(1)
@@ -260,6 +261,11 @@ class SlackStandIn:
         """Answer the next `times` calls of `method` with HTTP 429 + Retry-After."""
         q = self._faults.setdefault(method, deque())
         q.extend(_Fault("ratelimit", retry_after=retry_after) for _ in range(times))
+
+    def rate_limit_share(self, every: int, methods: List[str], retry_after: int = 1) -> None:
+        """Answer every `every`-th call of `methods` (counted together, after any armed fault)
+        with HTTP 429 + Retry-After, until `rate_limit_share(0, [])`."""
+        self._share = (every, set(methods), retry_after, 0) if every else None
 
     def fail(self, method: str, error: str = "internal_error", times: int = 1, status: int = 200) -> None:
         """Answer the next `times` calls with {"ok": false, "error": error} (HTTP `status`)."""
@@ -453,6 +459,11 @@ class SlackStandIn:
         headers: Dict[str, str] = {}
         q = self._faults.get(method)
         fault = q.popleft() if q else None
+        if fault is None and self._share is not None and method in self._share[1]:
+            every, methods, retry_after, seen = self._share
+            self._share = (every, methods, retry_after, seen + 1)
+            if (seen + 1) % every == 0:
+                fault = _Fault("ratelimit", retry_after=retry_after)
         try:
             if fault is not None and fault.kind == "drop":
                 call.dropped = True

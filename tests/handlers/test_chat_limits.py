@@ -1,0 +1,121 @@
+"""A chat that limits the bot's rate (Slack's 429) or stops answering never holds a job up: the job
+runs and ends at the controller's pace, its messages follow in order once the chat takes them
+again, the parent's latest state wins, and a requester whose channel keeps refusing hears the
+outcome privately. Time is virtual: waits move the outboxes' clock, nothing sleeps."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from handlers.dispatch import Dispatcher, Invocation
+from handlers.job_state import JobState
+from handlers.messages import Message
+from handlers.outbox import MAX_REPLIES, MERGED_LINES, Deliveries, Outbox
+from handlers.settings import JobsConfig
+from tests.handlers.doubles import (
+    ALICE, CH, CLUSTER, RefusingChat, ScriptedControllers, VirtualTime, failed, launch_passes, passed, ready,
+    running_dispatcher,
+)
+
+pytestmark = pytest.mark.timeout(20)
+
+LAUNCH_REPLIES = [f"✔ {event.title}" for event in launch_passes()] + ["✅ Ready"]
+READY_FOOTER = f"✔ Ready: `{CLUSTER.serve.api_model_name}`"
+
+
+def launch() -> ScriptedControllers:
+    return ScriptedControllers(up=[*launch_passes(), ready()])
+
+
+async def job_ended(dispatcher: Dispatcher) -> None:
+    """The job has run to its end and its end is recorded (messages may still be on their way)."""
+    await dispatcher.jobs.idle(chat=False)
+    assert await dispatcher.store.locks() == [] and dispatcher.jobs.claim is None
+    assert (await dispatcher.store.job(1)).state == JobState.SUCCEEDED
+
+
+async def test_a_job_runs_to_its_end_while_the_chat_holds_every_call_and_its_messages_follow_in_order():
+    chat, controllers = RefusingChat(), launch()
+    chat.gate.clear()
+    async with running_dispatcher(controllers, chat=chat, time=VirtualTime()) as (dispatcher, _):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await job_ended(dispatcher)
+        assert controllers.cleaned_up == ["status", "status", "up"] and not controllers.stopped_early
+        assert chat.posts == [], "the job did not wait for a single message"
+
+        chat.refuse("post", 5)  # and the chat comes back limiting the rate
+        chat.refuse("update", 5)
+        chat.gate.set()
+        await dispatcher.idle()
+    assert [sent.message.title for sent in chat.thread()] == LAUNCH_REPLIES
+    assert chat.parent().footer.startswith(READY_FOOTER) and chat.parent().tone == "success"
+    assert chat.refused["post"] == 5 and chat.private == []
+
+
+async def test_the_final_state_reaches_the_parent_after_30_refused_edits():
+    chat, time = RefusingChat(retry_after=1.0), VirtualTime()
+    chat.refuse("update", 30)
+    async with running_dispatcher(launch(), chat=chat, time=time) as (dispatcher, _):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await job_ended(dispatcher)
+        await dispatcher.idle()
+    assert chat.refused["update"] == 30
+    assert time.now() >= 30 * 1.0, "each refusal waited its Retry-After"
+    parent = chat.parent()
+    assert parent.footer.startswith(READY_FOOTER) and parent.tone == "success" and parent.buttons == []
+    assert [item.state for item in parent.checklist] == ["done"] * len(parent.checklist)
+    assert [sent.message.title for sent in chat.thread()] == LAUNCH_REPLIES
+    assert chat.private == []
+
+
+@pytest.mark.parametrize("refused", [["post", "update"], ["update"]], ids=["nothing posted", "no edit"])
+async def test_the_requester_hears_the_outcome_privately_when_the_channel_keeps_refusing(refused):
+    chat, time = RefusingChat(), VirtualTime()
+    for method in refused:
+        chat.refuse(method)
+    controllers = ScriptedControllers(up=[passed("ssh"), failed("weights")])
+    async with running_dispatcher(controllers, chat=chat, time=time) as (dispatcher, _):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await dispatcher.jobs.idle(chat=False)
+        assert (await dispatcher.store.job(1)).state == JobState.FAILED and await dispatcher.store.locks() == []
+        await dispatcher.idle()
+        timeout = dispatcher.settings.jobs.delivery_timeout
+    [(user, outcome)] = chat.private
+    assert user == ALICE and time.now() >= timeout
+    assert outcome.footer.startswith("✘ Weights loaded on every rank") and outcome.tone == "failure"
+    assert f"could not show this in <#{CH}>" in outcome.text and outcome.buttons == []
+    if "post" in refused:
+        assert chat.posts == [] and "(2 thread replies are lost)" in outcome.text
+    else:
+        assert [sent.message.title for sent in chat.thread()] == ["✔ SSH to every node",
+                                                                 "✘ Weights loaded on every rank failed"]
+
+
+async def test_replies_beyond_the_bound_are_merged_in_order_and_a_failure_is_never_merged():
+    chat = RefusingChat()
+    outbox = Outbox(chat, CH, name="job 1", settings=JobsConfig(update_interval=0),
+                    deliveries=Deliveries(VirtualTime().timing()))
+    outbox.open(Message(title="🚀 Launch"))
+    await outbox.drained()
+    chat.gate.clear()  # the chat holds the first reply; the others wait in the outbox
+    for n in range(MAX_REPLIES + 30):
+        outbox.reply(Message(title=f"step {n}", text=f"detail {n}"))
+        if n == 10:
+            outbox.reply(Message(title="✘ failed", tone="failure"), broadcast=True)
+    chat.gate.set()
+    await outbox.drained()
+
+    thread = [sent.message for sent in chat.thread()]
+    assert len(thread) == MAX_REPLIES and outbox.lost == 0
+    shown: list[int | str] = []
+    for message in thread:
+        if message.title == "✘ failed":
+            shown.append("failure")
+        elif message.title.endswith("held back while the chat refused messages"):
+            assert message.text.count("\n") < MERGED_LINES
+            shown += [int(n) for n in re.findall(r"\*step (\d+)\*: detail \1", message.text)]
+        else:
+            shown.append(int(message.title.removeprefix("step ")))
+    assert shown == [*range(11), "failure", *range(11, MAX_REPLIES + 30)], "every step, in order, the failure alone"
