@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cluster.bench.history import JsonLinesHistory
 from cluster.checkpoints import BY_ID, launch_plan, verify_plan
 from cluster.config import Secrets
 from cluster.events import BenchResult, CheckpointPassed, Failed, LogTail, Progress, Ready, Removed, StatusReport
@@ -146,7 +147,7 @@ def test_verify_status_and_logs_on_the_real_server(launched):
 def test_bench_measures_the_real_server_and_its_tokens_match_the_engines_counter(launched, tmp_path):
     controller, _ = launched
     events = asyncio.run(collect(controller.bench(concurrency=[1, 2], max_tokens=24, runs=2,
-                                                  history=tmp_path / "bench.jsonl")))
+                                                  history=JsonLinesHistory(tmp_path / "bench.jsonl"))))
     result = events[-1]
     assert isinstance(result, BenchResult), result
     report = result.report
