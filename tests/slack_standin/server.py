@@ -74,6 +74,7 @@ class Ack:
     payload: Optional[Dict[str, Any]]  # what the app put in its ack (None if empty)
     latency: float  # seconds from envelope sent to ack received
     connection_id: int
+    sent_at: float = 0.0  # time.monotonic() when the envelope was sent
 
 
 @dataclass
@@ -944,6 +945,7 @@ class SlackStandIn:
             payload=body.get("payload") or None,
             latency=time.monotonic() - self._sent_at[eid],
             connection_id=conn.id,
+            sent_at=self._sent_at[eid],
         )
         fut = self._pending.get(eid)
         if fut is not None and not fut.done():
