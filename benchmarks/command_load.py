@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cluster.events import LogTail  # noqa: E402
+from tests import secrets  # noqa: E402
 from tests.bot.helpers import slack_bot  # noqa: E402
 from tests.handlers.doubles import CH, CLUSTER, Hold, ScriptedControllers, ready, settings  # noqa: E402
 from tests.slack_standin import Ack, SlackStandIn  # noqa: E402
@@ -71,9 +72,10 @@ def mixed_commands(count: int = 50) -> list[tuple[str, str]]:
 
 
 def load_controllers(hold: Hold) -> ScriptedControllers:
-    """The cluster of (a): `up` waits at `hold` before Ready; `logs` shows a short tail."""
+    """The cluster of (a): `up` waits at `hold` before Ready; `logs` shows a short tail, one line
+    with a planted token the bot must mask."""
     tail = LogTail(elapsed_s=0.0, node=CLUSTER.head.name, container=CLUSTER.container.name,
-                   lines=[f"INFO line {n}" for n in range(20)])
+                   lines=[f"INFO line {n}" for n in range(19)] + [f"INFO HF_TOKEN={secrets.HF_TOKEN}"])
     return ScriptedControllers(up=[hold, ready()], logs=[tail])
 
 
