@@ -1,7 +1,9 @@
-"""HTTP mode: each signed request from Slack is acted on once.
+"""HTTP mode: only requests Slack signed are acted on, each once, and every refusal is audited.
 
-Bolt checks a request's signature and that its timestamp is within Slack's 5 minutes, but takes
-the same signed request twice: whoever captured one could replay it (a command, a click) until it
+A request without a signature, with a stale timestamp or with a signature that does not match is
+refused here (401) before Bolt sees it: Bolt would refuse it too, but silently, before any of our
+code. Bolt checks a request's signature and that its timestamp is within Slack's 5 minutes, but
+takes the same signed request twice: whoever captured one could replay it (a command, a click) until it
 goes stale. Slack itself re-sends a request it got no answer to in time (`X-Slack-Retry-Num`),
 signed anew but with the same payload. So: a signature already accepted is refused (401); a
 payload already accepted (its `trigger_id`, or an event's `event_id`) is answered as the first
@@ -14,27 +16,34 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.signature import Clock, SignatureVerifier
 
+from cluster.redact import redact
+
 log = logging.getLogger(__name__)
 
 WINDOW = 300.0  # seconds either side of a request's timestamp in which its signature is valid
 
 
+AUDITED_PER_MINUTE = 60  # refusals audited; beyond, an unsigned flood costs a count, not a row each
+
+
 @dataclass(frozen=True)
-class Replay:
-    """A refused replay, for the audit trail: who the payload names and what it asked."""
+class Refusal:
+    """A refused request, for the audit trail: who the payload names (for an unsigned one, only
+    what it claims), what it asked, and why it was refused."""
 
     user: str
     channel: str
     what: str
+    why: str
 
 
 class _Expiring:
@@ -83,26 +92,26 @@ Dispatch = Callable[[AsyncBoltRequest], Awaitable[BoltResponse]]
 
 
 class ReplayGuard:
-    def __init__(self, signing_secret: str, *, on_replay: Callable[[Replay], None], limit: int = 10_000,
+    def __init__(self, signing_secret: str, *, on_refused: Callable[[Refusal], None], limit: int = 10_000,
                  clock: Callable[[], float] = time.time):
         self._verifier = SignatureVerifier(signing_secret, clock=_Clock(clock))
-        self._on_replay = on_replay
+        self._on_refused = on_refused
         self._clock = clock
         self._signatures = _Expiring(limit)
         self._deliveries = _Expiring(limit)  # trigger_id / event_id -> the answer given (None: in progress)
+        self._audited: deque[float] = deque()  # when the refusals of the last minute were audited
+        self._unaudited = 0
 
     async def handle(self, request: AsyncBoltRequest, dispatch: Dispatch) -> BoltResponse:
         timestamp, signature = _header(request, "x-slack-request-timestamp"), _header(request, "x-slack-signature")
-        if not self._authentic(request.raw_body, timestamp, signature):
-            return await dispatch(request)  # Bolt refuses it (401) as before
+        unsigned = self._unsigned(request.raw_body, timestamp, signature)
+        if unsigned is not None:
+            return self._refuse(request, unsigned)
         at = self._clock()
         self._signatures.forget_expired(at)
         self._deliveries.forget_expired(at)
         if self._signatures.get(signature) is not None:
-            replay = _describe(request.body)
-            log.warning("refused a replayed request (signature of %s already used): %s", timestamp, replay.what)
-            self._on_replay(replay)
-            return BoltResponse(status=401, body="replayed request")
+            return self._refuse(request, "a replayed HTTP request (its signature was already used)")
         # remembered while it could still pass the signature check
         self._signatures.add(signature, int(timestamp) + WINDOW + 1)
         delivery = _delivery_id(request.body)
@@ -127,11 +136,36 @@ class ReplayGuard:
                 self._deliveries.set_value(delivery, response)
         return response
 
-    def _authentic(self, body: str, timestamp: str | None, signature: str | None) -> bool:
+    def _unsigned(self, body: str, timestamp: str | None, signature: str | None) -> str | None:
+        """Why the request is not one Slack signed just now, or None when it is."""
+        if not timestamp or not signature:
+            return "an HTTP request without a signature (sender unverified)"
         try:
-            return bool(timestamp and signature and self._verifier.is_valid(body, timestamp, signature))
-        except ValueError:  # a timestamp that is not a number
-            return False
+            age = self._clock() - int(timestamp)
+        except ValueError:
+            return "an HTTP request with a malformed timestamp (sender unverified)"
+        if abs(age) > WINDOW:
+            return f"a stale HTTP request (signed {age:.0f} s ago; sender unverified)"
+        if not self._verifier.is_valid(body, timestamp, signature):
+            return "a forged HTTP request (its signature does not match; sender unverified)"
+        return None
+
+    def _refuse(self, request: AsyncBoltRequest, why: str) -> BoltResponse:
+        refusal = _describe(request.body, why)
+        log.warning("refused %s: %s", why, refusal.what)
+        at = self._clock()
+        while self._audited and self._audited[0] <= at - 60:
+            self._audited.popleft()
+        if len(self._audited) < AUDITED_PER_MINUTE:
+            self._audited.append(at)
+            if self._unaudited:
+                refusal = replace(refusal, why=f"{why} ({self._unaudited} earlier refusal(s) not audited: "
+                                               f"more than {AUDITED_PER_MINUTE} a minute)")
+                self._unaudited = 0
+            self._on_refused(refusal)
+        else:
+            self._unaudited += 1
+        return BoltResponse(status=401, body="")
 
 
 def _header(request: AsyncBoltRequest, name: str) -> str | None:
@@ -146,14 +180,21 @@ def _delivery_id(body: dict[str, Any]) -> str | None:
     return str(key) if key else None
 
 
-def _describe(body: dict[str, Any]) -> Replay:
-    user = body.get("user_id") or (body.get("user") or {}).get("id") or "unknown"
-    channel = (body.get("channel_id") or (body.get("channel") or {}).get("id")
-               or (body.get("container") or {}).get("channel_id") or "unknown")
+def _describe(body: dict[str, Any], why: str) -> Refusal:
+    """What the payload says; it may come from anyone, so it is redacted and cut short."""
+    body = body if isinstance(body, dict) else {}
+    user = _field(body, "user_id") or _field(body.get("user"), "id") or "unknown"
+    channel = (_field(body, "channel_id") or _field(body.get("channel"), "id")
+               or _field(body.get("container"), "channel_id") or "unknown")
     if body.get("command"):
         what = f"{body['command']} {body.get('text') or ''}".strip()
-    elif body.get("actions"):
-        what = "button " + ", ".join(str(a.get("action_id")) for a in body["actions"])
+    elif isinstance(body.get("actions"), list):
+        what = "button " + ", ".join(str(_field(a, "action_id")) for a in body["actions"])
     else:
         what = str(body.get("type") or "request")
-    return Replay(str(user), str(channel), what)
+    return Refusal(redact(user)[:40], redact(channel)[:40], redact(what)[:200], why)
+
+
+def _field(value: Any, key: str) -> str | None:
+    found = value.get(key) if isinstance(value, dict) else None
+    return str(found) if found else None

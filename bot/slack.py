@@ -24,7 +24,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.replay import Replay, ReplayGuard
+from bot.replay import Refusal, ReplayGuard
 from bot.slack_blocks import to_slack
 from handlers.chat import Posted
 from handlers.dispatch import Action, Dispatcher, Invocation
@@ -159,7 +159,7 @@ class SlackBot:
         self.client = client
         self.http = http
         self.app = build_app(dispatcher, client, signing_secret if http else None)
-        self.replays = ReplayGuard(signing_secret, on_replay=self._audit_replay) if http and signing_secret else None
+        self.replays = ReplayGuard(signing_secret, on_refused=self._audit_refusal) if http and signing_secret else None
         self.app_token = app_token
         self.host, self.port = host, port
         self.socket: AsyncSocketModeHandler | None = None
@@ -181,9 +181,8 @@ class SlackBot:
         assert self.replays is not None  # HTTP mode has a signing secret
         return await to_aiohttp_response(await self.replays.handle(bolt_request, self.app.async_dispatch))
 
-    def _audit_replay(self, replay: Replay) -> None:
-        self.dispatcher.audit(replay.user, replay.channel, replay.what,
-                              "refused: a replayed HTTP request (its signature was already used)")
+    def _audit_refusal(self, refusal: Refusal) -> None:
+        self.dispatcher.audit(refusal.user, refusal.channel, refusal.what, f"refused: {refusal.why}")
 
     async def start(self) -> None:
         await self.dispatcher.start()

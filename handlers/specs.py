@@ -22,6 +22,7 @@ from cluster.checkpoints import BENCH, launch_plan, verify_plan
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
 from cluster.events import BenchResult, Event, LogTail, Ready, StatusReport
+from cluster.redact import redact
 from handlers import commands as c
 from handlers.bench_history import StoreHistory
 from handlers.errors import ChatError, CommandError
@@ -160,9 +161,10 @@ async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Messa
     # Too long for a message: the last lines privately here, the whole tail as a file only the
     # asker sees (a log may show more than the channel should).
     try:
+        # redacted here too, as the inline lines are when they are shown: a file is no less shown
         await d.chat.upload_private(invocation.user, Attachment(
             filename=f"{tail.node}-{tail.container}.log", title=title,
-            content="\n".join(tail.lines) + "\n"), title)
+            content=redact("\n".join(tail.lines)) + "\n"), title)
         where = "the whole tail is in your direct messages with the bot, as a file"
     except ChatError as error:
         log.error("could not send the log file to %s: %s", invocation.user, error)

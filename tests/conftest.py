@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from lab.api import LabError, exclusive_use, lab_up
+from tests.secrets import planted_in
 from tests.slack_standin import SlackStandIn
 
 
@@ -39,3 +40,24 @@ async def slack():
     """A fresh Slack stand-in (Web API + Socket Mode) on loopback."""
     async with SlackStandIn() as stand_in:
         yield stand_in
+
+
+@pytest.fixture(autouse=True)
+def no_planted_secret_reaches_slack(request, monkeypatch):
+    """Every Slack stand-in a test starts is scanned after it for the planted secrets
+    (tests/secrets.py) in anything the bot sent to Slack; one found fails the test."""
+    started: list[SlackStandIn] = []
+    start = SlackStandIn.start
+
+    async def recorded(self):
+        started.append(self)
+        return await start(self)
+
+    monkeypatch.setattr(SlackStandIn, "start", recorded)
+    yield
+    if request.node.get_closest_marker("leaks_on_purpose"):
+        return
+    leaks = [f"{name} in {where}" for stand_in in started for where, text in stand_in.sent_by_apps()
+             for name in planted_in(text)]
+    if leaks:
+        pytest.fail("a planted secret reached Slack: " + "; ".join(leaks[:10]), pytrace=False)

@@ -31,8 +31,9 @@ async def test_http_mode_checks_signatures_and_reports_health(lab, tmp_path):
             async with http.get(f"http://127.0.0.1:{bot.port}/health") as response:
                 assert response.status == 200
                 assert await response.json() == {"ok": True, "mode": "http", "connected": True}
-    audit = [a["command"] for a in await _audit(tmp_path)]
-    assert audit == ["help"], "refused requests never reach the handlers"
+    audit = sorted((a["command"], a["outcome"].split(" (")[0]) for a in await _audit(tmp_path))
+    assert audit == [("/spark help", "refused: a forged HTTP request"), ("/spark help", "refused: a stale HTTP request"),
+                     ("help", "answered")], "refused requests never reach the handlers: only their audit lines"
 
 
 async def _audit(tmp_path):

@@ -1,17 +1,19 @@
-"""HTTP mode acts on each signed request once: the same signed request sent again is refused
+"""HTTP mode acts only on requests Slack signed, each once: one unsigned, stale or forged is
+refused (401) before Bolt and audited; the same signed request sent again is refused
 (401, audited), and Slack's own retry of a request (re-signed, `X-Slack-Retry-Num`) gets the
 first answer without running the command again. The bot runs on the Slack stand-in with the
 handler doubles' cluster (no lab)."""
 
 from __future__ import annotations
 
+import re
 import time
 from urllib.parse import urlencode
 
 import aiohttp
 import pytest
 
-from bot.replay import WINDOW, ReplayGuard
+from bot.replay import AUDITED_PER_MINUTE, WINDOW, Refusal, ReplayGuard
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from tests.bot.helpers import ALICE, CH, settings, slack_bot
@@ -49,6 +51,52 @@ async def test_a_replayed_request_is_refused_and_audited(slack, tmp_path):
         (ALICE, CH, "/spark verify", "refused: a replayed HTTP request (its signature was already used)")]
 
 
+async def test_unsigned_stale_and_forged_requests_are_refused_before_bolt_and_audited(slack, tmp_path):
+    controllers = ScriptedControllers(verify=[])
+    async with slack_bot(slack, CLUSTER, settings(tmp_path), http=True, controllers=controllers) as bot:
+        url = f"http://127.0.0.1:{bot.port}/slack/events"
+        signed = sign_body(slack.signing_secret, slash_body("verify", "1.300.trigger"))
+        unsigned = SignedRequest(signed.body, {"content-type": signed.headers["content-type"]})
+        no_signature = SignedRequest(signed.body, {k: v for k, v in signed.headers.items()
+                                                   if k != "x-slack-signature"})
+        stale = sign_body(slack.signing_secret, slash_body("verify", "1.301.trigger"), timestamp=int(time.time()) - 600)
+        forged = sign_body("not-the-secret", slash_body("verify", "1.302.trigger"))
+        answers = [await post(url, request) for request in (unsigned, no_signature, stale, forged)]
+        genuine = await post(url, signed)
+        await bot.dispatcher.idle()
+        trail = await bot.dispatcher.store.audit_trail()
+    assert [status for status, _ in answers] == [401, 401, 401, 401] and genuine[0] == 200
+    assert [call.operation for call in controllers.calls].count("verify") == 1, "only the signed one ran"
+    refused = [(a["user"], a["channel"], a["command"], re.sub(r"signed 60\d s ago", "signed 600 s ago", a["outcome"]))
+               for a in trail if a["outcome"].startswith("refused")]
+    assert sorted(refused) == sorted([
+        (ALICE, CH, "/spark verify", "refused: an HTTP request without a signature (sender unverified)"),
+        (ALICE, CH, "/spark verify", "refused: an HTTP request without a signature (sender unverified)"),
+        (ALICE, CH, "/spark verify", "refused: a stale HTTP request (signed 600 s ago; sender unverified)"),
+        (ALICE, CH, "/spark verify", "refused: a forged HTTP request (its signature does not match; sender unverified)"),
+    ])
+
+
+async def test_a_flood_of_refusals_is_audited_within_a_bound_and_counted():
+    clock = [1_000_000.0]
+    audited: list[Refusal] = []
+    guard = ReplayGuard("secret", on_refused=audited.append, clock=lambda: clock[0])
+
+    async def dispatch(request: AsyncBoltRequest) -> BoltResponse:
+        raise AssertionError("a forged request reached Bolt")
+
+    forged = sign_body("not-the-secret", slash_body("help", "1.400.trigger"), timestamp=int(clock[0]))
+    for _ in range(AUDITED_PER_MINUTE + 40):
+        response = await guard.handle(AsyncBoltRequest(body=forged.body, headers=forged.headers), dispatch)
+        assert response.status == 401
+    assert len(audited) == AUDITED_PER_MINUTE
+    clock[0] += 61
+    forged = sign_body("not-the-secret", slash_body("help", "1.401.trigger"), timestamp=int(clock[0]))
+    await guard.handle(AsyncBoltRequest(body=forged.body, headers=forged.headers), dispatch)
+    assert len(audited) == AUDITED_PER_MINUTE + 1
+    assert audited[-1].why.endswith("(40 earlier refusal(s) not audited: more than 60 a minute)")
+
+
 async def test_a_slack_retry_gets_the_first_answer_and_runs_nothing_again(slack, tmp_path):
     controllers = ScriptedControllers(verify=[])
     async with slack_bot(slack, CLUSTER, settings(tmp_path), http=True, controllers=controllers) as bot:
@@ -73,7 +121,7 @@ async def test_a_slack_retry_gets_the_first_answer_and_runs_nothing_again(slack,
 
 async def test_what_the_guard_remembers_expires_and_is_bounded():
     clock = [1_000_000.0]
-    guard = ReplayGuard("secret", on_replay=lambda replay: None, limit=2, clock=lambda: clock[0])
+    guard = ReplayGuard("secret", on_refused=lambda refusal: None, limit=2, clock=lambda: clock[0])
     runs: list[str] = []
 
     async def dispatch(request: AsyncBoltRequest) -> BoltResponse:

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import secrets
 from tests.handlers.helpers import bot_config
 
 SPARK_BOT = [sys.executable, "-m", "bot.cli"]
-SLACK_ENV = {"SLACK_BOT_TOKEN": "xoxb-not-used", "SLACK_APP_TOKEN": "xapp-not-used"}
+SLACK_ENV = {"SLACK_BOT_TOKEN": secrets.SLACK_BOT_TOKEN, "SLACK_APP_TOKEN": secrets.SLACK_APP_TOKEN}
 
 
 def not_a_database(path: Path) -> None:

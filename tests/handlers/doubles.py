@@ -42,11 +42,12 @@ CH = "C0SPARKOPS"
 ALICE, BOB = "U0ALICE", "U0BOB"
 
 
-def settings(tmp_path: Path | None = None, **jobs) -> BotSettings:
-    """Alice operates in CH, anyone reads there and in C0GENERAL; the store in tmp_path or in memory."""
+def settings(tmp_path: Path | None = None, *, operators: tuple[str, ...] = (ALICE,), **jobs) -> BotSettings:
+    """Alice (or `operators`) operates in CH, anyone reads there and in C0GENERAL; the store in
+    tmp_path or in memory."""
     return BotSettings.model_validate({
         "access": {"read": {"users": ["*"], "channels": [CH, "C0GENERAL"]},
-                   "operate": {"users": [ALICE], "channels": [CH]}},
+                   "operate": {"users": list(operators), "channels": [CH]}},
         "commands": {"overrides": {"max_model_len": {"min": 1024, "max": 32768}}},
         "jobs": {"update_interval": 0, "watch_health_interval": 1, **jobs},
         "store": {"path": str(tmp_path / "spark-bot.db") if tmp_path else ":memory:"},

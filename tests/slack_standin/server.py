@@ -26,6 +26,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 import aiohttp
 from aiohttp import WSMsgType, web
 
+from tests import secrets
+
 from .blocks import find_button, parse_blocks, validate_blocks, MAX_BLOCKS_JSON_CHARS
 from .signing import DEFAULT_APP_ID, DEFAULT_TEAM_DOMAIN, DEFAULT_TEAM_ID, build_signed_slash_command
 
@@ -74,6 +76,7 @@ class Ack:
     payload: Optional[Dict[str, Any]]  # what the app put in its ack (None if empty)
     latency: float  # seconds from envelope sent to ack received
     connection_id: int
+    sent_at: float = 0.0  # time.monotonic() when the envelope was sent
 
 
 @dataclass
@@ -135,9 +138,9 @@ class SlackStandIn:
     def __init__(
         self,
         *,
-        bot_token: str = "xoxb-test",
-        app_token: str = "xapp-test",
-        signing_secret: str = "test-signing-secret",
+        bot_token: str = secrets.SLACK_BOT_TOKEN,
+        app_token: str = secrets.SLACK_APP_TOKEN,
+        signing_secret: str = secrets.SLACK_SIGNING_SECRET,
         team_id: str = DEFAULT_TEAM_ID,
         team_domain: str = DEFAULT_TEAM_DOMAIN,
         app_id: str = DEFAULT_APP_ID,
@@ -298,6 +301,15 @@ class SlackStandIn:
             ]
             parents.append(p)
         return parents
+
+    def sent_by_apps(self) -> List[tuple]:
+        """(where, text) for everything an app sent: each call's params, each ack's payload, each
+        response_url post, each uploaded file's content (the token of a call is not included)."""
+        sent = [(f"{c.method} #{c.seq}", json.dumps(c.params, default=repr)) for c in self._calls]
+        sent += [(f"ack of {a.envelope_id}", json.dumps(a.payload)) for a in self.acks + self.late_acks]
+        sent += [(f"response_url post #{r.seq}", json.dumps(r.body)) for r in self.responses]
+        sent += [(f"file {f['id']}", (f["content"] or b"").decode(errors="replace")) for f in self._files.values()]
+        return sent
 
     def message(self, channel: str, ts: str) -> Optional[Dict[str, Any]]:
         m = self._store.get(channel, {}).get(ts)
@@ -955,6 +967,7 @@ class SlackStandIn:
             payload=body.get("payload") or None,
             latency=time.monotonic() - self._sent_at[eid],
             connection_id=conn.id,
+            sent_at=self._sent_at[eid],
         )
         fut = self._pending.get(eid)
         if fut is not None and not fut.done():

@@ -15,6 +15,8 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from tests import secrets
+from tests.secrets import planted_in
 from tests.slack_standin import AckTimeout, build_signed_slash_command
 
 pytestmark = pytest.mark.timeout(30)
@@ -416,3 +418,14 @@ async def test_signed_http_slash_command(slack, client):
         slack.signing_secret, user_id="U0ALICE", channel_id=CH, text="launch", timestamp=int(time.time()) - 301
     )
     assert not verifier.is_valid_request(old.body, old.headers)
+
+
+@pytest.mark.leaks_on_purpose
+async def test_what_apps_send_is_scanned_for_planted_secrets(slack, client):
+    assert slack.bot_token == secrets.SLACK_BOT_TOKEN and slack.app_token == secrets.SLACK_APP_TOKEN
+    await client.chat_postMessage(channel=CH, text="fine")
+    assert not [n for _, text in slack.sent_by_apps() for n in planted_in(text)], "a token in its header is no leak"
+    await client.chat_postMessage(channel=CH, text="oops", blocks=[section(f"HF_TOKEN={secrets.HF_TOKEN}")])
+    await client.files_upload_v2(channel=CH, content=f"key {secrets.SLACK_SIGNING_SECRET}\n", filename="x.log")
+    found = [(where.split(" ")[0], n) for where, text in slack.sent_by_apps() for n in planted_in(text)]
+    assert ("chat.postMessage", "HF_TOKEN") in found and ("file", "SLACK_SIGNING_SECRET") in found

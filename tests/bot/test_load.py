@@ -1,0 +1,85 @@
+"""Load through the Slack stand-in (Socket Mode) with the real bot and the handler doubles' cluster
+(no lab): a burst of commands from many users is acknowledged within Slack's 3 s, one job runs,
+every other job is told who holds the cluster, every read is answered."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from benchmarks.command_load import JOBS, USERS, ack_figures, load_controllers, mixed_commands, send_spread
+from tests.bot.helpers import CH, GREEN, attachment_color, block_text, header, settings, slack_bot
+from tests.handlers.doubles import CLUSTER, Hold
+
+pytestmark = pytest.mark.timeout(60)
+
+BUSY = "Busy: one job at a time on this cluster"
+
+
+async def test_fifty_commands_from_twenty_users_in_one_second(slack, tmp_path):
+    for user in USERS:
+        slack.add_user(user)
+    hold = Hold()
+    controllers = load_controllers(hold)
+    commands = mixed_commands(50)
+    assert len({user for user, _ in commands}) == 20
+    async with slack_bot(slack, CLUSTER, settings(tmp_path, operators=tuple(USERS)), controllers=controllers):
+        await slack.wait_for_connection()
+        started = time.monotonic()
+        # the first `up` takes the lock; the other 49 follow within the same second
+        [first] = await send_spread(slack, commands[:1], 0)
+        await asyncio.wait_for(hold.reached.wait(), 1)
+        rest = await send_spread(slack, commands[1:], 1 - (time.monotonic() - started))
+        acks = [first, *rest]
+        sent_within = max(a.sent_at for a in acks) - first.sent_at
+
+        kinds = Counter(text.split()[0] for _, text in commands)
+        busy_expected = sum(n for kind, n in kinds.items() if kind in JOBS) - 1
+        reads_expected = kinds["status"] + kinds["logs"]
+
+        def shown(title: str) -> list[dict]:
+            return [e for e in slack.ephemerals() if e.get("blocks") and header(e) == title]
+
+        await slack.wait_until(lambda: len(shown(BUSY)) >= busy_expected
+                               and len([e for e in slack.ephemerals() if e["source"] == "chat.postEphemeral"])
+                               >= busy_expected + reads_expected, 20)
+        busy = shown(BUSY)
+        holder = {re.search(r"Job #\d+ `/spark up` by <@(\w+)>", block_text(e)).group(1) for e in busy}
+        statuses = shown(f"Status of `{CLUSTER.name}`")
+        logs = [e for e in slack.ephemerals() if e.get("blocks") and header(e).startswith("Last 20 lines")]
+        hold.release.set()
+        launch = slack.calls("chat.postMessage")[0]
+        await slack.wait_until(lambda: attachment_color(slack.message(CH, launch.result["ts"])) == GREEN)
+
+    figures = ack_figures(acks)
+    print(f"\n50 commands, 20 users, sent within {sent_within:.3f} s: ack p50 {figures['p50'] * 1000:.1f} ms, "
+          f"p99 {figures['p99'] * 1000:.1f} ms, max {figures['max'] * 1000:.1f} ms")
+    assert len(acks) == 50 and sent_within < 1
+    assert figures["max"] < 3, "Slack shows an error for a command not acknowledged within 3 s"
+    assert [c.operation for c in controllers.calls].count("up") == 1, "exactly one up runs"
+    assert not {"down", "bench", "verify"} & {c.operation for c in controllers.calls}
+    assert len(busy) == busy_expected and holder == {USERS[0]}, "every other job is told who holds the cluster"
+    assert len(statuses) == kinds["status"] and len(logs) == kinds["logs"], "every read is answered"
+    help_acks = [a for a, (_, text) in zip(acks, commands) if text == "help"]
+    assert len(help_acks) == kinds["help"] and all("/spark up" in str(a.payload) for a in help_acks)
+    assert len([m for m in slack.messages(CH) if "Launch" in header(m)]) == 1
+
+
+def test_the_load_benchmark_runs():
+    """benchmarks/command_load.py, shortened to 50 status commands in 2 s, so it cannot rot."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "command_load.py"
+    done = subprocess.run([sys.executable, str(script), "--seconds", "2", "--status", "50"],
+                          capture_output=True, text=True, timeout=50)
+    out = done.stdout
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in out.splitlines() if re.match(r"^(50 mixed|50 status)", line)]
+    assert len(rows) == 2, out
+    for row in rows:
+        assert re.search(r"\s50\s+[\d.]+ms\s+[\d.]+ms\s+[\d.]+ms\s+[\d.]+ms\s+[\d.]+s$", row), row
