@@ -72,9 +72,6 @@ async def test_a_dropped_connection_while_commands_are_sent_loses_none_and_runs_
     assert not slack.late_acks
 
 
-@pytest.mark.xfail(strict=True, reason="the final update is lost: slack_sdk's AsyncServerErrorRetryHandler retries "
-                                       "500 and 503 only, and nothing re-sends a final state the client gave up on "
-                                       "(SlackChat and JobView are being reworked on the rate-limit branch)")
 async def test_a_bad_gateway_on_the_final_update_still_ends_the_message_green(slack, tmp_path):
     hold = Hold()
     controllers = ScriptedControllers(up=[*launch_passes(), hold, ready()])
