@@ -23,6 +23,7 @@ from cluster.events import (
     Ready,
     Removed,
 )
+from cluster.redact import redact
 from handlers.chat import Chat, Posted
 from handlers.job_state import JobState
 from handlers.messages import (
@@ -208,7 +209,7 @@ class JobView:
         update: dict = {"code": inline, "code_title": f"last {len(inline)} log lines"}
         if len(lines) > len(inline) or sum(len(x) + 1 for x in inline) > INLINE_CHARS:
             update["attachment"] = Attachment(filename=filename, title=f"{filename} ({len(lines)} lines)",
-                                              content="\n".join(lines) + "\n")
+                                              content=redact("\n".join(lines) + "\n"))
         return message.model_copy(update=update)
 
     async def failed(self, event: Failed, *, during: str = "") -> None:
