@@ -332,6 +332,10 @@ class JobManager:
         try:
             async with aclosing(events):
                 async for event in events:
+                    if isinstance(event, Progress) and event.phase in MONITORING:
+                        title, tone = MONITORING[event.phase]
+                        await view.reply(Message(title=title, tone=tone, text=escape(event.message)))
+                        continue
                     if isinstance(event, Progress) and event.phase == "stopped":
                         await self._clear_watch()
                         await view.reply(Message(title="ℹ The cluster was stopped", tone="neutral",
@@ -433,6 +437,11 @@ class JobManager:
                     title="⚠ The cluster stopped while the bot was away", tone="warning", mention=watch.user,
                     text=f"<@{watch.user}> cluster now: {describe_state(report)}. `/spark up` relaunches it."),
                     broadcast=True)
+
+
+# The watch's news that is no failure: a node no longer followed while the API serves, and again.
+MONITORING = {"monitoring_lost": ("⚠ Monitoring lost, the API still serves", "warning"),
+              "monitoring_resumed": ("👀 Monitoring resumed", "neutral")}
 
 
 def describe_state(report: StatusReport | None) -> str:
