@@ -72,12 +72,12 @@ async def watch(
                 monitor.publish(HealthLost(head, detail))
                 return
             interval = min(health_interval, LOST_PROBE_S) if reconnecting else health_interval
-            wake.clear()
             try:
                 async with asyncio.timeout(interval):
                     await wake.wait()
             except TimeoutError:
                 pass
+            wake.clear()
 
     async def reconnect(name: str) -> None:
         lost_at, delay = time.monotonic(), RECONNECT_FIRST_S

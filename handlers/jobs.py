@@ -210,6 +210,7 @@ class JobManager:
         claim = self.claim
         assert claim is not None and claim.lock.job.id == record.id, "run a job open_job opened"
         started = asyncio.get_running_loop().time()
+        recorded = False
         try:
             posted = await view.open()
             if posted:
@@ -229,6 +230,10 @@ class JobManager:
                         job.end(JobState.FAILED, f"failed: {event.title}: {event.summary}")
             if job.state is JobState.RUNNING:
                 job.end(JobState.SUCCEEDED, "succeeded")
+                # Recorded before the message turns green: a bot killed in between must not find
+                # the success "interrupted" at its next start and say so over the green message.
+                await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link, journal))
+                recorded = True
                 await view.finish(job.state, f"✔ {plan.success_footer(job)} in {_took(started)}")
         except asyncio.CancelledError:
             who = claim.cancelled_by
@@ -255,7 +260,8 @@ class JobManager:
             await view.close()
             if not job.state.ended:  # neither an Exception nor a cancel: KeyboardInterrupt, SystemExit
                 job.end(JobState.CRASHED, "stopped by a BaseException")
-            await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link, journal))
+            if not recorded:
+                await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link, journal))
         return job
 
     async def _finish_view(self, view: JobView, state: JobState, footer: str) -> None:

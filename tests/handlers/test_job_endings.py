@@ -14,8 +14,10 @@ from handlers.dispatch import Action, Dispatcher, Invocation
 from handlers.job_state import JobState
 from handlers.messages import CONFIRM_ACTION, Message, Tone
 from handlers.store import Store
+from tests.handlers.test_dispatch import db_rows
 from tests.handlers.doubles import (
-    ALICE, BOB, CH, CLUSTER, Hold, ScriptedControllers, Step, failed, launch_passes, passed, ready, running_dispatcher,
+    ALICE, BOB, CH, CLUSTER, Hold, RecordingChat, ScriptedControllers, Step, failed, launch_passes, passed, ready,
+    running_dispatcher,
     settings, status_report,
 )
 
@@ -200,3 +202,21 @@ async def test_monitoring_lost_and_resumed_are_told_in_the_thread_and_the_watch_
         assert dispatcher.jobs.watching is not None, "no failure: still watching"
         hold.release.set()
         await chat.wait_until(lambda: chat.thread()[-1].message.title.startswith("✘"))
+
+
+async def test_a_success_is_recorded_before_its_message_turns_green(tmp_path):
+    """A bot killed right after the green update must find the job succeeded, not interrupted."""
+    seen: list[tuple] = []
+
+    class Chat(RecordingChat):
+        async def update(self, posted, message):
+            if message.tone == "success":
+                seen.extend(db_rows(tmp_path, "SELECT state FROM jobs UNION ALL SELECT 'lock' FROM locks"))
+            await super().update(posted, message)
+
+    async with running_dispatcher(ScriptedControllers(up=[*launch_passes(), ready()]), settings(tmp_path),
+                                  chat=Chat()) as (dispatcher, chat):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await dispatcher.idle()
+        assert chat.parent().tone == "success"
+    assert seen == [("succeeded",)], "ended and the lock released when the message turned green"
