@@ -661,6 +661,14 @@ API_DOWN = KnownFailure(
     cause="the API server is down or hung although its container runs",
     fix="read the head's log tail; `verify` shows what still works; `down` then `up` relaunches",
 )
+API_DOWN_NODE_LOST = KnownFailure(
+    id="api_down_node_lost", role="symptom", fatal=True, source="spark-bot watch (GET /health)",
+    title="the API stopped answering while {node} could not be followed: {detail}",
+    cause="{node} is the likely cause: {lost} (its Docker engine, its SSH or the node itself went away), "
+          "and the server stopped answering after that",
+    fix="check that {node} is up (`ssh` to it, `systemctl status docker`), read the head's log tail; "
+        "`down` then `up` relaunches",
+)
 CLUSTER_NOT_UP = KnownFailure(
     id="cluster_not_up", role="cause", fatal=True, source="spark-bot bench (Docker's inspect)",
     title="no running {container} container on {node}",

@@ -17,13 +17,21 @@ from cluster.monitor import (
     ClusterMonitor,
     ContainerExited,
     FollowLost,
+    FollowResumed,
     HealthLost,
     LogLine,
     MonitorItem,
     StopRequested,
 )
 from cluster.diagnosis import Diagnosis, LogDiagnoser, diagnose, diagnosis_of, unrecognised
-from cluster.failures import API_DOWN, PHASE_TIMEOUT, STOPPED_ON_REQUEST, for_cluster
+from cluster.failures import (
+    API_DOWN,
+    API_DOWN_NODE_LOST,
+    FOLLOW_LOST,
+    PHASE_TIMEOUT,
+    STOPPED_ON_REQUEST,
+    for_cluster,
+)
 from cluster.reporter import Reporter
 
 log = logging.getLogger(__name__)
@@ -116,6 +124,7 @@ class LogFollower:
         self._symptom: tuple[str, float] | None = None  # node, deadline for its cause
         self._reported_findings: set[str] = set()
         self._stop: tuple[str, str] | None = None  # node, what stopped it, once a stop is asked
+        self._lost: dict[str, str] = {}  # node -> why it is not followed, while it is reconnected
         self._table, self._words = for_cluster(config)
 
     async def _next(self, timeout: float | None) -> MonitorItem | None:
@@ -238,11 +247,35 @@ class LogFollower:
         return self.reporter.passed(checkpoint, evidence, node=expectation.node,
                                   log_tail=context, warning=warning)
 
-    async def failures(self, checkpoint: Checkpoint) -> AsyncIterator[Failed | Progress]:
+    async def failures(
+        self, checkpoint: Checkpoint, *, still_serving: Callable[[FollowLost], Awaitable[bool]] | None = None,
+    ) -> AsyncIterator[Failed | Progress]:
         """For a running cluster: yield the first failure, however long it takes to come, or a
-        Progress saying it was stopped on request (a `down`, `docker stop`): no failure."""
+        Progress saying it was stopped on request (a `down`, `docker stop`): no failure.
+
+        A node whose streams broke (its engine or SSH went away) is a failure unless
+        `still_serving(item)` says the server still answers (and takes care of following the
+        node again): then a Progress `monitoring_lost`, later `monitoring_resumed` when a
+        FollowResumed arrives; the API going down meanwhile names that node as the likely cause.
+        """
         while True:
             item = await self._next(timeout=None)
+            if isinstance(item, FollowResumed):
+                self._lost.pop(item.node, None)
+                yield Progress(elapsed_s=self.reporter.elapsed(), phase="monitoring_resumed", node=item.node,
+                               message=f"monitoring resumed on {item.node}: its container's log and events "
+                                       f"are followed again (after {item.lost_s:.0f} s without)")
+                continue
+            if isinstance(item, FollowLost) and item.failure is FOLLOW_LOST and self._stop is None \
+                    and still_serving is not None:
+                if item.node in self._lost:
+                    continue  # its other stream, broken by the same cause
+                if await still_serving(item):
+                    self._lost[item.node] = item.reason
+                    yield Progress(elapsed_s=self.reporter.elapsed(), phase="monitoring_lost", node=item.node,
+                                   message=f"monitoring lost on {item.node} ({item.reason}), but the API still "
+                                           "serves: probing it and reconnecting to the node")
+                    continue
             if isinstance(item, ContainerExited | FollowLost | HealthLost) and self._stop is None:
                 shutdown = self._diagnoser(item.node).stopped_on_request
                 if shutdown is not None:  # its own log says it was asked to stop
@@ -270,6 +303,13 @@ class LogFollower:
         if isinstance(item, Shed):
             log.warning("%d log lines shed: they came faster than they were read", item.count)
             return None
+        if isinstance(item, FollowResumed):
+            return None
+        if isinstance(item, HealthLost) and self._lost:
+            node, lost = next(iter(self._lost.items()))
+            return self.reporter.known(BY_ID["health"], API_DOWN_NODE_LOST,
+                                       {"detail": item.detail, "node": node, "lost": lost}, node=node,
+                                       evidence=item.detail, log_tail=self.monitor.tail(item.node))
         if isinstance(item, HealthLost):
             return self.reporter.known(BY_ID["health"], API_DOWN, {"detail": item.detail}, node=item.node,
                                        evidence=item.detail, log_tail=self.monitor.tail(item.node))

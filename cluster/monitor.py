@@ -48,6 +48,14 @@ class FollowLost:
 
 
 @dataclass(frozen=True)
+class FollowResumed:
+    """The node's streams are followed again after a FollowLost (its engine or SSH came back)."""
+
+    node: str
+    lost_s: float  # how long the node was not followed
+
+
+@dataclass(frozen=True)
 class StopRequested:
     """Someone asked the container to stop (`docker stop`, a `down`): SIGTERM or SIGINT. What
     follows on every node is teardown, not a failure."""
@@ -67,7 +75,7 @@ class HealthLost:
 # Signals of a requested, graceful stop; `docker kill` (SIGKILL) is a death like any other.
 GRACEFUL_SIGNALS = frozenset({2, 15})
 
-MonitorItem = LogLine | ContainerExited | FollowLost | StopRequested | HealthLost | Shed
+MonitorItem = LogLine | ContainerExited | FollowLost | FollowResumed | StopRequested | HealthLost | Shed
 
 QUEUED_LINES = 20_000  # lines waiting for the reader (a launch busy posting to chat)
 READ_LINE_CHARS = 16_384  # of a line without a newline, kept while reading; the rest is skipped
@@ -86,7 +94,8 @@ class ClusterMonitor:
         self._matters = matters
         self._queue: Backlog[MonitorItem] = Backlog(queued_lines, rank=self._rank)
         self._tasks: list[asyncio.Task[None]] = []
-        self._followed: set[str] = set()
+        self._followed: dict[str, list[asyncio.Task[None]]] = {}
+        self._last_logged: dict[str, datetime] = {}
 
     def tail(self, node: str, lines: int | None = None) -> list[str]:
         buffer = list(self._tails.get(node, ()))
@@ -96,10 +105,22 @@ class ClusterMonitor:
         """Start following `node`'s container: its log from `backlog` lines back, and its death."""
         if node.name in self._followed:
             return
-        self._followed.add(node.name)
         self._tails[node.name] = deque(maxlen=max(self._tail_lines, 200))
-        self._tasks.append(asyncio.create_task(self._follow_log(node, backlog)))
-        self._tasks.append(asyncio.create_task(self._watch_events(node)))
+        self._start(node, backlog)
+
+    async def refollow(self, node: NodeConnection) -> None:
+        """Follow `node` again over a new connection after its streams broke: its log from the
+        last line already read (none is published twice), and its death."""
+        for task in self._followed.pop(node.name, []):
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self._start(node, "all", since=self._last_logged.get(node.name))
+
+    def _start(self, node: NodeConnection, backlog: int | str, since: datetime | None = None) -> None:
+        tasks = [asyncio.create_task(self._follow_log(node, backlog, since)),
+                 asyncio.create_task(self._watch_events(node))]
+        self._followed[node.name] = tasks
+        self._tasks.extend(tasks)
 
     def run(self, source: Coroutine[Any, Any, None]) -> None:
         """Run another source of items beside the followers (a health probe, which `publish`es
@@ -123,11 +144,11 @@ class ClusterMonitor:
             return KEEP
         return MATTERS if self._matters(item.text) else PLAIN
 
-    async def _follow_log(self, node: NodeConnection, backlog: int | str) -> None:
+    async def _follow_log(self, node: NodeConnection, backlog: int | str, since: datetime | None = None) -> None:
         name = self.container_name
         pending, cut = "", False
         try:
-            stream = node.docker.follow_log(name, backlog=backlog, timestamps=True)
+            stream = node.docker.follow_log(name, backlog=backlog, timestamps=True, since=since)
             async with contextlib.aclosing(stream):
                 async for chunk in stream:
                     pending += chunk
@@ -136,7 +157,7 @@ class ClusterMonitor:
                         if cut:  # the rest of a line already published cut short
                             cut = False
                             continue
-                        self._publish_line(node.name, raw)
+                        self._publish_line(node.name, raw, since)
                     if len(pending) > READ_LINE_CHARS:
                         if not cut:
                             self._publish_line(node.name, pending[:READ_LINE_CHARS])
@@ -156,9 +177,13 @@ class ClusterMonitor:
         except NodeError as exc:
             self._queue.put(FollowLost(node.name, f"log stream broke: {exc.problem}"))
 
-    def _publish_line(self, node: str, raw: str) -> None:
+    def _publish_line(self, node: str, raw: str, since: datetime | None = None) -> None:
         stamp, _, line = raw.partition(" ")
         logged_at = parse_docker_timestamp(stamp)
+        if logged_at is not None:
+            if since is not None and logged_at <= since:
+                return  # read before the stream broke (Docker's `since` is inclusive)
+            self._last_logged[node] = logged_at
         text = self._secrets.redact(clean_line(line if logged_at else raw))
         self._tails[node].append(text)
         self._queue.put(LogLine(node, text, logged_at))

@@ -220,6 +220,7 @@ class JobManager:
                                                          lambda: self.store.save_parent(record.id, m.model_dump_json())))
         job = Job(record, view, journal)
         started = asyncio.get_running_loop().time()
+        recorded = False
         try:
             view.open()
             # aclosing: a cancel that lands while the view records an event (the generator suspended
@@ -234,6 +235,10 @@ class JobManager:
                         job.end(JobState.FAILED, f"failed: {event.title}: {event.summary}")
             if job.state is JobState.RUNNING:
                 job.end(JobState.SUCCEEDED, "succeeded")
+                # Recorded before the message turns green: a bot killed in between must not find
+                # the success "interrupted" at its next start and say so over the green message.
+                await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link, journal))
+                recorded = True
                 await view.finish(job.state, f"✔ {plan.success_footer(job)} in {_took(started)}")
         except asyncio.CancelledError:
             who = claim.cancelled_by
@@ -259,7 +264,8 @@ class JobManager:
             claim.task = None  # no longer cancellable: a Cancel now must not cut the lock's release short
             if not job.state.ended:  # neither an Exception nor a cancel: KeyboardInterrupt, SystemExit
                 job.end(JobState.CRASHED, "stopped by a BaseException")
-            await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link, journal))
+            if not recorded:
+                await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link, journal))
         return job
 
     async def _finish_view(self, view: JobView, state: JobState, footer: str) -> None:
@@ -337,6 +343,10 @@ class JobManager:
         try:
             async with aclosing(events):
                 async for event in events:
+                    if isinstance(event, Progress) and event.phase in MONITORING:
+                        title, tone = MONITORING[event.phase]
+                        await view.reply(Message(title=title, tone=tone, text=escape(event.message)))
+                        continue
                     if isinstance(event, Progress) and event.phase == "stopped":
                         await self._clear_watch()
                         await view.reply(Message(title="ℹ The cluster was stopped", tone="neutral",
@@ -436,6 +446,11 @@ class JobManager:
                     title="⚠ The cluster stopped while the bot was away", tone="warning", mention=watch.user,
                     text=f"<@{watch.user}> cluster now: {describe_state(report)}. `/spark up` relaunches it."),
                     broadcast=True)
+
+
+# The watch's news that is no failure: a node no longer followed while the API serves, and again.
+MONITORING = {"monitoring_lost": ("⚠ Monitoring lost, the API still serves", "warning"),
+              "monitoring_resumed": ("👀 Monitoring resumed", "neutral")}
 
 
 def describe_state(report: StatusReport | None) -> str:

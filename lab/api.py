@@ -249,13 +249,17 @@ def start_sshd(node: int) -> None:
     sshd.start(_node(node))
 
 
-def stop_dockerd(node: int) -> None:
-    """Stop the node's engine as a crash would leave it for a client (containers go too)."""
-    dockerd.stop(_node(node), remove_containers=False)
+def stop_dockerd(node: int, *, keep_containers: bool = False) -> None:
+    """Stop the node's engine as a crash would leave it for a client (containers go too), or,
+    with `keep_containers`, as a restart with live-restore does: the engine's API goes away,
+    the containers keep running."""
+    dockerd.stop(_node(node), remove_containers=False, keep_containers=keep_containers)
 
 
-def start_dockerd(node: int) -> None:
-    dockerd.start(_node(node))
+def start_dockerd(node: int, *, keep_containers: bool = False) -> None:
+    """Start the node's engine again; `keep_containers` restores those a
+    `stop_dockerd(keep_containers=True)` left running."""
+    dockerd.start(_node(node), keep_containers=keep_containers)
 
 
 # --- status -----------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -165,18 +166,25 @@ def pin_cpus(node: T.Node, cpus: str | None) -> None:
                        "still runs on others; remove the node's containers and run `lab up` again")
 
 
-def start(node: T.Node, timeout: float = 60.0) -> bool:
-    """Start the engine unless it answers already. Returns True if freshly started."""
+def start(node: T.Node, timeout: float = 60.0, *, keep_containers: bool = False) -> bool:
+    """Start the engine unless it answers already. Returns True if freshly started.
+    `keep_containers`: after `stop(keep_containers=True)`, restore the containers still running
+    (live-restore) instead of clearing them away as after a crash."""
     if alive(node):
         return False
     p = pid(node)
     if p:                                    # running but not answering: restart it
         terminate(p, 10)
-    cleanup_stale(node)
+    if keep_containers:
+        node.docker_pidfile.unlink(missing_ok=True)
+        node.docker_sock.unlink(missing_ok=True)
+    else:
+        cleanup_stale(node)
     node.state_dir.mkdir(parents=True, exist_ok=True)
     node.run_dir.mkdir(parents=True, exist_ok=True)
     node.data_root.mkdir(parents=True, exist_ok=True)
-    node.dockerd_config.write_text("{}\n")
+    # Without live-restore at start-up, dockerd kills the containers it finds still running.
+    node.dockerd_config.write_text(json.dumps({"live-restore": True}) + "\n" if keep_containers else "{}\n")
     log = open(node.dockerd_log, "ab")
     log.write(f"\n--- spark-lab: starting dockerd {time.ctime()}\n".encode())
     log.flush()
@@ -187,6 +195,8 @@ def start(node: T.Node, timeout: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ping(node):
+            if keep_containers:
+                set_live_restore(node, False)  # the lab's engines otherwise run without it
             return True
         time.sleep(0.05)
     tail = node.dockerd_log.read_text(errors="replace")[-2000:]
@@ -201,8 +211,30 @@ def remove_all_containers(node: T.Node) -> None:
         cli(node, "rm", "-f", *ids, check=False, timeout=60)
 
 
-def stop(node: T.Node, remove_containers: bool = True) -> None:
+def set_live_restore(node: T.Node, on: bool, timeout: float = 10.0) -> None:
+    """Turn live-restore on or off in the running engine (a SIGHUP reloads it)."""
+    node.dockerd_config.write_text(json.dumps({"live-restore": on}) + "\n")
     p = pid(node)
+    if p is None:
+        raise LabError(f"dockerd for {node.name} is not running")
+    os.kill(p, signal.SIGHUP)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, body = api(node, "GET", "/info")
+        if status == 200 and json.loads(body).get("LiveRestoreEnabled") is on:
+            return
+        time.sleep(0.05)
+    raise LabError(f"dockerd for {node.name} did not reload live-restore={on} within {timeout:.0f}s")
+
+
+def stop(node: T.Node, remove_containers: bool = True, *, keep_containers: bool = False) -> None:
+    """Stop the engine; its containers go too, unless `keep_containers`: then the engine stops
+    with live-restore on and they keep running without it (until `start(keep_containers=True)`)."""
+    p = pid(node)
+    if p and keep_containers:
+        set_live_restore(node, True)
+        terminate(p, 20)
+        return
     if p and remove_containers and ping(node):
         remove_all_containers(node)
     if p:

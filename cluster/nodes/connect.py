@@ -21,6 +21,9 @@ class ClusterConnection:
     config: ClusterConfig
     nodes: dict[str, NodeConnection] = field(default_factory=dict)
     errors: dict[str, NodeError] = field(default_factory=dict)
+    # Connections `reopen` replaced: closed with the rest, not before (an API port forward or
+    # a jumped node's tunnel may still run over one).
+    replaced: list[NodeConnection] = field(default_factory=list)
 
     @property
     def head(self) -> NodeConnection:
@@ -28,6 +31,23 @@ class ClusterConnection:
 
     def ordered(self) -> list[NodeConnection]:
         return [self.nodes[n.name] for n in self.config.nodes if n.name in self.nodes]
+
+    async def reopen(self, name: str) -> NodeConnection:
+        """Open node `name` again (its Docker engine or SSH went away) and use the new
+        connection from now on; NodeError when it cannot be opened."""
+        node = self.config.node(name)
+        via = None
+        if node.ssh is not None and node.ssh.jump is not None:
+            via = self.nodes.get(node.ssh.jump)
+            if via is None:
+                raise NodeUnreachable(name, f"unreachable through {node.ssh.jump}",
+                                      f"check that {node.ssh.jump} is up and reachable over SSH")
+        opened = await _connect_one(node, self.config.timeouts, via)
+        if name in self.nodes:
+            self.replaced.append(self.nodes[name])
+        self.nodes[name] = opened
+        self.errors.pop(name, None)
+        return opened
 
 
 async def _connect_one(
@@ -66,6 +86,11 @@ async def connect_cluster(config: ClusterConfig) -> AsyncIterator[ClusterConnect
                 result.nodes[node.name] = outcome
         yield result
     finally:
+        originals = [task.result() for task in opened.values() if task.done() and not task.cancelled()]
+        reopened = [result.nodes.get(node.name) for node in reversed(config.nodes)] + result.replaced[::-1]
+        for node_connection in reopened:
+            if node_connection is not None and all(node_connection is not o for o in originals):
+                await node_connection.aclose()
         # Close jumped-through nodes last: their tunnels carry the others.
         for node in reversed(config.nodes):
             task = opened.get(node.name)

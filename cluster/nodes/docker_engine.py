@@ -11,6 +11,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from datetime import datetime
 from typing import Any
 
 import aiodocker
@@ -121,8 +122,10 @@ class DockerEngine:
 
         await self._bounded(f"starting `{argv[0]}` in container {name}", start(), container=name)
 
-    async def follow_log(self, name: str, *, backlog: int | str, timestamps: bool) -> AsyncIterator[str]:
-        """The container's log as it is written, from `backlog` lines back, until it stops."""
+    async def follow_log(self, name: str, *, backlog: int | str, timestamps: bool,
+                         since: datetime | None = None) -> AsyncIterator[str]:
+        """The container's log as it is written, from `backlog` lines back (none older than
+        `since`), until it stops."""
         info = await self.inspect_container(name)
         doing = f"following container {name}'s log"
         with docker_errors(self.node, doing, timeout=None, container=name):
@@ -132,7 +135,8 @@ class DockerEngine:
             response = await self._client._do_query(
                 f"containers/{name}/logs", method="GET", timeout=_UNBOUNDED,
                 params={"stdout": True, "stderr": True, "follow": True, "tail": str(backlog),
-                        "timestamps": timestamps},
+                        "timestamps": timestamps,
+                        **({"since": f"{since.timestamp():.6f}"} if since is not None else {})},
             )
             try:
                 stream = multiplexed_result_stream(response, is_tty=bool(info["Config"].get("Tty")))

@@ -9,12 +9,15 @@ from dataclasses import dataclass
 import pytest
 
 from cluster.errors import NodeError
+from cluster.events import Progress
 from handlers.dispatch import Action, Dispatcher, Invocation
 from handlers.job_state import JobState
 from handlers.messages import CONFIRM_ACTION, Message, Tone
 from handlers.store import Store
+from tests.handlers.test_dispatch import db_rows
 from tests.handlers.doubles import (
-    ALICE, BOB, CH, CLUSTER, Hold, ScriptedControllers, Step, failed, launch_passes, passed, ready, running_dispatcher,
+    ALICE, BOB, CH, CLUSTER, Hold, RecordingChat, ScriptedControllers, Step, failed, launch_passes, passed, ready,
+    running_dispatcher,
     settings, status_report,
 )
 
@@ -180,3 +183,40 @@ async def test_a_cancel_reaches_a_job_still_preparing():
     assert chat.posts == []
     assert [message.title for user, message in chat.private if user == ALICE] == [
         "✋ `/spark up` cancelled before it started"]
+
+
+async def test_monitoring_lost_and_resumed_are_told_in_the_thread_and_the_watch_goes_on():
+    worker = CLUSTER.nodes[1].name
+    news = [Progress(elapsed_s=1, phase="monitoring_lost", node=worker,
+                     message=f"monitoring lost on {worker} (Docker event stream ended), but the API still serves"),
+            Progress(elapsed_s=5, phase="monitoring_resumed", node=worker, message=f"monitoring resumed on {worker}")]
+    hold = Hold()
+    controllers = ScriptedControllers(up=[*launch_passes(), ready()], watch=[*news, hold, failed("health")])
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await hold.reached.wait()
+        await chat.wait_until(lambda: chat.thread()[-1].message.title == "👀 Monitoring resumed")
+        lost, resumed = [p.message for p in chat.thread()[-2:]]
+        assert lost.title == "⚠ Monitoring lost, the API still serves" and lost.tone == "warning"
+        assert worker in lost.text
+        assert dispatcher.jobs.watching is not None, "no failure: still watching"
+        hold.release.set()
+        await chat.wait_until(lambda: chat.thread()[-1].message.title.startswith("✘"))
+
+
+async def test_a_success_is_recorded_before_its_message_turns_green(tmp_path):
+    """A bot killed right after the green update must find the job succeeded, not interrupted."""
+    seen: list[tuple] = []
+
+    class Chat(RecordingChat):
+        async def update(self, posted, message):
+            if message.tone == "success":
+                seen.extend(db_rows(tmp_path, "SELECT state FROM jobs UNION ALL SELECT 'lock' FROM locks"))
+            await super().update(posted, message)
+
+    async with running_dispatcher(ScriptedControllers(up=[*launch_passes(), ready()]), settings(tmp_path),
+                                  chat=Chat()) as (dispatcher, chat):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await dispatcher.idle()
+        assert chat.parent().tone == "success"
+    assert seen == [("succeeded",)], "ended and the lock released when the message turned green"

@@ -49,6 +49,28 @@ def test_stop_and_start_dockerd(lab):
     assert image.image_id(T.Node(1)) == lab.image_id
 
 
+def test_stop_and_start_dockerd_keeping_the_containers(lab):
+    """With live-restore the engine's API goes away and its containers keep running; started
+    again, the engine restores them and runs without live-restore as before."""
+    node = T.Node(1)
+    cid = dockerd.cli(node, "run", "-d", "--network", "host", lab.image_tag,
+                      "sleep", "infinity").stdout.decode().strip()
+    try:
+        pids = dockerd.cgroup_pids(node)
+        assert pids
+        api.stop_dockerd(1, keep_containers=True)
+        try:
+            assert not dockerd.ping(node)
+            assert dockerd.cgroup_pids(node) == pids, "the container survives its engine"
+        finally:
+            api.start_dockerd(1, keep_containers=True)
+        state = dockerd.cli(node, "inspect", "-f", "{{.State.Running}}", cid).stdout.decode().strip()
+        assert state == "true"
+        assert dockerd.cli(node, "info", "-f", "{{.LiveRestoreEnabled}}").stdout.decode().strip() == "false"
+    finally:
+        dockerd.cli(node, "rm", "-f", cid, check=False)
+
+
 def test_up_after_a_crash_cleans_stale_state(lab):
     """kill -9 a node's engine and sshd with a container running: `up` recovers, and the
     stale container and its processes are gone."""

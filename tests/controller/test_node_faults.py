@@ -1,0 +1,58 @@
+"""A worker's Docker engine stopped and started again while the cluster serves: monitoring lost,
+not serving lost, and the node followed again (issue 10's matrix, node faults)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cluster.events import Failed, Progress, Ready, StatusReport
+from lab import api as lab_api
+from tests.controller.helpers import collect, controller_for
+from tests.controller.test_faults import lab_docker_kill
+
+pytestmark = pytest.mark.lab
+
+
+async def test_a_worker_engine_restarted_while_serving_is_monitoring_lost_then_resumed(clean):
+    controller = controller_for(clean)
+    worker = clean.nodes[1].name
+    assert isinstance((await collect(controller.up()))[-1], Ready)
+    events: asyncio.Queue = asyncio.Queue()
+
+    async def watching():
+        async for event in controller.watch(health_interval=60):
+            await events.put(event)
+
+    async def next_event(timeout: float):
+        return await asyncio.wait_for(events.get(), timeout)
+
+    task = asyncio.create_task(watching())
+    try:
+        assert (await next_event(30)).phase == "watch"
+        # The lab's stop_dockerd takes the containers with the engine, as a crash does; with
+        # live-restore they keep running and only the engine's API goes away.
+        await asyncio.to_thread(lab_api.stop_dockerd, 1, keep_containers=True)
+        lost = await next_event(30)
+        assert isinstance(lost, Progress) and lost.phase == "monitoring_lost", lost
+        assert lost.node == worker and worker in lost.message and "the API still serves" in lost.message
+        [status] = await collect(controller.status())
+        assert isinstance(status, StatusReport) and status.api_healthy is True, status
+        assert worker in status.api_detail, "the worker's engine does not answer"
+
+        await asyncio.to_thread(lab_api.start_dockerd, 1, keep_containers=True)
+        resumed = await next_event(60)
+        assert isinstance(resumed, Progress) and resumed.phase == "monitoring_resumed", resumed
+        assert resumed.node == worker
+
+        # Following really resumed: the worker's death is reported as such.
+        await lab_docker_kill(clean, 1, controller.config.container.name)
+        failure = await next_event(30)
+        assert isinstance(failure, Failed), failure
+        assert failure.node == worker and "exited" in failure.summary, failure
+        await asyncio.wait_for(task, 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.to_thread(lab_api.start_dockerd, 1, keep_containers=True)
