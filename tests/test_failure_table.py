@@ -49,6 +49,8 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "wrong_model": {"served": "['other']", "model": "qwen"},
     "engine_not_answering": {"error": "ReadTimeout"},
     "api_down": {"detail": "GET /health -> 503"},
+    "api_down_node_lost": {"detail": "GET /health -> 503", "node": "spark-b",
+                           "lost": "log stream broke: lost the connection to the Docker engine"},
     "cluster_not_up": {"container": "vllm", "node": "spark-a"},
     "engine_busy": {"busy": "the server is busy: vllm:num_requests_running=1, waiting=0"},
 }
