@@ -28,7 +28,7 @@ from bot.replay import Refusal, ReplayGuard
 from bot.slack_blocks import to_slack
 from handlers.chat import Posted
 from handlers.dispatch import Action, Dispatcher, Invocation
-from handlers.errors import ChatError, RateLimited
+from handlers.errors import ChatError, ChatUnavailable, RateLimited
 from handlers.messages import CANCEL_ACTION, CONFIRM_ACTION, Attachment, Message
 
 log = logging.getLogger(__name__)
@@ -64,9 +64,10 @@ class SlackChat:
         except SlackApiError as error:
             if error.response.status_code == 429:
                 raise RateLimited(what, _retry_after(error.response.headers)) from error
-            raise ChatError(f"{what}: Slack answered {error.response.get('error')}") from error
+            failed = ChatUnavailable if error.response.status_code >= 500 else ChatError
+            raise failed(f"{what}: Slack answered {error.response.get('error')}") from error
         except (SlackClientError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
-            raise ChatError(f"{what}: {type(error).__name__}: {error}") from error
+            raise ChatUnavailable(f"{what}: {type(error).__name__}: {error}") from error
 
     async def post(self, channel: str, message: Message, *, thread: str | None = None,
                    broadcast: bool = False) -> Posted:

@@ -27,6 +27,11 @@ class ChatError(SparkBotError):
     """A message could not be delivered (after the adapter's retries)."""
 
 
+class ChatUnavailable(ChatError):
+    """The chat could not be reached, or its server failed (a 5xx, a dropped connection, a
+    timeout): the same call may succeed later."""
+
+
 class RateLimited(ChatError):
     """The chat takes no more of these calls for now (Slack's 429): try again in `retry_after` seconds."""
 

@@ -8,9 +8,10 @@ chat takes them, in one task per outbox that runs while there is something to de
   apart unless urgent (a failure, the job's end);
 - thread replies wait for the parent that holds the thread; at most MAX_REPLIES wait, beyond
   that the oldest plain ones are merged into one;
-- a call the chat refuses for now (`RateLimited`) is tried again after its Retry-After, as
-  often as it takes; any other error is tried len(ERROR_DELAYS) + 1 times, then that message is
-  given up; edits and replies are retried apart;
+- a call the chat refuses for now (`RateLimited`) is tried again after its Retry-After, and one
+  it cannot take at all for now (`ChatUnavailable`: an outage, a 5xx) after a growing wait (up to
+  OUTAGE_MAX_DELAY), as often as it takes; any other error is tried len(ERROR_DELAYS) + 1 times,
+  then that message is given up; edits and replies are retried apart;
 - when the chat has refused the parent's edits, or the replies, for `jobs.delivery_timeout`
   seconds, what they hold is given up; a job's final state given up goes to its requester
   privately (`on_undelivered`).
@@ -28,7 +29,7 @@ from typing import Any
 
 from cluster.aio import log_failure
 from handlers.chat import Chat, Posted
-from handlers.errors import RateLimited
+from handlers.errors import ChatUnavailable, RateLimited
 from handlers.messages import Message, escape
 from handlers.settings import JobsConfig
 
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 MAX_REPLIES = 50  # replies waiting for one thread
 MERGED_LINES = 20  # replies one merged reply shows (the newest, when every pair is full); its title counts all
 ERROR_DELAYS = (1.0, 2.0)  # seconds before each new try of a message the chat answered with an error
+OUTAGE_MAX_DELAY = 30.0  # the longest wait between tries while the chat is down
 SHUTDOWN_FLUSH = 10.0  # seconds a stopping bot gives its outboxes: a service manager kills it soon after
 
 
@@ -214,6 +216,10 @@ class Outbox:
                 except RateLimited as refused:
                     wait = refused.retry_after
                     log.warning("%s: %s", self.name, refused)
+                except ChatUnavailable as down:
+                    lane.errors += 1
+                    wait = min(OUTAGE_MAX_DELAY, 2.0 ** (lane.errors - 1))
+                    log.warning("%s: %s; trying again in %g s", self.name, down, wait)
                 except Exception as error:  # noqa: BLE001 - a chat outage must never end the delivery
                     lane.errors += 1
                     if lane.errors > len(ERROR_DELAYS):

@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import math
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -29,7 +30,7 @@ from cluster.config import ClusterConfig
 from cluster.events import CheckpointPassed, CompletionSample, ContainerState, Event, Failed, Ready, StatusReport
 from handlers.chat import Posted
 from handlers.dispatch import Dispatcher
-from handlers.errors import RateLimited
+from handlers.errors import ChatUnavailable, RateLimited
 from handlers.jobs import ControllerFactory
 from handlers.messages import Attachment, Message
 from handlers.outbox import Timing
@@ -130,19 +131,24 @@ class RefusingChat(RecordingChat):
     with RateLimited(retry_after); while `gate` is clear every channel call waits. Private
     replies always get through."""
 
-    def __init__(self, retry_after: float = 1.0) -> None:
+    def __init__(self, retry_after: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.retry_after = retry_after
         self.refusals: dict[str, float] = {}  # method -> refusals left
         self.refused: Counter[str] = Counter()
         self.gate = asyncio.Event()
         self.gate.set()
+        self.clock = clock
+        self.down_until = -math.inf  # channel calls fail as in an outage until the clock says this
 
     def refuse(self, method: str, times: float = math.inf) -> None:
         self.refusals[method] = times
 
     async def _admit(self, method: str) -> None:
         await self.gate.wait()
+        if self.clock() < self.down_until:
+            self.refused[method] += 1
+            raise ChatUnavailable(f"chat.{method}: Slack answered service_unavailable")
         if self.refusals.get(method, 0) > 0:
             self.refusals[method] -= 1
             self.refused[method] += 1

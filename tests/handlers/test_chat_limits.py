@@ -119,3 +119,17 @@ async def test_replies_beyond_the_bound_are_merged_in_order_and_a_failure_is_nev
         else:
             shown.append(int(message.title.removeprefix("step ")))
     assert shown == [*range(11), "failure", *range(11, MAX_REPLIES + 30)], "every step, in order, the failure alone"
+
+
+async def test_a_one_minute_outage_of_the_chat_loses_nothing_and_reorders_nothing():
+    time = VirtualTime()
+    chat = RefusingChat(clock=time.now)
+    chat.down_until = 60.0  # every channel call fails as when Slack's Web API is down
+    async with running_dispatcher(launch(), chat=chat, time=time) as (dispatcher, _):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await job_ended(dispatcher)
+        await dispatcher.idle()
+    assert time.now() >= 60.0 and chat.refused["post"] > 0, "the outage was met and waited out"
+    assert [sent.message.title for sent in chat.thread()] == LAUNCH_REPLIES, "late, in order, none lost"
+    assert chat.parent().footer.startswith(READY_FOOTER) and chat.parent().tone == "success"
+    assert chat.private == [], "delivered in the channel: nothing given up"
