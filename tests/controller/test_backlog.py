@@ -62,7 +62,11 @@ w("checkpoint early\\n")
 for n in range(100_000):
     w(f"line {n}\\n")
 w("x" * LONG)
-w("\\nafter the long line\\ncheckpoint late\\nthe end\\n")
+w("\\nafter the long line\\n")
+sys.stdout.flush()
+sys.stdout.buffer.write(b"\\xff\\xfe\\x00 binary \\x1b[31mred\\x1b[0m \\xc3\\n")
+sys.stdout.buffer.flush()
+w("checkpoint late\\nthe end\\n")
 sys.stdout.flush()
 """
 
@@ -95,5 +99,6 @@ async def test_a_flood_and_an_endless_line_stay_bounded_while_nobody_reads():
     shed = sum(i.count for i in items if isinstance(i, Shed))
     assert shed > 50_000 and len(lines) + shed >= 100_004
     assert {"checkpoint early", "checkpoint late", "the end", "after the long line"} <= set(lines)
+    assert [line.strip() for line in lines if "binary" in line] == ["binary red"], "bad bytes, NUL, colours cleaned"
     long = [line for line in lines if line.startswith("xxx")]
     assert long and all(len(line) <= MAX_LINE_CHARS for line in long)
