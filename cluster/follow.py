@@ -295,7 +295,7 @@ class LogFollower:
         """A stop was asked for: every node's log is teardown from here on."""
         if self._stop is None and isinstance(item, StopRequested):
             how = {15: "SIGTERM", 2: "SIGINT"}.get(item.signal, f"signal {item.signal}")
-            self._stop = (item.node, f"the container on {item.node} was sent {how} (`down` or `docker stop`)")
+            self._stop = (item.node, f"the container on {item.node} was sent {how} (`down`, `docker stop`, or its Docker engine stopping)")
             for node in {item.node, *self._diagnosers}:
                 self._diagnoser(node).request_stop(self._stop[1])
 

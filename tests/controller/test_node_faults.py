@@ -56,3 +56,37 @@ async def test_a_worker_engine_restarted_while_serving_is_monitoring_lost_then_r
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await asyncio.to_thread(lab_api.start_dockerd, 1, keep_containers=True)
+
+
+async def test_the_heads_engine_stopped_with_its_containers_is_told_then_down_cleans_up(clean):
+    """Stopping a Docker engine stops its containers with SIGTERM (Docker's kill event): the watch
+    says the server was stopped, naming the head and the engine among the ways it happens, and
+    ends; after the engine is back, `down` removes what is left."""
+    controller = controller_for(clean)
+    name = controller.config.container.name
+    head = clean.nodes[0].name
+    assert isinstance((await collect(controller.up()))[-1], Ready)
+    events: asyncio.Queue = asyncio.Queue()
+
+    async def watching():
+        async for event in controller.watch(health_interval=1):
+            await events.put(event)
+
+    task = asyncio.create_task(watching())
+    try:
+        assert (await asyncio.wait_for(events.get(), 30)).phase == "watch"
+        await asyncio.to_thread(lab_api.stop_dockerd, 0)
+        stopped = await asyncio.wait_for(events.get(), 30)
+        assert isinstance(stopped, Progress) and stopped.phase == "stopped", stopped
+        assert stopped.node == head and "Docker engine stopping" in stopped.message
+        await asyncio.wait_for(task, 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.to_thread(lab_api.start_dockerd, 0)
+    [status] = await collect(controller.status())
+    assert not status.containers[0].running, "the head's server is stopped (the worker's rank follows it)"
+    removed = await collect(controller.down())
+    assert [r.node for r in removed if r.removed] == [c.node for c in status.containers if c.present]
+    [status] = await collect(controller.status())
+    assert not any(c.present for c in status.containers), f"no orphan {name} after down"
