@@ -157,7 +157,9 @@ async def test_sigkill_in_a_phase_of_up_then_restart(lab, tmp_path, phase):
             if interrupted:
                 assert "The lock is released" in block_text(note)
                 assert ("Watching it again" in block_text(note)) is phase.running_after
-                assert "Interrupted" in str(slack.message(CH, parent_ts)["attachments"])
+                # the parent's new state follows the note through the job's outbox
+                await slack.wait_for(lambda c: c.method == "chat.update" and c.params.get("ts") == parent_ts
+                                     and "Interrupted" in str(c.params.get("attachments")), 30, after=mark)
             present = await containers_present(cluster)
             assert present == ([n.name for n in cluster.nodes] if phase.running_after else []), present
 
