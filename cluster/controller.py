@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import aclosing
-from pathlib import Path
 
 from cluster import api
 from cluster.bench.history import BenchHistory, cluster_fingerprint

@@ -4,6 +4,7 @@ not serving lost, and the node followed again (issue 10's matrix, node faults)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -15,14 +16,13 @@ from tests.controller.test_faults import lab_docker_kill
 pytestmark = pytest.mark.lab
 
 
-async def test_a_worker_engine_restarted_while_serving_is_monitoring_lost_then_resumed(clean):
-    controller = controller_for(clean)
-    worker = clean.nodes[1].name
-    assert isinstance((await collect(controller.up()))[-1], Ready)
+@contextlib.asynccontextmanager
+async def watched(controller, health_interval: float):
+    """`watch` running in a task; yields a function that waits for its next event."""
     events: asyncio.Queue = asyncio.Queue()
 
     async def watching():
-        async for event in controller.watch(health_interval=60):
+        async for event in controller.watch(health_interval=health_interval):
             await events.put(event)
 
     async def next_event(timeout: float):
@@ -30,31 +30,41 @@ async def test_a_worker_engine_restarted_while_serving_is_monitoring_lost_then_r
 
     task = asyncio.create_task(watching())
     try:
-        assert (await next_event(30)).phase == "watch"
-        # The lab's stop_dockerd takes the containers with the engine, as a crash does; with
-        # live-restore they keep running and only the engine's API goes away.
-        await asyncio.to_thread(lab_api.stop_dockerd, 1, keep_containers=True)
-        lost = await next_event(30)
-        assert isinstance(lost, Progress) and lost.phase == "monitoring_lost", lost
-        assert lost.node == worker and worker in lost.message and "the API still serves" in lost.message
-        [status] = await collect(controller.status())
-        assert isinstance(status, StatusReport) and status.api_healthy is True, status
-        assert worker in status.api_detail, "the worker's engine does not answer"
-
-        await asyncio.to_thread(lab_api.start_dockerd, 1, keep_containers=True)
-        resumed = await next_event(60)
-        assert isinstance(resumed, Progress) and resumed.phase == "monitoring_resumed", resumed
-        assert resumed.node == worker
-
-        # Following really resumed: the worker's death is reported as such.
-        await lab_docker_kill(clean, 1, controller.config.container.name)
-        failure = await next_event(30)
-        assert isinstance(failure, Failed), failure
-        assert failure.node == worker and "exited" in failure.summary, failure
-        await asyncio.wait_for(task, 10)
+        yield next_event, task
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_worker_engine_restarted_while_serving_is_monitoring_lost_then_resumed(clean):
+    controller = controller_for(clean)
+    worker = clean.nodes[1].name
+    assert isinstance((await collect(controller.up()))[-1], Ready)
+    try:
+        async with watched(controller, health_interval=60) as (next_event, task):
+            assert (await next_event(30)).phase == "watch"
+            # The lab's stop_dockerd takes the containers with the engine, as a crash does; with
+            # live-restore they keep running and only the engine's API goes away.
+            await asyncio.to_thread(lab_api.stop_dockerd, 1, keep_containers=True)
+            lost = await next_event(30)
+            assert isinstance(lost, Progress) and lost.phase == "monitoring_lost", lost
+            assert lost.node == worker and worker in lost.message and "the API still serves" in lost.message
+            [status] = await collect(controller.status())
+            assert isinstance(status, StatusReport) and status.api_healthy is True, status
+            assert worker in status.api_detail, "the worker's engine does not answer"
+
+            await asyncio.to_thread(lab_api.start_dockerd, 1, keep_containers=True)
+            resumed = await next_event(60)
+            assert isinstance(resumed, Progress) and resumed.phase == "monitoring_resumed", resumed
+            assert resumed.node == worker
+
+            # Following really resumed: the worker's death is reported as such.
+            await lab_docker_kill(clean, 1, controller.config.container.name)
+            failure = await next_event(30)
+            assert isinstance(failure, Failed), failure
+            assert failure.node == worker and "exited" in failure.summary, failure
+            await asyncio.wait_for(task, 10)
+    finally:
         await asyncio.to_thread(lab_api.start_dockerd, 1, keep_containers=True)
 
 
@@ -66,23 +76,15 @@ async def test_the_heads_engine_stopped_with_its_containers_is_told_then_down_cl
     name = controller.config.container.name
     head = clean.nodes[0].name
     assert isinstance((await collect(controller.up()))[-1], Ready)
-    events: asyncio.Queue = asyncio.Queue()
-
-    async def watching():
-        async for event in controller.watch(health_interval=1):
-            await events.put(event)
-
-    task = asyncio.create_task(watching())
     try:
-        assert (await asyncio.wait_for(events.get(), 30)).phase == "watch"
-        await asyncio.to_thread(lab_api.stop_dockerd, 0)
-        stopped = await asyncio.wait_for(events.get(), 30)
-        assert isinstance(stopped, Progress) and stopped.phase == "stopped", stopped
-        assert stopped.node == head and "Docker engine stopping" in stopped.message
-        await asyncio.wait_for(task, 10)
+        async with watched(controller, health_interval=1) as (next_event, task):
+            assert (await next_event(30)).phase == "watch"
+            await asyncio.to_thread(lab_api.stop_dockerd, 0)
+            stopped = await next_event(30)
+            assert isinstance(stopped, Progress) and stopped.phase == "stopped", stopped
+            assert stopped.node == head and "Docker engine stopping" in stopped.message
+            await asyncio.wait_for(task, 10)
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
         await asyncio.to_thread(lab_api.start_dockerd, 0)
     [status] = await collect(controller.status())
     assert not status.containers[0].running, "the head's server is stopped (the worker's rank follows it)"
