@@ -25,11 +25,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lab"))
 
-from benchmarks.emulator_server import EmulatorServer  # noqa: E402
-from cluster.bench.history import make_fingerprint  # noqa: E402
-from cluster.bench.models import BenchReport  # noqa: E402
-from cluster.bench.runner import BenchOptions, run_bench  # noqa: E402
-from emulator.profiles import truth  # noqa: E402
+from emulator.profiles import truth
+
+from benchmarks.emulator_server import EmulatorServer
+from cluster.bench.history import make_fingerprint
+from cluster.bench.models import BenchReport
+from cluster.bench.runner import BenchOptions, run_bench
 
 LEVELS = (1, 2, 4, 8, 32)
 SINGLE_BOUND = 0.02
@@ -68,11 +69,17 @@ class Row:
         return self.error is not None and abs(self.error) <= self.bound
 
 
-async def measure(case: Case, server: EmulatorServer, runs: int, max_tokens: int | None) -> BenchReport:
+async def measure(
+    case: Case, server: EmulatorServer, runs: int, max_tokens: int | None
+) -> BenchReport:
     options = BenchOptions(max_tokens=max_tokens or case.max_tokens, runs=runs, concurrency=LEVELS)
     report = None
-    async for event in run_bench(server.base_url, server.served_name, options,
-                                 make_fingerprint(server.served_name, {"profile": case.profile})):
+    async for event in run_bench(
+        server.base_url,
+        server.served_name,
+        options,
+        make_fingerprint(server.served_name, {"profile": case.profile}),
+    ):
         if event.kind == "bench":
             report = event.report
         elif event.kind == "failed":
@@ -87,35 +94,59 @@ def rows_for(case: Case, report: BenchReport) -> list[Row]:
     single = report.single
     assert single is not None
     rows = [
-        Row(case.label, "decode tok/s @1", t1["per_stream_tok_s"], single.decode_tok_s, SINGLE_BOUND),
+        Row(
+            case.label, "decode tok/s @1", t1["per_stream_tok_s"], single.decode_tok_s, SINGLE_BOUND
+        ),
         Row(case.label, "TTFT s @1", t1["ttft_s"], single.ttft_s, SINGLE_BOUND),
     ]
     for level in report.sweep:
         t = truth(case.profile, level.concurrency)
         wall = t["ttft_s"] + (n - 1) * t["tpot_s"]
-        rows.append(Row(case.label, f"aggregate decode tok/s @{level.concurrency}", t["aggregate_tok_s"],
-                        level.aggregate_decode_tok_s, AGGREGATE_BOUND))
-        rows.append(Row(case.label, f"output tok/s (incl. TTFT) @{level.concurrency}",
-                        level.concurrency * n / wall, level.output_tok_s, AGGREGATE_BOUND))
+        rows.append(
+            Row(
+                case.label,
+                f"aggregate decode tok/s @{level.concurrency}",
+                t["aggregate_tok_s"],
+                level.aggregate_decode_tok_s,
+                AGGREGATE_BOUND,
+            )
+        )
+        rows.append(
+            Row(
+                case.label,
+                f"output tok/s (incl. TTFT) @{level.concurrency}",
+                level.concurrency * n / wall,
+                level.output_tok_s,
+                AGGREGATE_BOUND,
+            )
+        )
     return rows
 
 
 def table(rows: list[Row]) -> str:
-    out = ["| profile | figure | truth | measured | error | bound | |", "|---|---|---|---|---|---|---|"]
+    out = [
+        "| profile | figure | truth | measured | error | bound | |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         measured = "-" if r.measured is None else f"{r.measured:.3f}"
         error = "-" if r.error is None else f"{r.error * 100:+.2f}%"
-        out.append(f"| {r.case} | {r.what} | {r.truth:.3f} | {measured} | {error} | "
-                   f"±{r.bound * 100:.0f}% | {'ok' if r.ok else 'MISSED'} |")
+        out.append(
+            f"| {r.case} | {r.what} | {r.truth:.3f} | {measured} | {error} | "
+            f"±{r.bound * 100:.0f}% | {'ok' if r.ok else 'MISSED'} |"
+        )
     return "\n".join(out)
 
 
 async def main_async(args: argparse.Namespace) -> int:
     with ExitStack() as stack:  # every server is started before any is measured, and always killed
-        servers = [stack.enter_context(EmulatorServer(c.profile, reasoning_parser=c.reasoning_parser))
-                   for c in CASES]
-        reports = await asyncio.gather(*(measure(c, s, args.runs, args.max_tokens)
-                                         for c, s in zip(CASES, servers)))
+        servers = [
+            stack.enter_context(EmulatorServer(c.profile, reasoning_parser=c.reasoning_parser))
+            for c in CASES
+        ]
+        reports = await asyncio.gather(
+            *(measure(c, s, args.runs, args.max_tokens) for c, s in zip(CASES, servers))
+        )
     results = list(zip(CASES, reports))
     rows: list[Row] = []
     failures: list[str] = []
@@ -125,11 +156,13 @@ async def main_async(args: argparse.Namespace) -> int:
         single = report.single
         assert single is not None
         split = f"reasoning {single.reasoning_tokens} + answer {single.answer_tokens}"
-        print(f"{case.label} ({case.profile}{', --reasoning-parser ' + case.reasoning_parser if case.reasoning_parser else ''}): "
-              f"{single.completion_tokens} tokens per request ({split}), "
-              f"cross-check: {check.detail}; client: loop lag p99 {report.client.loop_lag_p99_ms:.1f} ms "
-              f"(max {report.client.loop_lag_max_ms:.1f}), "
-              f"parsing {report.client.parse_share * 100:.2f}% of {report.duration_s:.0f} s")
+        print(
+            f"{case.label} ({case.profile}{', --reasoning-parser ' + case.reasoning_parser if case.reasoning_parser else ''}): "
+            f"{single.completion_tokens} tokens per request ({split}), "
+            f"cross-check: {check.detail}; client: loop lag p99 {report.client.loop_lag_p99_ms:.1f} ms "
+            f"(max {report.client.loop_lag_max_ms:.1f}), "
+            f"parsing {report.client.parse_share * 100:.2f}% of {report.duration_s:.0f} s"
+        )
         if not check.matches:
             failures.append(f"{case.label}: token cross-check: {check.detail}")
         if case.reasoning_parser and not (single.reasoning_tokens and single.answer_tokens):
@@ -138,7 +171,9 @@ async def main_async(args: argparse.Namespace) -> int:
             failures.append(f"{case.label}: token counts approximate (no usage)")
     print()
     print(table(rows))
-    failures += [f"{r.case}: {r.what}: truth {r.truth:.3f}, measured {r.measured}" for r in rows if not r.ok]
+    failures += [
+        f"{r.case}: {r.what}: truth {r.truth:.3f}, measured {r.measured}" for r in rows if not r.ok
+    ]
     if failures:
         print("\nMISSED:\n  " + "\n  ".join(failures), file=sys.stderr)
         return 1
@@ -148,8 +183,12 @@ async def main_async(args: argparse.Namespace) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--max-tokens", type=int, default=None, help="override each profile's max_tokens")
-    parser.add_argument("--runs", type=int, default=3, help="measured single-stream runs (default 3)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=None, help="override each profile's max_tokens"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=3, help="measured single-stream runs (default 3)"
+    )
     return asyncio.run(main_async(parser.parse_args()))
 
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.config import load_config  # noqa: E402
-from cluster.config import Secrets  # noqa: E402
-from cluster.controller import Controller  # noqa: E402
-from cluster.events import CheckpointPassed, Failed, Ready  # noqa: E402
-from lab.api import exclusive_use, lab_up  # noqa: E402
+from bot.config import load_config
+from cluster.config import Secrets
+from cluster.controller import Controller
+from cluster.events import CheckpointPassed, Failed, Ready
+from lab.api import exclusive_use, lab_up
 
 GOAL_S = 1.0
 
@@ -51,8 +51,12 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--engine", choices=("emulated", "real"), default="emulated")
-    parser.add_argument("--config", type=Path, default=None,
-                        help="default: configs/lab.yaml, or configs/lab-real.yaml with --engine real")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="default: configs/lab.yaml, or configs/lab-real.yaml with --engine real",
+    )
     args = parser.parse_args()
     configs = Path(__file__).resolve().parents[1] / "configs"
     config = args.config or configs / ("lab-real.yaml" if args.engine == "real" else "lab.yaml")
@@ -70,8 +74,12 @@ async def measure(runs: int, path: Path) -> int:
     worst = 0.0
     for checkpoint, values in latencies.items():
         worst = max(worst, max(values))
-        print(f"{checkpoint:<12} {len(values):>3} {statistics.median(values) * 1000:>8.1f} {max(values) * 1000:>8.1f}")
-    print(f"launch to Ready on the lab: median {statistics.median(totals):.2f} s over {len(totals)} runs")
+        print(
+            f"{checkpoint:<12} {len(values):>3} {statistics.median(values) * 1000:>8.1f} {max(values) * 1000:>8.1f}"
+        )
+    print(
+        f"launch to Ready on the lab: median {statistics.median(totals):.2f} s over {len(totals)} runs"
+    )
     print(f"worst detection latency {worst * 1000:.1f} ms (goal < {GOAL_S * 1000:.0f} ms)")
     return 0 if worst < GOAL_S else 1
 

@@ -31,11 +31,11 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cluster.events import LogTail  # noqa: E402
-from tests import secrets  # noqa: E402
-from tests.bot.helpers import slack_bot  # noqa: E402
-from tests.handlers.doubles import CH, CLUSTER, Hold, ScriptedControllers, ready, settings  # noqa: E402
-from tests.slack_standin import Ack, SlackStandIn  # noqa: E402
+from cluster.events import LogTail
+from tests import secrets
+from tests.bot.helpers import slack_bot
+from tests.handlers.doubles import CH, CLUSTER, Hold, ScriptedControllers, ready, settings
+from tests.slack_standin import Ack, SlackStandIn
 
 T = TypeVar("T")
 USERS = [f"U0LOAD{n:02d}" for n in range(20)]
@@ -44,8 +44,9 @@ MIX = ["status", "up", "help", "down", "logs head 20", "bench", "status", "verif
 JOBS = {"up", "down", "bench", "verify"}
 
 
-async def send_spread(slack: SlackStandIn, commands: Sequence[tuple[str, str]], seconds: float,
-                      channel: str = CH) -> list[Ack]:
+async def send_spread(
+    slack: SlackStandIn, commands: Sequence[tuple[str, str]], seconds: float, channel: str = CH
+) -> list[Ack]:
     """Send each (user, text) as `/spark` at evenly spaced moments over `seconds`, none waiting for
     another's ack; the acks in the order sent (AckTimeout: one not acknowledged within 3 s)."""
     loop = asyncio.get_running_loop()
@@ -56,26 +57,38 @@ async def send_spread(slack: SlackStandIn, commands: Sequence[tuple[str, str]], 
         await asyncio.sleep(max(0.0, start + i * seconds / len(commands) - loop.time()))
         return await slack.send_slash_command(user, channel, text)
 
-    return list(await asyncio.gather(*(one(i, user, text) for i, (user, text) in enumerate(commands))))
+    return list(
+        await asyncio.gather(*(one(i, user, text) for i, (user, text) in enumerate(commands)))
+    )
 
 
 def ack_figures(acks: Sequence[Ack]) -> dict[str, float]:
     """p50, p99 and max of the acks' latencies, in seconds."""
     latencies = sorted(a.latency for a in acks)
-    cuts = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
+    cuts = (
+        statistics.quantiles(latencies, n=100, method="inclusive")
+        if len(latencies) > 1
+        else latencies * 99
+    )
     return {"p50": statistics.median(latencies), "p99": cuts[98], "max": latencies[-1]}
 
 
 def mixed_commands(count: int = 50) -> list[tuple[str, str]]:
     """(a)'s commands: an `up` first, then MIX round-robin, users in turn."""
-    return [(USERS[0], "up")] + [(USERS[i % len(USERS)], MIX[(i - 1) % len(MIX)]) for i in range(1, count)]
+    return [(USERS[0], "up")] + [
+        (USERS[i % len(USERS)], MIX[(i - 1) % len(MIX)]) for i in range(1, count)
+    ]
 
 
 def load_controllers(hold: Hold) -> ScriptedControllers:
     """The cluster of (a): `up` waits at `hold` before Ready; `logs` shows a short tail, one line
     with a planted token the bot must mask."""
-    tail = LogTail(elapsed_s=0.0, node=CLUSTER.head.name, container=CLUSTER.container.name,
-                   lines=[f"INFO line {n}" for n in range(19)] + [f"INFO HF_TOKEN={secrets.HF_TOKEN}"])
+    tail = LogTail(
+        elapsed_s=0.0,
+        node=CLUSTER.head.name,
+        container=CLUSTER.container.name,
+        lines=[f"INFO line {n}" for n in range(19)] + [f"INFO HF_TOKEN={secrets.HF_TOKEN}"],
+    )
     return ScriptedControllers(up=[hold, ready()], logs=[tail])
 
 
@@ -108,7 +121,9 @@ class StandInThread:
 
     def __enter__(self) -> StandInThread:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="slack-standin", daemon=True)
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="slack-standin", daemon=True
+        )
         self.thread.start()
         self.slack: SlackStandIn = self.run(SlackStandIn().start()).result()
         for user in USERS:
@@ -144,13 +159,22 @@ def replies(slack: SlackStandIn) -> int:
     return len(slack.ephemerals()) + len(slack.calls("chat.postMessage"))
 
 
-async def scenario(standin: StandInThread, name: str, commands: list[tuple[str, str]], seconds: float,
-                   expected_replies: int, controllers: ScriptedControllers, store_dir: Path,
-                   hold: Hold | None = None) -> Row:
+async def scenario(
+    standin: StandInThread,
+    name: str,
+    commands: list[tuple[str, str]],
+    seconds: float,
+    expected_replies: int,
+    controllers: ScriptedControllers,
+    store_dir: Path,
+    hold: Hold | None = None,
+) -> Row:
     """Send `commands` within `seconds` (with `hold`: the first, then the rest once the first
     holds the cluster lock) and wait until `expected_replies` more replies are shown."""
     slack = standin.slack
-    async with slack_bot(slack, CLUSTER, settings(store_dir, operators=tuple(USERS)), controllers=controllers):
+    async with slack_bot(
+        slack, CLUSTER, settings(store_dir, operators=tuple(USERS)), controllers=controllers
+    ):
         await standin.call(slack.wait_for_connection())
         shown = replies(slack)
         with LoopLag() as lag:
@@ -162,7 +186,9 @@ async def scenario(standin: StandInThread, name: str, commands: list[tuple[str, 
                 commands = commands[1:]
             left = seconds - (time.monotonic() - started)
             acks += await standin.call(send_spread(slack, commands, left))
-            await standin.call(slack.wait_until(lambda: replies(slack) >= shown + expected_replies, 30))
+            await standin.call(
+                slack.wait_until(lambda: replies(slack) >= shown + expected_replies, 30)
+            )
             last_reply = time.monotonic() - started
         if hold is not None:
             hold.release.set()
@@ -176,28 +202,55 @@ async def run(seconds: float, status_count: int) -> list[Row]:
         commands = mixed_commands()
         # every command but help (answered in its ack) gets one reply; the `up` posts its job message
         expected = sum(1 for _, text in commands if text != "help")
-        rows.append(await scenario(standin, "50 mixed in 1 s (an up holds)", commands, 1.0, expected,
-                                   load_controllers(hold), Path(tmp) / "a", hold))
+        rows.append(
+            await scenario(
+                standin,
+                "50 mixed in 1 s (an up holds)",
+                commands,
+                1.0,
+                expected,
+                load_controllers(hold),
+                Path(tmp) / "a",
+                hold,
+            )
+        )
         status = [(USERS[i % len(USERS)], "status") for i in range(status_count)]
-        rows.append(await scenario(standin, f"{status_count} status in {seconds:g} s", status, seconds, status_count,
-                                   ScriptedControllers(), Path(tmp) / "b"))
+        rows.append(
+            await scenario(
+                standin,
+                f"{status_count} status in {seconds:g} s",
+                status,
+                seconds,
+                status_count,
+                ScriptedControllers(),
+                Path(tmp) / "b",
+            )
+        )
     return rows
 
 
 def table(rows: Sequence[Row]) -> str:
-    head = (f"{'scenario':<34} {'cmds':>5} {'ack p50':>9} {'ack p99':>9} {'ack max':>9} "
-            f"{'loop lag max':>13} {'last reply':>11}")
+    head = (
+        f"{'scenario':<34} {'cmds':>5} {'ack p50':>9} {'ack p99':>9} {'ack max':>9} "
+        f"{'loop lag max':>13} {'last reply':>11}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r.scenario:<34} {r.commands:>5} {r.acks['p50'] * 1000:>7.1f}ms {r.acks['p99'] * 1000:>7.1f}ms "
-                     f"{r.acks['max'] * 1000:>7.1f}ms {r.loop_lag * 1000:>11.1f}ms {r.last_reply:>10.2f}s")
+        lines.append(
+            f"{r.scenario:<34} {r.commands:>5} {r.acks['p50'] * 1000:>7.1f}ms {r.acks['p99'] * 1000:>7.1f}ms "
+            f"{r.acks['max'] * 1000:>7.1f}ms {r.loop_lag * 1000:>11.1f}ms {r.last_reply:>10.2f}s"
+        )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60.0, help="length of scenario (b) (default 60)")
-    parser.add_argument("--status", type=int, default=1000, help="status commands in scenario (b) (default 1000)")
+    parser.add_argument(
+        "--seconds", type=float, default=60.0, help="length of scenario (b) (default 60)"
+    )
+    parser.add_argument(
+        "--status", type=int, default=1000, help="status commands in scenario (b) (default 1000)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     # a command not acknowledged within 3 s raises the stand-in's AckTimeout: no table, exit 1

@@ -28,30 +28,61 @@ def free_port() -> int:
 
 
 class EmulatorServer:
-    def __init__(self, profile: str, *, served_name: str = "qwen", reasoning_parser: str | None = None,
-                 extra_args: tuple[str, ...] = (), time_scale: float = 0.003, startup_timeout: float = 60.0):
+    def __init__(
+        self,
+        profile: str,
+        *,
+        served_name: str = "qwen",
+        reasoning_parser: str | None = None,
+        extra_args: tuple[str, ...] = (),
+        time_scale: float = 0.003,
+        startup_timeout: float = 60.0,
+    ):
         self.profile = profile
         self.served_name = served_name
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.args = [MODEL, "-tp", "2", "--served-model-name", served_name, "--max-model-len", "32768",
-                     "--host", "127.0.0.1", "--port", str(self.port), *extra_args]
+        self.args = [
+            MODEL,
+            "-tp",
+            "2",
+            "--served-model-name",
+            served_name,
+            "--max-model-len",
+            "32768",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *extra_args,
+        ]
         if reasoning_parser:
             self.args += ["--reasoning-parser", reasoning_parser]
-        self.env = {"PYTHONPATH": str(REPO / "lab"), "SPARK_EMU_PROFILE": profile,
-                    "SPARK_EMU_TIME_SCALE": str(time_scale), "SPARK_EMU_GPUS": "2",
-                    "SPARK_EMU_STATE_DIR": "/tmp/spark-bench-emu"}
+        self.env = {
+            "PYTHONPATH": str(REPO / "lab"),
+            "SPARK_EMU_PROFILE": profile,
+            "SPARK_EMU_TIME_SCALE": str(time_scale),
+            "SPARK_EMU_GPUS": "2",
+            "SPARK_EMU_STATE_DIR": "/tmp/spark-bench-emu",
+        }
         self.startup_timeout = startup_timeout
         self.lines: list[str] = []
         self._lines: queue.Queue[str | None] = queue.Queue()
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> EmulatorServer:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_EMU_", "NCCL_", "RAY_"))}
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("SPARK_EMU_", "NCCL_", "RAY_"))
+        }
         env.update(self.env)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "emulator", "vllm", "serve", *self.args], env=env, cwd=REPO,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, "-m", "emulator", "vllm", "serve", *self.args],
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         threading.Thread(target=self._read, daemon=True).start()
         try:
@@ -77,14 +108,19 @@ class EmulatorServer:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RuntimeError(f"emulator ({self.profile}) not ready within {self.startup_timeout:.0f} s:\n"
-                                   + "\n".join(self.lines[-20:]))
+                raise RuntimeError(
+                    f"emulator ({self.profile}) not ready within {self.startup_timeout:.0f} s:\n"
+                    + "\n".join(self.lines[-20:])
+                )
             try:
                 line = self._lines.get(timeout=left)
             except queue.Empty:
                 continue
             if line is None:
-                raise RuntimeError(f"emulator ({self.profile}) exited before ready:\n" + "\n".join(self.lines[-20:]))
+                raise RuntimeError(
+                    f"emulator ({self.profile}) exited before ready:\n"
+                    + "\n".join(self.lines[-20:])
+                )
             if READY in line:
                 return
 

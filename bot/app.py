@@ -28,23 +28,44 @@ def controller_factory(config: SparkBotConfig, environ: Mapping[str, str]) -> Co
     return lambda cluster: Controller(cluster, secrets)
 
 
-def slack_bot(config: SparkBotConfig, environ: Mapping[str, str], *, http: bool | None = None,
-              port: int | None = None) -> SlackBot:
+def slack_bot(
+    config: SparkBotConfig,
+    environ: Mapping[str, str],
+    *,
+    http: bool | None = None,
+    port: int | None = None,
+) -> SlackBot:
     http = config.slack.mode == "http" if http is None else http
     needed = ["SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET" if http else "SLACK_APP_TOKEN"]
     missing = [name for name in needed if not environ.get(name)]
     if missing:
         raise ConfigError(f"set {', '.join(missing)} in the environment (see .env.example)")
     client = make_client(environ["SLACK_BOT_TOKEN"], config.slack.api_url)
-    dispatcher = Dispatcher(config.cluster, config.bot, SlackChat(client), Store(config.store.path),
-                            controller_factory(config, environ))
-    return SlackBot(dispatcher, client, app_token=environ.get("SLACK_APP_TOKEN"),
-                    signing_secret=environ.get("SLACK_SIGNING_SECRET"), http=http, host=config.slack.host,
-                    port=config.slack.port if port is None else port)
+    dispatcher = Dispatcher(
+        config.cluster,
+        config.bot,
+        SlackChat(client),
+        Store(config.store.path),
+        controller_factory(config, environ),
+    )
+    return SlackBot(
+        dispatcher,
+        client,
+        app_token=environ.get("SLACK_APP_TOKEN"),
+        signing_secret=environ.get("SLACK_SIGNING_SECRET"),
+        http=http,
+        host=config.slack.host,
+        port=config.slack.port if port is None else port,
+    )
 
 
-async def run_slack(config: SparkBotConfig, environ: Mapping[str, str], *, http: bool | None = None,
-                    port: int | None = None) -> int:
+async def run_slack(
+    config: SparkBotConfig,
+    environ: Mapping[str, str],
+    *,
+    http: bool | None = None,
+    port: int | None = None,
+) -> int:
     bot = slack_bot(config, environ, http=http, port=port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -58,12 +79,24 @@ async def run_slack(config: SparkBotConfig, environ: Mapping[str, str], *, http:
     return 0
 
 
-async def run_console(config: SparkBotConfig, environ: Mapping[str, str], *, assume_yes: bool = False,
-                      lines: AsyncIterator[str] | None = None, out: TextIO = sys.stdout,
-                      files_dir: Path | None = None) -> int:
+async def run_console(
+    config: SparkBotConfig,
+    environ: Mapping[str, str],
+    *,
+    assume_yes: bool = False,
+    lines: AsyncIterator[str] | None = None,
+    out: TextIO = sys.stdout,
+    files_dir: Path | None = None,
+) -> int:
     chat = ConsoleChat(out, files_dir or config.store.path.parent / "console-files")
-    dispatcher = Dispatcher(config.cluster, config.bot, chat, Store(config.store.path),
-                            controller_factory(config, environ), access=Access.for_console())
+    dispatcher = Dispatcher(
+        config.cluster,
+        config.bot,
+        chat,
+        Store(config.store.path),
+        controller_factory(config, environ),
+        access=Access.for_console(),
+    )
     await dispatcher.start()
     await Console(dispatcher, chat, assume_yes=assume_yes).run(lines or stdin_lines())
     return 0
@@ -72,8 +105,9 @@ async def run_console(config: SparkBotConfig, environ: Mapping[str, str], *, ass
 def configure_logging(environ: Mapping[str, str], level: int = logging.INFO) -> None:
     """Log to stderr, every record through the redacting filter: token shapes, and the values of
     the environment's variables named like secrets (SLACK_BOT_TOKEN, HF_TOKEN...)."""
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     known = [value for name, value in environ.items() if secret_name(name) and len(value) >= 8]
     for handler in logging.getLogger().handlers:
         handler.addFilter(RedactingFilter(known))

@@ -15,17 +15,24 @@ import yaml
 from bot.config import load_config, load_knowledge
 from bot.render_text import render
 from cluster.bench.history import JsonLinesHistory
-from cluster.bench.runner import DEFAULT_PROMPT, MAX_CONCURRENCY, MAX_REQUESTS, MAX_RUNS, MAX_TOKENS, BenchOptions
+from cluster.bench.runner import (
+    DEFAULT_PROMPT,
+    MAX_CONCURRENCY,
+    MAX_REQUESTS,
+    MAX_RUNS,
+    MAX_TOKENS,
+    BenchOptions,
+)
 from cluster.config import resolve_secrets
 from cluster.controller import Controller
+from cluster.diagnosis import LogDiagnoser, first_error, unrecognised
 from cluster.errors import SparkBotError
 from cluster.events import Failed
-from cluster.diagnosis import LogDiagnoser, first_error, unrecognised
 from cluster.failures import with_knowledge
+from cluster.redact import MASK, looks_secret, redact, secret_name
 from handlers.commands import check_bench, parse_concurrency, resolve_node
 from handlers.errors import CommandError
 from handlers.specs import SPECS
-from cluster.redact import MASK, looks_secret, redact, secret_name
 
 
 def check_config(args: argparse.Namespace) -> int:
@@ -59,7 +66,10 @@ async def _print_events(events, as_json: bool) -> int:
         if isinstance(event, Failed):
             status = 1
             if as_json:
-                print(redact(f"spark-bot: {event.summary}\ncause: {event.cause}\nfix: {event.fix}"), file=sys.stderr)
+                print(
+                    redact(f"spark-bot: {event.summary}\ncause: {event.cause}\nfix: {event.fix}"),
+                    file=sys.stderr,
+                )
     return status
 
 
@@ -71,7 +81,9 @@ def _operation(method: str) -> Command:
             kwargs = {"replace": args.replace}
         elif method == "logs":
             if args.node is not None:
-                args.node = resolve_node(args.node, controller.config)  # a CommandError is reported by main()
+                args.node = resolve_node(
+                    args.node, controller.config
+                )  # a CommandError is reported by main()
             kwargs = {"node": args.node, "lines": args.lines}
         events = getattr(controller, method)(**kwargs)
         return asyncio.run(_print_events(events, args.json))
@@ -106,14 +118,23 @@ def _default_history() -> Path:
 
 
 def bench(args: argparse.Namespace) -> int:
-    options = BenchOptions(prompt=args.prompt, max_tokens=args.max_tokens, runs=args.runs,
-                           concurrency=tuple(args.concurrency or ()), requests_per_level=args.requests,
-                           allow_busy=args.allow_busy)
+    options = BenchOptions(
+        prompt=args.prompt,
+        max_tokens=args.max_tokens,
+        runs=args.runs,
+        concurrency=tuple(args.concurrency or ()),
+        requests_per_level=args.requests,
+        allow_busy=args.allow_busy,
+    )
     check_bench(options)  # the same rules and messages as `/spark bench`, the tool's own limits
     controller = _controller(args)
     events = controller.bench(
-        concurrency=options.concurrency, max_tokens=options.max_tokens, runs=options.runs, prompt=options.prompt,
-        requests_per_level=options.requests_per_level, allow_busy=options.allow_busy,
+        concurrency=options.concurrency,
+        max_tokens=options.max_tokens,
+        runs=options.runs,
+        prompt=options.prompt,
+        requests_per_level=options.requests_per_level,
+        allow_busy=options.allow_busy,
         history=None if args.no_history else JsonLinesHistory(args.history or _default_history()),
     )
     return asyncio.run(_print_events(events, args.json))
@@ -129,7 +150,9 @@ def diagnose_log(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise SparkBotError(f"{args.file}: cannot read ({exc.strerror})") from exc
     lines = text.splitlines()
-    diagnoser = LogDiagnoser(table=with_knowledge(load_knowledge(args.extra) if args.extra else None))
+    diagnoser = LogDiagnoser(
+        table=with_knowledge(load_knowledge(args.extra) if args.extra else None)
+    )
     for line in lines:
         diagnoser.feed(line)
     found = diagnoser.diagnosis
@@ -159,9 +182,12 @@ def run_bot(args: argparse.Namespace) -> int:
 
 
 def run_console(args: argparse.Namespace) -> int:
-    from bot.app import configure_logging, run_console as console
+    from bot.app import configure_logging
+    from bot.app import run_console as console
 
-    configure_logging(os.environ, logging.WARNING)  # the terminal shows the replies; the logs only warn
+    configure_logging(
+        os.environ, logging.WARNING
+    )  # the terminal shows the replies; the logs only warn
     return asyncio.run(console(load_config(args.config), os.environ, assume_yes=args.yes))
 
 
@@ -172,9 +198,13 @@ def demo(args: argparse.Namespace) -> int:
         from demo.session import main as run_demo
         from lab.emulator.faults import FAULTS
     except ImportError as error:
-        raise SparkBotError(f"the demo needs the repository checkout (demo/ and lab/): {error}") from None
+        raise SparkBotError(
+            f"the demo needs the repository checkout (demo/ and lab/): {error}"
+        ) from None
     if args.fault is not None and args.fault not in FAULTS:
-        raise SparkBotError(f"unknown fault {args.fault!r}; the emulator's faults: {', '.join(sorted(FAULTS))}")
+        raise SparkBotError(
+            f"unknown fault {args.fault!r}; the emulator's faults: {', '.join(sorted(FAULTS))}"
+        )
     return run_demo(args.run or [], args.fault)
 
 
@@ -196,7 +226,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("check-config", check_config, "validate a config file and print it resolved")
     sub.add_argument("config", help="path to the YAML config")
 
-    shared_with_chat = [(name, SPECS[name].summary) for name in ("up", "verify", "status", "logs", "down")]
+    shared_with_chat = [
+        (name, SPECS[name].summary) for name in ("up", "verify", "status", "logs", "down")
+    ]
     for name, help_text in [
         *shared_with_chat,
         ("watch", "follow a running cluster until something fails"),
@@ -206,53 +238,113 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--config", required=True, help="path to the YAML config")
         sub.add_argument("--json", action="store_true", help="print events as JSON lines")
         if name == "up":
-            sub.add_argument("--replace", action="store_true",
-                             help="remove a leftover container spark-bot started (never one it did not start) first")
+            sub.add_argument(
+                "--replace",
+                action="store_true",
+                help="remove a leftover container spark-bot started (never one it did not start) first",
+            )
         if name == "logs":
             sub.add_argument("node", nargs="?", help="head, worker or a node name (default: head)")
-            sub.add_argument("--lines", type=_bounded_int(1, 5000), default=50,
-                             metavar="N", help="how many lines (1-5000, default 50)")
+            sub.add_argument(
+                "--lines",
+                type=_bounded_int(1, 5000),
+                default=50,
+                metavar="N",
+                help="how many lines (1-5000, default 50)",
+            )
 
     sub = command("bench", bench, SPECS["bench"].summary)
     sub.add_argument("--config", required=True, help="path to the YAML config")
-    sub.add_argument("--concurrency", type=_concurrency_list, metavar="1,2,4",
-                     help=f"also sweep these concurrency levels (each 1-{MAX_CONCURRENCY})")
-    sub.add_argument("--max-tokens", type=int, default=128, metavar="N",
-                     help=f"tokens per request (2-{MAX_TOKENS}, default 128; ignore_eos makes it exact)")
-    sub.add_argument("--runs", type=int, default=3, metavar="N",
-                     help=f"measured single-stream runs after one warm-up (1-{MAX_RUNS}); the median is "
-                     "reported (default 3)")
-    sub.add_argument("--requests", type=int, default=None, metavar="K",
-                     help=f"requests per concurrency level (1-{MAX_REQUESTS}; default: as many as the level)")
+    sub.add_argument(
+        "--concurrency",
+        type=_concurrency_list,
+        metavar="1,2,4",
+        help=f"also sweep these concurrency levels (each 1-{MAX_CONCURRENCY})",
+    )
+    sub.add_argument(
+        "--max-tokens",
+        type=int,
+        default=128,
+        metavar="N",
+        help=f"tokens per request (2-{MAX_TOKENS}, default 128; ignore_eos makes it exact)",
+    )
+    sub.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        metavar="N",
+        help=f"measured single-stream runs after one warm-up (1-{MAX_RUNS}); the median is "
+        "reported (default 3)",
+    )
+    sub.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"requests per concurrency level (1-{MAX_REQUESTS}; default: as many as the level)",
+    )
     sub.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt (same for every request)")
-    sub.add_argument("--history", type=Path, default=None, metavar="PATH",
-                     help="JSON-lines history to compare with and append to "
-                     "(default $XDG_STATE_HOME/spark-bot/bench-history.jsonl)")
+    sub.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="JSON-lines history to compare with and append to "
+        "(default $XDG_STATE_HOME/spark-bot/bench-history.jsonl)",
+    )
     sub.add_argument("--no-history", action="store_true", help="neither compare nor record")
-    sub.add_argument("--allow-busy", action="store_true",
-                     help="measure even when the server already runs requests (a warning instead of a refusal)")
+    sub.add_argument(
+        "--allow-busy",
+        action="store_true",
+        help="measure even when the server already runs requests (a warning instead of a refusal)",
+    )
     sub.add_argument("--json", action="store_true", help="print events as JSON lines")
 
-    sub = command("run", run_bot, "run the Slack bot (Socket Mode; --http for signed HTTP requests)")
+    sub = command(
+        "run", run_bot, "run the Slack bot (Socket Mode; --http for signed HTTP requests)"
+    )
     sub.add_argument("--config", required=True, help="path to the YAML config")
-    sub.add_argument("--http", action="store_true", help="HTTP mode (SLACK_SIGNING_SECRET) instead of Socket Mode")
-    sub.add_argument("--port", type=_bounded_int(0, 65535), default=None,
-                     help="port for /slack/events and /health (default: slack.port, 3000)")
+    sub.add_argument(
+        "--http",
+        action="store_true",
+        help="HTTP mode (SLACK_SIGNING_SECRET) instead of Socket Mode",
+    )
+    sub.add_argument(
+        "--port",
+        type=_bounded_int(0, 65535),
+        default=None,
+        help="port for /slack/events and /health (default: slack.port, 3000)",
+    )
 
     sub = command("console", run_console, "the bot's commands in this terminal (type /spark up)")
     sub.add_argument("--config", required=True, help="path to the YAML config")
-    sub.add_argument("--yes", action="store_true", help="answer yes to confirmations (down, replace)")
+    sub.add_argument(
+        "--yes", action="store_true", help="answer yes to confirmations (down, replace)"
+    )
 
-    sub = command("demo", demo, "the bot on an embedded two-node cluster: no Slack, Sparks, Docker or root")
-    sub.add_argument("--run", action="append", metavar="COMMAND",
-                     help='a command to run, e.g. "/spark up" (repeatable); without it, read standard input')
-    sub.add_argument("--fault", metavar="FAULT",
-                     help="inject one of the emulator's faults (e.g. nccl_error, oom; a wrong name lists them)")
+    sub = command(
+        "demo", demo, "the bot on an embedded two-node cluster: no Slack, Sparks, Docker or root"
+    )
+    sub.add_argument(
+        "--run",
+        action="append",
+        metavar="COMMAND",
+        help='a command to run, e.g. "/spark up" (repeatable); without it, read standard input',
+    )
+    sub.add_argument(
+        "--fault",
+        metavar="FAULT",
+        help="inject one of the emulator's faults (e.g. nccl_error, oom; a wrong name lists them)",
+    )
 
     sub = command("diagnose", diagnose_log, "find the cause of a failure in a vLLM log")
     sub.add_argument("file", nargs="?", default="-", help="log file, or - for standard input")
-    sub.add_argument("--extra", metavar="FILE", default=None,
-                     help="a knowledge file: extra failure rows (checked first) and checkpoint spellings")
+    sub.add_argument(
+        "--extra",
+        metavar="FILE",
+        default=None,
+        help="a knowledge file: extra failure rows (checked first) and checkpoint spellings",
+    )
     return parser
 
 

@@ -22,9 +22,14 @@ class SlackConfig(BaseModel):
 
     mode: Literal["socket", "http"] = "socket"
     host: str = "0.0.0.0"
-    port: int = Field(3000, ge=0, le=65535, description="HTTP mode: /slack/events; both modes: /health")
-    api_url: str | None = Field(None, pattern=r"^https?://[^\s]+/$",
-                                description="Web API base URL (default Slack's); for proxies and tests")
+    port: int = Field(
+        3000, ge=0, le=65535, description="HTTP mode: /slack/events; both modes: /health"
+    )
+    api_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s]+/$",
+        description="Web API base URL (default Slack's); for proxies and tests",
+    )
 
 
 class SparkBotConfig(BaseModel):
@@ -39,7 +44,9 @@ class SparkBotConfig(BaseModel):
 
     @property
     def bot(self) -> BotSettings:
-        return BotSettings(access=self.access, commands=self.commands, jobs=self.jobs, store=self.store)
+        return BotSettings(
+            access=self.access, commands=self.commands, jobs=self.jobs, store=self.store
+        )
 
 
 def _read_yaml(path: Path, what: str) -> tuple[Any, yaml.Node | None]:
@@ -72,7 +79,9 @@ def load_knowledge(path: str | Path) -> Knowledge:
     path = Path(path)
     data, root = _read_yaml(path, "knowledge file")
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with 'signatures' and/or 'checkpoints' at the top")
+        raise ConfigError(
+            f"{path}: expected a mapping with 'signatures' and/or 'checkpoints' at the top"
+        )
     try:
         return Knowledge.model_validate(data)
     except ValidationError as exc:

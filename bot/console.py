@@ -64,8 +64,9 @@ class ConsoleChat:
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
 
-    async def post(self, channel: str, message: Message, *, thread: str | None = None,
-                   broadcast: bool = False) -> Posted:
+    async def post(
+        self, channel: str, message: Message, *, thread: str | None = None, broadcast: bool = False
+    ) -> Posted:
         ts = str(next(self._ids))
         if thread is None:
             self._print(render_message(message) + f"  [#{ts}]")
@@ -137,7 +138,9 @@ class Console:
                 if text in {"quit", "exit"}:
                     break
                 text = text.removeprefix("/spark").strip()
-                reply = await self.dispatcher.command(Invocation(CONSOLE_USER, CONSOLE_CHANNEL, text))
+                reply = await self.dispatcher.command(
+                    Invocation(CONSOLE_USER, CONSOLE_CHANNEL, text)
+                )
                 if reply is not None:
                     await self.chat.reply_private(CONSOLE_CHANNEL, CONSOLE_USER, reply)
                 await self._settle(lines)
@@ -158,8 +161,9 @@ class Console:
                 self.chat._print(f"{button.label}? [y/N] ")
                 answer = (await anext(lines, "")).strip().lower()
             if answer in {"y", "yes"}:
-                reply = await self.dispatcher.action(Action(CONSOLE_USER, CONSOLE_CHANNEL, CONFIRM_ACTION,
-                                                            button.value))
+                reply = await self.dispatcher.action(
+                    Action(CONSOLE_USER, CONSOLE_CHANNEL, CONFIRM_ACTION, button.value)
+                )
                 if reply is not None:
                     self.chat._print(render_message(reply))
             else:

@@ -42,11 +42,12 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
             f"    fix:      {event.fix}",
         ]
         if event.log_tail:
-            parts.append("    log tail:\n" + _indent(event.log_tail[-max(tail_lines, 15):]))
+            parts.append("    log tail:\n" + _indent(event.log_tail[-max(tail_lines, 15) :]))
         return "\n".join(parts)
     if isinstance(event, Ready):
         text = f"{stamp} READY: {event.model} at {event.api_url}" + (
-            f" (vLLM {event.vllm_version})" if event.vllm_version else "")
+            f" (vLLM {event.vllm_version})" if event.vllm_version else ""
+        )
         if event.sample:
             s = event.sample
             rate = f"{s.decode_tps:.1f} tok/s" if s.decode_tps else "n/a"
@@ -63,9 +64,16 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
             rows.append(f"    {c.node}: {c.container} {c.status}{since}")
         health = {True: "healthy", False: "NOT healthy", None: "unknown"}[event.api_healthy]
         version = f", vLLM {event.vllm_version}" if event.vllm_version else ""
-        return f"{stamp} status\n" + "\n".join(rows) + f"\n    API: {health} ({event.api_detail}{version})"
+        return (
+            f"{stamp} status\n"
+            + "\n".join(rows)
+            + f"\n    API: {health} ({event.api_detail}{version})"
+        )
     if isinstance(event, LogTail):
-        return f"{stamp} last {len(event.lines)} lines of {event.container} on {event.node}\n" + _indent(event.lines)
+        return (
+            f"{stamp} last {len(event.lines)} lines of {event.container} on {event.node}\n"
+            + _indent(event.lines)
+        )
     if isinstance(event, Removed):
         return f"{stamp} {'removed' if event.removed else 'nothing to remove'}: {event.detail}"
     if isinstance(event, BenchResult):
@@ -82,12 +90,16 @@ def render_bench(report: BenchReport) -> str:
     fp = report.fingerprint
     image = (fp.image_id or "")[:19] or fp.image or "?"
     version = f", vLLM {fp.vllm_version}" if fp.vllm_version else ""
-    lines = [f"    {report.model} at {report.base_url} (setup {report.setup_key}, image {image}{version})",
-             f"    {report.settings.max_tokens} max tokens, prompt {report.settings.prompt[:60]!r}"]
+    lines = [
+        f"    {report.model} at {report.base_url} (setup {report.setup_key}, image {image}{version})",
+        f"    {report.settings.max_tokens} max tokens, prompt {report.settings.prompt[:60]!r}",
+    ]
     if report.sample:
         sample = report.sample
         if sample.budget_spent_in_reasoning:
-            lines.append(f"    answer: (token budget spent in reasoning) …{sample.reasoning[-200:].strip()}")
+            lines.append(
+                f"    answer: (token budget spent in reasoning) …{sample.reasoning[-200:].strip()}"
+            )
         else:
             lines.append(f"    answer: {(sample.text or sample.reasoning).strip()[:300]}")
     s = report.single
@@ -105,20 +117,28 @@ def render_bench(report: BenchReport) -> str:
     if report.sweep:
         lines.append("      conc  output tok/s  decode agg  per-stream  TTFT p50/p90/p99 ms   ok")
         for level in report.sweep:
-            ttft = "/".join(_num(v, ".0f", 1000) for v in (level.ttft_p50_s, level.ttft_p90_s, level.ttft_p99_s))
+            ttft = "/".join(
+                _num(v, ".0f", 1000) for v in (level.ttft_p50_s, level.ttft_p90_s, level.ttft_p99_s)
+            )
             lines.append(
                 f"    {level.concurrency:6d}  {level.output_tok_s:12.1f}  {_num(level.aggregate_decode_tok_s):>10}"
                 f"  {_num(level.per_stream_decode_tok_s):>10}  {ttft:>19}  {level.ok}/{level.requests}"
             )
-        lines.append("      (output = tokens / wall time incl. TTFT; decode agg = concurrency x 1/TPOT)")
+        lines.append(
+            "      (output = tokens / wall time incl. TTFT; decode agg = concurrency x 1/TPOT)"
+        )
     for comparison in report.comparisons:
         lines.append(f"    vs previous: {comparison.metric}: {comparison.describe()}")
     if not report.comparisons:
         lines.append("    vs previous: no earlier run of this setup")
-    lines.append(f"    cross-check: {report.metrics_check.detail or 'not available'}"
-                 + ("" if report.metrics_check.matches is not False else "  MISMATCH"))
+    lines.append(
+        f"    cross-check: {report.metrics_check.detail or 'not available'}"
+        + ("" if report.metrics_check.matches is not False else "  MISMATCH")
+    )
     c = report.client
-    lines.append(f"    client: event-loop lag p99 {c.loop_lag_p99_ms:.1f} ms, parsing {c.parse_share * 100:.2f}% "
-                 f"of {report.duration_s:.1f} s, {c.max_connections} connections")
+    lines.append(
+        f"    client: event-loop lag p99 {c.loop_lag_p99_ms:.1f} ms, parsing {c.parse_share * 100:.2f}% "
+        f"of {report.duration_s:.1f} s, {c.max_connections} connections"
+    )
     lines += [f"    ⚠ {w}" for w in report.warnings]
     return "\n".join(lines)

@@ -66,8 +66,12 @@ class _Expiring:
         self._until.move_to_end(key)
         while len(self._until) > self.limit:
             dropped, _ = self._until.popitem(last=False)
-            log.warning("replay guard full (%d requests within %.0f s): forgot %s early",
-                        self.limit, WINDOW, dropped[:16])
+            log.warning(
+                "replay guard full (%d requests within %.0f s): forgot %s early",
+                self.limit,
+                WINDOW,
+                dropped[:16],
+            )
 
     def get(self, key: str) -> tuple[float, Any] | None:
         return self._until.get(key)
@@ -92,18 +96,29 @@ Dispatch = Callable[[AsyncBoltRequest], Awaitable[BoltResponse]]
 
 
 class ReplayGuard:
-    def __init__(self, signing_secret: str, *, on_refused: Callable[[Refusal], None], limit: int = 10_000,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        signing_secret: str,
+        *,
+        on_refused: Callable[[Refusal], None],
+        limit: int = 10_000,
+        clock: Callable[[], float] = time.time,
+    ):
         self._verifier = SignatureVerifier(signing_secret, clock=_Clock(clock))
         self._on_refused = on_refused
         self._clock = clock
         self._signatures = _Expiring(limit)
-        self._deliveries = _Expiring(limit)  # trigger_id / event_id -> the answer given (None: in progress)
+        self._deliveries = _Expiring(
+            limit
+        )  # trigger_id / event_id -> the answer given (None: in progress)
         self._audited: deque[float] = deque()  # when the refusals of the last minute were audited
         self._unaudited = 0
 
     async def handle(self, request: AsyncBoltRequest, dispatch: Dispatch) -> BoltResponse:
-        timestamp, signature = _header(request, "x-slack-request-timestamp"), _header(request, "x-slack-signature")
+        timestamp, signature = (
+            _header(request, "x-slack-request-timestamp"),
+            _header(request, "x-slack-signature"),
+        )
         unsigned = self._unsigned(request.raw_body, timestamp, signature)
         if unsigned is not None:
             return self._refuse(request, unsigned)
@@ -118,8 +133,12 @@ class ReplayGuard:
         if delivery is not None:
             seen = self._deliveries.get(delivery)
             if seen is not None:
-                log.info("Slack delivered %s again (retry %s, %s): answered without running it again", delivery,
-                         _header(request, "x-slack-retry-num") or "-", _header(request, "x-slack-retry-reason") or "-")
+                log.info(
+                    "Slack delivered %s again (retry %s, %s): answered without running it again",
+                    delivery,
+                    _header(request, "x-slack-retry-num") or "-",
+                    _header(request, "x-slack-retry-reason") or "-",
+                )
                 return seen[1] or BoltResponse(status=200, body="")
             # Slack re-sends an event after 1 and after 5 minutes: kept beyond the last of them
             self._deliveries.add(delivery, at + 2 * WINDOW)
@@ -159,8 +178,11 @@ class ReplayGuard:
         if len(self._audited) < AUDITED_PER_MINUTE:
             self._audited.append(at)
             if self._unaudited:
-                refusal = replace(refusal, why=f"{why} ({self._unaudited} earlier refusal(s) not audited: "
-                                               f"more than {AUDITED_PER_MINUTE} a minute)")
+                refusal = replace(
+                    refusal,
+                    why=f"{why} ({self._unaudited} earlier refusal(s) not audited: "
+                    f"more than {AUDITED_PER_MINUTE} a minute)",
+                )
                 self._unaudited = 0
             self._on_refused(refusal)
         else:
@@ -184,8 +206,12 @@ def _describe(body: dict[str, Any], why: str) -> Refusal:
     """What the payload says; it may come from anyone, so it is redacted and cut short."""
     body = body if isinstance(body, dict) else {}
     user = _field(body, "user_id") or _field(body.get("user"), "id") or "unknown"
-    channel = (_field(body, "channel_id") or _field(body.get("channel"), "id")
-               or _field(body.get("container"), "channel_id") or "unknown")
+    channel = (
+        _field(body, "channel_id")
+        or _field(body.get("channel"), "id")
+        or _field(body.get("container"), "channel_id")
+        or "unknown"
+    )
     if body.get("command"):
         what = f"{body['command']} {body.get('text') or ''}".strip()
     elif isinstance(body.get("actions"), list):

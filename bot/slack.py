@@ -6,7 +6,6 @@ Tokens and the signing secret are read here, at the edge, and nowhere else.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 from typing import Any
@@ -54,8 +53,11 @@ class SlackChat:
     def without_waiting(self) -> SlackChat:
         # a copy of the client, sharing its settings, without the handler that sleeps on a 429
         client = copy.copy(self.client)
-        client.retry_handlers = [h for h in self.client.retry_handlers
-                                 if not isinstance(h, AsyncRateLimitErrorRetryHandler)]
+        client.retry_handlers = [
+            h
+            for h in self.client.retry_handlers
+            if not isinstance(h, AsyncRateLimitErrorRetryHandler)
+        ]
         return SlackChat(client)
 
     async def _call(self, what: str, call) -> Any:
@@ -66,40 +68,66 @@ class SlackChat:
                 raise RateLimited(what, _retry_after(error.response.headers)) from error
             failed = ChatUnavailable if error.response.status_code >= 500 else ChatError
             raise failed(f"{what}: Slack answered {error.response.get('error')}") from error
-        except (SlackClientError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
+        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as error:
             raise ChatUnavailable(f"{what}: {type(error).__name__}: {error}") from error
 
-    async def post(self, channel: str, message: Message, *, thread: str | None = None,
-                   broadcast: bool = False) -> Posted:
+    async def post(
+        self, channel: str, message: Message, *, thread: str | None = None, broadcast: bool = False
+    ) -> Posted:
         extra: dict[str, Any] = {"thread_ts": thread} if thread else {}
         if thread and broadcast:
             extra["reply_broadcast"] = True
-        response = await self._call("chat.postMessage", self.client.chat_postMessage(
-            channel=channel, unfurl_links=False, **extra, **to_slack(message)))
+        response = await self._call(
+            "chat.postMessage",
+            self.client.chat_postMessage(
+                channel=channel, unfurl_links=False, **extra, **to_slack(message)
+            ),
+        )
         return Posted(response["channel"], response["ts"])
 
     async def update(self, posted: Posted, message: Message) -> None:
-        await self._call("chat.update", self.client.chat_update(channel=posted.channel, ts=posted.ts,
-                                                                **to_slack(message)))
+        await self._call(
+            "chat.update",
+            self.client.chat_update(channel=posted.channel, ts=posted.ts, **to_slack(message)),
+        )
 
     async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:
-        await self._call("files_upload_v2", self.client.files_upload_v2(
-            channel=channel, thread_ts=thread, content=attachment.content, filename=attachment.filename,
-            title=attachment.title, initial_comment=comment))
+        await self._call(
+            "files_upload_v2",
+            self.client.files_upload_v2(
+                channel=channel,
+                thread_ts=thread,
+                content=attachment.content,
+                filename=attachment.filename,
+                title=attachment.title,
+                initial_comment=comment,
+            ),
+        )
 
     async def reply_private(self, channel: str, user: str, message: Message) -> None:
-        await self._call("chat.postEphemeral", self.client.chat_postEphemeral(
-            channel=channel, user=user, **to_slack(message)))
+        await self._call(
+            "chat.postEphemeral",
+            self.client.chat_postEphemeral(channel=channel, user=user, **to_slack(message)),
+        )
 
     async def upload_private(self, user: str, attachment: Attachment, comment: str) -> None:
         opened = await self._call("conversations.open", self.client.conversations_open(users=user))
-        await self._call("files_upload_v2", self.client.files_upload_v2(
-            channel=opened["channel"]["id"], content=attachment.content, filename=attachment.filename,
-            title=attachment.title, initial_comment=comment))
+        await self._call(
+            "files_upload_v2",
+            self.client.files_upload_v2(
+                channel=opened["channel"]["id"],
+                content=attachment.content,
+                filename=attachment.filename,
+                title=attachment.title,
+                initial_comment=comment,
+            ),
+        )
 
     async def permalink(self, posted: Posted) -> str | None:
-        response = await self._call("chat.getPermalink", self.client.chat_getPermalink(
-            channel=posted.channel, message_ts=posted.ts))
+        response = await self._call(
+            "chat.getPermalink",
+            self.client.chat_getPermalink(channel=posted.channel, message_ts=posted.ts),
+        )
         return response.get("permalink")
 
 
@@ -114,16 +142,22 @@ def _retry_after(headers: Any) -> float:
         return 1.0
 
 
-def build_app(dispatcher: Dispatcher, client: AsyncWebClient, signing_secret: str | None) -> AsyncApp:
-    app = AsyncApp(client=client, signing_secret=signing_secret,
-                   request_verification_enabled=signing_secret is not None)
+def build_app(
+    dispatcher: Dispatcher, client: AsyncWebClient, signing_secret: str | None
+) -> AsyncApp:
+    app = AsyncApp(
+        client=client,
+        signing_secret=signing_secret,
+        request_verification_enabled=signing_secret is not None,
+    )
 
     @app.command("/spark")
     async def spark(ack, command) -> None:
         # the dispatcher answers without waiting for its database or the cluster (work and
         # writes go to tasks), so the ack comes within Slack's 3 s and can carry the reply
-        reply = await dispatcher.command(Invocation(command["user_id"], command["channel_id"],
-                                                    command.get("text") or ""))
+        reply = await dispatcher.command(
+            Invocation(command["user_id"], command["channel_id"], command.get("text") or "")
+        )
         if reply is None:
             await ack()
         else:
@@ -133,13 +167,18 @@ def build_app(dispatcher: Dispatcher, client: AsyncWebClient, signing_secret: st
     async def on_action(ack, body, action, respond) -> None:
         await ack()
         channel = (body.get("channel") or {}).get("id") or body["container"]["channel_id"]
-        reply = await dispatcher.action(Action(body["user"]["id"], channel, action["action_id"],
-                                               action.get("value") or ""))
+        reply = await dispatcher.action(
+            Action(body["user"]["id"], channel, action["action_id"], action.get("value") or "")
+        )
         if reply is not None:
             payload = to_slack(reply)
             in_place = bool(body.get("container", {}).get("is_ephemeral"))
-            await respond(text=payload["text"], blocks=payload["blocks"], response_type="ephemeral",
-                          replace_original=in_place)
+            await respond(
+                text=payload["text"],
+                blocks=payload["blocks"],
+                response_type="ephemeral",
+                replace_original=in_place,
+            )
 
     app.action(CANCEL_ACTION)(on_action)
     app.action(CONFIRM_ACTION)(on_action)
@@ -149,9 +188,17 @@ def build_app(dispatcher: Dispatcher, client: AsyncWebClient, signing_secret: st
 class SlackBot:
     """Runs the dispatcher on Slack: Socket Mode (app token) or HTTP (signing secret), plus /health."""
 
-    def __init__(self, dispatcher: Dispatcher, client: AsyncWebClient, *, app_token: str | None = None,
-                 signing_secret: str | None = None, http: bool = False, host: str = "0.0.0.0",
-                 port: int = 3000):
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        client: AsyncWebClient,
+        *,
+        app_token: str | None = None,
+        signing_secret: str | None = None,
+        http: bool = False,
+        host: str = "0.0.0.0",
+        port: int = 3000,
+    ):
         if http and not signing_secret:
             raise ValueError("HTTP mode needs SLACK_SIGNING_SECRET")
         if not http and not app_token:
@@ -160,7 +207,11 @@ class SlackBot:
         self.client = client
         self.http = http
         self.app = build_app(dispatcher, client, signing_secret if http else None)
-        self.replays = ReplayGuard(signing_secret, on_refused=self._audit_refusal) if http and signing_secret else None
+        self.replays = (
+            ReplayGuard(signing_secret, on_refused=self._audit_refusal)
+            if http and signing_secret
+            else None
+        )
         self.app_token = app_token
         self.host, self.port = host, port
         self.socket: AsyncSocketModeHandler | None = None
@@ -180,10 +231,14 @@ class SlackBot:
     async def _events(self, request: web.Request) -> web.Response:
         bolt_request = await to_bolt_request(request)
         assert self.replays is not None  # HTTP mode has a signing secret
-        return await to_aiohttp_response(await self.replays.handle(bolt_request, self.app.async_dispatch))
+        return await to_aiohttp_response(
+            await self.replays.handle(bolt_request, self.app.async_dispatch)
+        )
 
     def _audit_refusal(self, refusal: Refusal) -> None:
-        self.dispatcher.audit(refusal.user, refusal.channel, refusal.what, f"refused: {refusal.why}")
+        self.dispatcher.audit(
+            refusal.user, refusal.channel, refusal.what, f"refused: {refusal.why}"
+        )
 
     async def start(self) -> None:
         await self.dispatcher.start()
@@ -203,7 +258,11 @@ class SlackBot:
         else:
             self.socket = AsyncSocketModeHandler(self.app, self.app_token)
             await self.socket.connect_async()
-        log.info("spark-bot on Slack (%s), health on :%s/health", "HTTP" if self.http else "Socket Mode", self.port)
+        log.info(
+            "spark-bot on Slack (%s), health on :%s/health",
+            "HTTP" if self.http else "Socket Mode",
+            self.port,
+        )
 
     async def stop(self) -> None:
         if self.socket is not None:

@@ -27,8 +27,13 @@ MAX_BLOCKS = 50
 BLOCKS_BUDGET = 10_000  # characters of JSON: Slack refuses near 12-13k
 TEXT_MAX = 3000  # the notification / fallback text
 
-COLORS = {"neutral": "#8d8d8d", "running": "#1d9bd1", "success": "#2eb67d", "failure": "#e01e5a",
-          "warning": "#ecb22e"}
+COLORS = {
+    "neutral": "#8d8d8d",
+    "running": "#1d9bd1",
+    "success": "#2eb67d",
+    "failure": "#e01e5a",
+    "warning": "#ecb22e",
+}
 ICONS = {"pending": "⬜", "running": "⏳", "done": "✅", "failed": "❌", "skipped": "➖"}
 
 
@@ -36,7 +41,7 @@ def _cut(text: str, limit: int, *, keep_end: bool = False) -> str:
     if len(text) <= limit:
         return text
     marker = "…"
-    return marker + text[-(limit - 1):] if keep_end else text[: limit - 1] + marker
+    return marker + text[-(limit - 1) :] if keep_end else text[: limit - 1] + marker
 
 
 def _chunks(lines: list[str], limit: int = SECTION_MAX) -> list[str]:
@@ -88,10 +93,19 @@ def _button(button: Button) -> ButtonElement:
     confirm = None
     if button.confirm:
         c = button.confirm
-        confirm = ConfirmObject(title=_cut(c.title, 100), text=_cut(c.text, 300),
-                                confirm=_cut(c.confirm, 30), deny=_cut(c.deny, 30))
-    return ButtonElement(text=_cut(button.label, 75), action_id=button.action, value=_cut(button.value, 2000),
-                         style=button.style, confirm=confirm)
+        confirm = ConfirmObject(
+            title=_cut(c.title, 100),
+            text=_cut(c.text, 300),
+            confirm=_cut(c.confirm, 30),
+            deny=_cut(c.deny, 30),
+        )
+    return ButtonElement(
+        text=_cut(button.label, 75),
+        action_id=button.action,
+        value=_cut(button.value, 2000),
+        style=button.style,
+        confirm=confirm,
+    )
 
 
 def checklist_lines(message: Message) -> list[str]:
@@ -114,36 +128,73 @@ def _fit_lines(lines: list[str], budget: int) -> list[str]:
     return kept
 
 
-def render_blocks(message: Message, *, code_budget: int = 2900, evidence_budget: int = 1500,
-                  text_budget: int = SECTION_MAX * 2, checklist_budget: int = 6000) -> list[dict[str, Any]]:
-    blocks: list[Any] = [HeaderBlock(text=PlainTextObject(text=_cut(message.title, HEADER_MAX), emoji=True))]
+def render_blocks(
+    message: Message,
+    *,
+    code_budget: int = 2900,
+    evidence_budget: int = 1500,
+    text_budget: int = SECTION_MAX * 2,
+    checklist_budget: int = 6000,
+) -> list[dict[str, Any]]:
+    blocks: list[Any] = [
+        HeaderBlock(text=PlainTextObject(text=_cut(message.title, HEADER_MAX), emoji=True))
+    ]
     if message.text:
-        blocks += [SectionBlock(text=MarkdownTextObject(text=t))
-                   for t in _chunks(_cut(message.text, text_budget).splitlines())]
+        blocks += [
+            SectionBlock(text=MarkdownTextObject(text=t))
+            for t in _chunks(_cut(message.text, text_budget).splitlines())
+        ]
     if message.checklist:
-        blocks += [SectionBlock(text=MarkdownTextObject(text=t)) for t in _chunks(_fit_lines(checklist_lines(message), checklist_budget))]
+        blocks += [
+            SectionBlock(text=MarkdownTextObject(text=t))
+            for t in _chunks(_fit_lines(checklist_lines(message), checklist_budget))
+        ]
     if message.evidence:
-        evidence = _fitted_code(message.evidence, min(evidence_budget, SECTION_MAX - 20), keep_end=False)
+        evidence = _fitted_code(
+            message.evidence, min(evidence_budget, SECTION_MAX - 20), keep_end=False
+        )
         blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*Evidence*\n{evidence}")))
     if message.code:
-        blocks.append(SectionBlock(text=MarkdownTextObject(text=_code(message.code_title, message.code,
-                                                                      min(code_budget, SECTION_MAX)))))
+        blocks.append(
+            SectionBlock(
+                text=MarkdownTextObject(
+                    text=_code(message.code_title, message.code, min(code_budget, SECTION_MAX))
+                )
+            )
+        )
     if message.attachment:
-        blocks.append(ContextBlock(elements=[MarkdownTextObject(
-            text=_cut(f"📎 The whole log is attached below: {message.attachment.filename}", 3000))]))
+        blocks.append(
+            ContextBlock(
+                elements=[
+                    MarkdownTextObject(
+                        text=_cut(
+                            f"📎 The whole log is attached below: {message.attachment.filename}",
+                            3000,
+                        )
+                    )
+                ]
+            )
+        )
     if message.buttons:
         blocks.append(ActionsBlock(elements=[_button(b) for b in message.buttons[:25]]))
     dicts = [b.to_dict() for b in blocks]
     if len(dicts) > MAX_BLOCKS:
-        dicts = dicts[: MAX_BLOCKS - 1] + [ContextBlock(elements=[MarkdownTextObject(
-            text="… (trimmed: Slack shows at most 50 blocks)")]).to_dict()]
+        dicts = dicts[: MAX_BLOCKS - 1] + [
+            ContextBlock(
+                elements=[MarkdownTextObject(text="… (trimmed: Slack shows at most 50 blocks)")]
+            ).to_dict()
+        ]
     return dicts
 
 
 def to_slack(message: Message) -> dict[str, Any]:
     """kwargs for chat.postMessage / chat.update / chat.postEphemeral."""
-    budgets = {"code_budget": 2900, "evidence_budget": 1500, "text_budget": SECTION_MAX * 2,
-               "checklist_budget": 6000}
+    budgets = {
+        "code_budget": 2900,
+        "evidence_budget": 1500,
+        "text_budget": SECTION_MAX * 2,
+        "checklist_budget": 6000,
+    }
     blocks = render_blocks(message, **budgets)
     while len(json.dumps(blocks)) > BLOCKS_BUDGET and budgets["code_budget"] > 50:
         budgets = {k: v // 2 for k, v in budgets.items()}
@@ -154,6 +205,12 @@ def to_slack(message: Message) -> dict[str, Any]:
         text = f"<@{message.mention}> {text}"
     payload: dict[str, Any] = {"text": _cut(text, TEXT_MAX), "blocks": blocks}
     if message.checklist or message.footer:
-        payload["attachments"] = [{"color": COLORS[message.tone], "fallback": _cut(message.summary(escape), 300),
-                                   "text": _cut(message.footer or "", 3000), "mrkdwn_in": ["text"]}]
+        payload["attachments"] = [
+            {
+                "color": COLORS[message.tone],
+                "fallback": _cut(message.summary(escape), 300),
+                "text": _cut(message.footer or "", 3000),
+                "mrkdwn_in": ["text"],
+            }
+        ]
     return payload

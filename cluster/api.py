@@ -9,8 +9,9 @@ from __future__ import annotations
 import httpx
 
 
-def api_client(base_url: str, *, read_timeout: float = 120.0, connections: int = 4,
-               api_key: str | None = None) -> httpx.AsyncClient:
+def api_client(
+    base_url: str, *, read_timeout: float = 120.0, connections: int = 4, api_key: str | None = None
+) -> httpx.AsyncClient:
     # Explicit timeouts (httpx's 5 s default would cut a long time-to-first-token) and
     # connection limits sized to the load.
     return httpx.AsyncClient(

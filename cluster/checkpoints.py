@@ -59,35 +59,51 @@ class Checkpoint:
 # the lab's real engine (vLLM 0.32.0 CPU). vLLM >= 0.11.2 logs these once per node (local
 # rank 0), earlier releases once per rank: with one GPU per Spark both are one line per node.
 WEIGHTS_SPELLINGS = (
-    spelling(r"Loading weights took (?P<seconds>[\d.]+) seconds",
-             "0.8.0-0.8.5 model_executor/model_loader/loader.py, 0.9.0+ model_loader/default_loader.py "
-             "and sharded_state_loader.py (0.12.0+): the default loader, GPU and CPU"),
-    spelling(r"Model loading took (?P<gib>[\d.]+) ?Gi?B(?: memory)? and (?P<seconds>[\d.]+) seconds",
-             "0.8.0+ v1/worker/gpu_model_runner.py (`GB` until 0.8.2, `GiB` from 0.8.3, `GiB memory` "
-             "from 0.11.2), v1/worker/gpu/model_runner.py: GPU, every loader"),
-    spelling(r"Loading model weights took (?P<gib>[\d.]+) ?Gi?B",
-             "0.6.0-0.7.3 worker/model_runner.py and v1/worker/gpu_model_runner.py: GPU"),
-    spelling(r"Initializing model took (?P<seconds>[\d.]+) seconds",
-             "0.32.0+ model_loader/base_loader.py: every loader, BEFORE the weights are read; the only "
-             "line of the dummy, bitsandbytes, gguf and runai loaders (the lab's real engine)",
-             provisional=True),
+    spelling(
+        r"Loading weights took (?P<seconds>[\d.]+) seconds",
+        "0.8.0-0.8.5 model_executor/model_loader/loader.py, 0.9.0+ model_loader/default_loader.py "
+        "and sharded_state_loader.py (0.12.0+): the default loader, GPU and CPU",
+    ),
+    spelling(
+        r"Model loading took (?P<gib>[\d.]+) ?Gi?B(?: memory)? and (?P<seconds>[\d.]+) seconds",
+        "0.8.0+ v1/worker/gpu_model_runner.py (`GB` until 0.8.2, `GiB` from 0.8.3, `GiB memory` "
+        "from 0.11.2), v1/worker/gpu/model_runner.py: GPU, every loader",
+    ),
+    spelling(
+        r"Loading model weights took (?P<gib>[\d.]+) ?Gi?B",
+        "0.6.0-0.7.3 worker/model_runner.py and v1/worker/gpu_model_runner.py: GPU",
+    ),
+    spelling(
+        r"Initializing model took (?P<seconds>[\d.]+) seconds",
+        "0.32.0+ model_loader/base_loader.py: every loader, BEFORE the weights are read; the only "
+        "line of the dummy, bitsandbytes, gguf and runai loaders (the lab's real engine)",
+        provisional=True,
+    ),
 )
 KV_CACHE_SPELLINGS = (
-    spelling(r"(?:[A-Z]+(?: \+ host)? )?KV cache size: (?P<tokens>[\d,]+) tokens",
-             "v1/core/kv_cache_utils.py: `GPU KV cache size: N tokens` 0.8.0-0.29.0 (GPU even on CPU; "
-             "one line with `Maximum concurrency` from 0.28.0), `CPU|XPU|GPU + host KV cache size` 0.30.0+"),
-    spelling(r"# (?:GPU|CPU|CUDA|cuda|cpu|[a-z]+) blocks: (?P<blocks>\d+)",
-             "V0 0.6.0-0.11.0 executor/*_executor.py, executor/executor_base.py (`# cuda blocks` from "
-             "0.7.3); V1 0.6.4-0.7.3 `# GPU blocks`"),
+    spelling(
+        r"(?:[A-Z]+(?: \+ host)? )?KV cache size: (?P<tokens>[\d,]+) tokens",
+        "v1/core/kv_cache_utils.py: `GPU KV cache size: N tokens` 0.8.0-0.29.0 (GPU even on CPU; "
+        "one line with `Maximum concurrency` from 0.28.0), `CPU|XPU|GPU + host KV cache size` 0.30.0+",
+    ),
+    spelling(
+        r"# (?:GPU|CPU|CUDA|cuda|cpu|[a-z]+) blocks: (?P<blocks>\d+)",
+        "V0 0.6.0-0.11.0 executor/*_executor.py, executor/executor_base.py (`# cuda blocks` from "
+        "0.7.3); V1 0.6.4-0.7.3 `# GPU blocks`",
+    ),
 )
 ENGINE_SPELLINGS = (
-    spelling(r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) (?:seconds|s\b)",
-             "engine/llm_engine.py (V0) 0.6.5-0.10.2 and v1/engine/core.py 0.6.5+: `took N seconds` until "
-             "0.19.0, `took N s` (+ compilation times) from 0.20.0; no such line before 0.6.5"),
+    spelling(
+        r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) (?:seconds|s\b)",
+        "engine/llm_engine.py (V0) 0.6.5-0.10.2 and v1/engine/core.py 0.6.5+: `took N seconds` until "
+        "0.19.0, `took N s` (+ compilation times) from 0.20.0; no such line before 0.6.5",
+    ),
 )
 API_SERVER_SPELLINGS = (
-    spelling(r"Application startup complete\.",
-             "uvicorn, in every vLLM release: the last start-up line, the API answers"),
+    spelling(
+        r"Application startup complete\.",
+        "uvicorn, in every vLLM release: the last start-up line, the API answers",
+    ),
 )
 
 CHECKPOINTS: tuple[Checkpoint, ...] = (
@@ -105,8 +121,10 @@ CHECKPOINTS: tuple[Checkpoint, ...] = (
         "NCCL over RDMA",
         "weights",
         (
-            spelling(r"via NET/IB|NET/IB : Made virtual device|via NET/Socket",
-                     "NCCL 2.x INFO lines (NCCL_DEBUG=INFO), transport/net_ib.cc"),
+            spelling(
+                r"via NET/IB|NET/IB : Made virtual device|via NET/Socket",
+                "NCCL 2.x INFO lines (NCCL_DEBUG=INFO), transport/net_ib.cc",
+            ),
         ),
         needs_nccl_debug=True,
     ),
@@ -151,7 +169,11 @@ VERIFY: tuple[Checkpoint, ...] = (
 def spellings_for(checkpoint: Checkpoint, knowledge: Knowledge) -> tuple[Spelling, ...]:
     """The built-in spellings, then those an operator taught in the knowledge file."""
     taught = tuple(
-        Spelling(re.compile(extra.pattern), extra.source or "the operator's knowledge file", extra.provisional)
+        Spelling(
+            re.compile(extra.pattern),
+            extra.source or "the operator's knowledge file",
+            extra.provisional,
+        )
         for extra in knowledge.checkpoints.get(checkpoint.id, ())  # type: ignore[call-overload]
     )
     return checkpoint.spellings + taught

@@ -50,7 +50,9 @@ EnvName = Annotated[str, Field(pattern=_ENV_NAME)]
 # The NAME of the bot's environment variable holding a secret: upper case, so that a pasted
 # token (hf_..., xoxb-...) is refused instead of being kept, and echoed, as a name.
 SecretSource = Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]{0,127}$")]
-SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|PRIVATE|CREDENTIAL", re.IGNORECASE)
+SECRET_LOOKING = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|PRIVATE|CREDENTIAL", re.IGNORECASE
+)
 Seconds = Annotated[float, Field(gt=0, le=86_400)]
 
 
@@ -67,8 +69,10 @@ class SSHConfig(_Model):
     jump: Name | None = Field(None, description="name of the node to tunnel through")
     keepalive_interval: Seconds = 15
     config_file: Path | None = Field(
-        None, description="an OpenSSH client config to honour (Host aliases, ProxyCommand...); "
-        "none is read unless named, and agent forwarding stays off either way")
+        None,
+        description="an OpenSSH client config to honour (Host aliases, ProxyCommand...); "
+        "none is read unless named, and agent forwarding stays off either way",
+    )
 
 
 class NodeConfig(_Model):
@@ -114,14 +118,17 @@ class ContainerConfig(_Model):
     devices: list[Annotated[str, Field(pattern=r"^/dev/[A-Za-z0-9._/-]+$")]] = Field(
         default_factory=list
     )
-    ipc: Literal["host", "private"] = Field("host", description="host IPC, or a private one with shm_size")
+    ipc: Literal["host", "private"] = Field(
+        "host", description="host IPC, or a private one with shm_size"
+    )
     shm_size: str | None = Field("64g", pattern=_SIZE)
     ulimits: dict[Annotated[str, Field(pattern=r"^[a-z]+$")], tuple[int, int]] = Field(
         default_factory=lambda: {"nofile": (1048576, 1048576), "memlock": (-1, -1)}
     )
     gpus: bool = True
     init: bool = Field(
-        True, description="Docker's init (tini) as PID 1: a stop's SIGTERM reaches vLLM and Ray even "
+        True,
+        description="Docker's init (tini) as PID 1: a stop's SIGTERM reaches vLLM and Ray even "
         "before they install their handlers (a bare PID 1 ignores it, and the stop waits out its grace)",
     )
     mounts: list[Mount] = Field(default_factory=list)
@@ -142,7 +149,9 @@ class ContainerConfig(_Model):
                 )
             if not _SAFE_VALUE.match(value):
                 shown = "" if secret_name(key) or looks_secret(value) else f"={value!r}"
-                raise ValueError(f"env {key}{shown}: values may hold letters, digits and ._:/,=+@%- only")
+                raise ValueError(
+                    f"env {key}{shown}: values may hold letters, digits and ._:/,=+@%- only"
+                )
         return env
 
 
@@ -183,12 +192,16 @@ class APIConfig(_Model):
         None, pattern=_HOST, description="with access=direct: the head's reachable address"
     )
     bind: IPAddress = Field(
-        "0.0.0.0", description="the address vLLM's API listens on, on the head (host networking): "
+        "0.0.0.0",
+        description="the address vLLM's API listens on, on the head (host networking): "
         "0.0.0.0 serves every network the head is on; 127.0.0.1 only the head itself (the bot "
-        "still reaches it through its SSH forward)")
+        "still reaches it through its SSH forward)",
+    )
     key_env: EnvName | None = Field(
-        None, description="the bot's environment variable holding an API key: vLLM then "
-        "answers /v1/* only with `Authorization: Bearer <key>`, which the bot's own client sends")
+        None,
+        description="the bot's environment variable holding an API key: vLLM then "
+        "answers /v1/* only with `Authorization: Bearer <key>`, which the bot's own client sends",
+    )
 
 
 def _regex(pattern: str) -> str:
@@ -234,8 +247,11 @@ class Knowledge(_Model):
 
 class Timeouts(_Model):
     connect: Seconds = 10
-    docker: Seconds = Field(30, description="bound on each Docker API request (inspect, create, "
-                            "exec...); followed logs and events are bounded by the phase timeouts")
+    docker: Seconds = Field(
+        30,
+        description="bound on each Docker API request (inspect, create, "
+        "exec...); followed logs and events are bounded by the phase timeouts",
+    )
     preflight: Seconds = 60
     containers: Seconds = 180
     ray: Seconds = 180
@@ -256,8 +272,10 @@ class ClusterConfig(_Model):
     timeouts: Timeouts = Timeouts()
     log_tail_lines: int = Field(30, ge=1, le=500)
     knowledge: Knowledge = Field(
-        Knowledge(), description="in YAML, the path of a knowledge file (extra failure rows and "
-        "checkpoint spellings), relative to the config's folder")
+        Knowledge(),
+        description="in YAML, the path of a knowledge file (extra failure rows and "
+        "checkpoint spellings), relative to the config's folder",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterConfig:
@@ -276,8 +294,10 @@ class ClusterConfig(_Model):
         if self.api.access == "direct" and self.api.host is None:
             raise ValueError("api: access 'direct' needs api.host (the head's address)")
         if self.api.access == "direct" and ipaddress.ip_address(self.api.bind).is_loopback:
-            raise ValueError(f"api: access 'direct' cannot reach an API bound to {self.api.bind}; "
-                             "use access: ssh_forward, or bind: 0.0.0.0")
+            raise ValueError(
+                f"api: access 'direct' cannot reach an API bound to {self.api.bind}; "
+                "use access: ssh_forward, or bind: 0.0.0.0"
+            )
         return self
 
     @property
@@ -307,8 +327,11 @@ class ClusterConfig(_Model):
             node.model_copy(
                 update={
                     "ssh": node.ssh.model_copy(
-                        update={"key": resolve(node.ssh.key), "known_hosts": resolve(node.ssh.known_hosts),
-                                "config_file": resolve(node.ssh.config_file)}
+                        update={
+                            "key": resolve(node.ssh.key),
+                            "known_hosts": resolve(node.ssh.known_hosts),
+                            "config_file": resolve(node.ssh.config_file),
+                        }
                     )
                 }
             )

@@ -101,30 +101,48 @@ def _expand_home(path: str, home: str) -> str:
 
 def ray_head_command(config: ClusterConfig, interfaces: NodeInterfaces) -> list[str]:
     return [
-        "ray", "start", "--block", "--head",
-        "--port", str(config.serve.ray_port),
-        "--node-ip-address", interfaces.local_ip,
+        "ray",
+        "start",
+        "--block",
+        "--head",
+        "--port",
+        str(config.serve.ray_port),
+        "--node-ip-address",
+        interfaces.local_ip,
     ]
 
 
-def ray_worker_command(config: ClusterConfig, interfaces: NodeInterfaces, head_ip: str) -> list[str]:
+def ray_worker_command(
+    config: ClusterConfig, interfaces: NodeInterfaces, head_ip: str
+) -> list[str]:
     return [
-        "ray", "start", "--block",
+        "ray",
+        "start",
+        "--block",
         f"--address={head_ip}:{config.serve.ray_port}",
-        "--node-ip-address", interfaces.local_ip,
+        "--node-ip-address",
+        interfaces.local_ip,
     ]
 
 
 def serve_command(config: ClusterConfig, *, rank: int = 0, head_ip: str | None = None) -> list[str]:
     serve = config.serve
     argv = [
-        "vllm", "serve", serve.model,
-        "--host", config.api.bind,
-        "--port", str(serve.port),
-        "--tensor-parallel-size", str(serve.tensor_parallel_size),
-        "--pipeline-parallel-size", str(serve.pipeline_parallel_size),
-        "--distributed-executor-backend", serve.backend,
-        "--gpu-memory-utilization", repr(serve.gpu_memory_utilization),  # exactly, not :g's 6 digits
+        "vllm",
+        "serve",
+        serve.model,
+        "--host",
+        config.api.bind,
+        "--port",
+        str(serve.port),
+        "--tensor-parallel-size",
+        str(serve.tensor_parallel_size),
+        "--pipeline-parallel-size",
+        str(serve.pipeline_parallel_size),
+        "--distributed-executor-backend",
+        serve.backend,
+        "--gpu-memory-utilization",
+        repr(serve.gpu_memory_utilization),  # exactly, not :g's 6 digits
     ]
     if serve.served_model_name:
         argv += ["--served-model-name", serve.served_model_name]
@@ -139,10 +157,14 @@ def serve_command(config: ClusterConfig, *, rank: int = 0, head_ip: str | None =
     if serve.backend == "mp" and len(config.nodes) > 1:
         assert head_ip is not None
         argv += [
-            "--nnodes", str(len(config.nodes)),
-            "--node-rank", str(rank),
-            "--master-addr", head_ip,
-            "--master-port", str(serve.master_port),
+            "--nnodes",
+            str(len(config.nodes)),
+            "--node-rank",
+            str(rank),
+            "--master-addr",
+            head_ip,
+            "--master-port",
+            str(serve.master_port),
         ]
         if rank > 0:
             argv.append("--headless")

@@ -35,21 +35,39 @@ class Controller:
         self.config = config
         self.secrets = secrets
 
-    async def preflight(self, *, replace: bool = False, replace_foreign: Collection[str] = ()) -> AsyncIterator[Event]:
+    async def preflight(
+        self, *, replace: bool = False, replace_foreign: Collection[str] = ()
+    ) -> AsyncIterator[Event]:
         async with connect_cluster(self.config) as connection:
-            preflight = Preflight(self.config, connection, Reporter(), replace=replace,
-                                  replace_foreign=frozenset(replace_foreign))
+            preflight = Preflight(
+                self.config,
+                connection,
+                Reporter(),
+                replace=replace,
+                replace_foreign=frozenset(replace_foreign),
+            )
             async with aclosing(preflight.run()) as events:
                 async for event in events:
                     yield event
 
-    async def up(self, *, replace: bool = False, replace_foreign: Collection[str] = (),
-                 sample_max_tokens: int = 128) -> AsyncIterator[Event]:
+    async def up(
+        self,
+        *,
+        replace: bool = False,
+        replace_foreign: Collection[str] = (),
+        sample_max_tokens: int = 128,
+    ) -> AsyncIterator[Event]:
         """Launch; `replace` removes a leftover container spark-bot started, `replace_foreign`
         names the nodes where a user consented to removing one it did not start."""
         async with connect_cluster(self.config) as connection:
-            launch = Launch(self.config, self.secrets, connection, replace=replace, replace_foreign=replace_foreign,
-                            sample_max_tokens=sample_max_tokens)
+            launch = Launch(
+                self.config,
+                self.secrets,
+                connection,
+                replace=replace,
+                replace_foreign=replace_foreign,
+                sample_max_tokens=sample_max_tokens,
+            )
             # Closed before the connections are: a cancelled launch cleans up over them.
             async with aclosing(launch.run()) as events:
                 async for event in events:
@@ -63,7 +81,9 @@ class Controller:
 
     async def watch(self, *, health_interval: float = 30.0) -> AsyncIterator[Event]:
         async with connect_cluster(self.config) as connection:
-            watching = watch_cluster(self.config, self.secrets, connection, health_interval=health_interval)
+            watching = watch_cluster(
+                self.config, self.secrets, connection, health_interval=health_interval
+            )
             async with aclosing(watching) as events:
                 async for event in events:
                     yield event
@@ -72,17 +92,24 @@ class Controller:
         reporter = Reporter()
         async with connect_cluster(self.config) as connection:
             states = await container_states(connection.ordered(), self.config.container.name)
-            healthy, detail = None, "not asked: the head is unreachable or its container is not running"
+            healthy, detail = (
+                None,
+                "not asked: the head is unreachable or its container is not running",
+            )
             version = None
             head_running = any(s.running for s in states if s.node == self.config.head.name)
             if head_running:
                 base_url = await api_base_url(self.config, connection.head)
-                async with api.api_client(base_url, read_timeout=10, api_key=self.secrets.api_key) as client:
+                async with api.api_client(
+                    base_url, read_timeout=10, api_key=self.secrets.api_key
+                ) as client:
                     healthy, detail = await api.health(client)
                     version = await api.vllm_version(client) if healthy else None
             unreachable = "; ".join(str(e) for e in connection.errors.values())
             yield StatusReport(
-                elapsed_s=reporter.elapsed(), containers=states, api_healthy=healthy,
+                elapsed_s=reporter.elapsed(),
+                containers=states,
+                api_healthy=healthy,
                 api_detail=detail + (f"; unreachable: {unreachable}" if unreachable else ""),
                 vllm_version=version,
             )
@@ -101,21 +128,35 @@ class Controller:
         """Single stream (warm-up + median of `runs`), then a sweep over `concurrency`; ends with
         BenchResult (compared with the last run of the same setup in `history`) or Failed."""
         reporter = Reporter()
-        options = BenchOptions(prompt=prompt, max_tokens=max_tokens, runs=runs, concurrency=tuple(concurrency),
-                               requests_per_level=requests_per_level, allow_busy=allow_busy)
+        options = BenchOptions(
+            prompt=prompt,
+            max_tokens=max_tokens,
+            runs=runs,
+            concurrency=tuple(concurrency),
+            requests_per_level=requests_per_level,
+            allow_busy=allow_busy,
+        )
         options.validate()
         async with connect_cluster(self.config) as connection:
             head = _reachable(connection, self.config.head.name)
             state = await container_state(head, self.config.container.name)
             if not state.running:
-                yield reporter.known(BENCH, CLUSTER_NOT_UP, {"container": self.config.container.name, "node": head.name},
-                                   node=head.name, evidence=f"container status: {state.status}")
+                yield reporter.known(
+                    BENCH,
+                    CLUSTER_NOT_UP,
+                    {"container": self.config.container.name, "node": head.name},
+                    node=head.name,
+                    evidence=f"container status: {state.status}",
+                )
                 return
             base_url = await api_base_url(self.config, head)
             benchmark = run_bench(
-                base_url, self.config.serve.api_model_name, options,
+                base_url,
+                self.config.serve.api_model_name,
+                options,
                 cluster_fingerprint(self.config, state.image_id),
-                history=history, reporter=reporter,
+                history=history,
+                reporter=reporter,
                 api_key=self.secrets.api_key,
             )
             async with aclosing(benchmark) as events:
@@ -131,8 +172,12 @@ class Controller:
             target = _reachable(connection, name)
             container = self.config.container.name
             text = await read_log_tail(target, container, lines, self.secrets)
-            yield LogTail(elapsed_s=reporter.elapsed(), node=name, container=container,
-                          lines=text or [f"(no container {container} on {name})"])
+            yield LogTail(
+                elapsed_s=reporter.elapsed(),
+                node=name,
+                container=container,
+                lines=text or [f"(no container {container} on {name})"],
+            )
 
     async def down(self) -> AsyncIterator[Event]:
         """Stop and remove our container on every node; idempotent."""
@@ -140,11 +185,20 @@ class Controller:
         name = self.config.container.name
         async with connect_cluster(self.config) as connection:
             for node, error in connection.errors.items():
-                yield Removed(elapsed_s=reporter.elapsed(), node=node, container=name,
-                              removed=False, detail=f"not reachable, nothing removed: {error}")
+                yield Removed(
+                    elapsed_s=reporter.elapsed(),
+                    node=node,
+                    container=name,
+                    removed=False,
+                    detail=f"not reachable, nothing removed: {error}",
+                )
             results = await asyncio.gather(
-                *(remove_container(n, name, owner=self.config.name, timeout=self.config.timeouts.down)
-                  for n in connection.ordered()),
+                *(
+                    remove_container(
+                        n, name, owner=self.config.name, timeout=self.config.timeouts.down
+                    )
+                    for n in connection.ordered()
+                ),
                 return_exceptions=True,
             )
             for node, result in zip(connection.ordered(), results, strict=True):
@@ -154,8 +208,13 @@ class Controller:
                     removed, detail = False, f"could not remove {name} from {node.name}: {result}"
                 else:
                     removed, detail = result
-                yield Removed(elapsed_s=reporter.elapsed(), node=node.name, container=name,
-                              removed=removed, detail=detail)
+                yield Removed(
+                    elapsed_s=reporter.elapsed(),
+                    node=node.name,
+                    container=name,
+                    removed=removed,
+                    detail=detail,
+                )
 
 
 def _reachable(connection: ClusterConnection, name: str) -> NodeConnection:

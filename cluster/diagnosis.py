@@ -52,8 +52,12 @@ class Diagnosis(BaseModel):
 
 # The first error of a log no signature explains: a Python exception line (`SomethingError:
 # message`, dotted names included), else a line logged at ERROR level (vLLM's, Ray's, glog's).
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s|$)")
-_TRACEBACK_NOISE = re.compile(r"^(?:Traceback \(most recent call last\)|File \"|\^+$|During handling|The above exception)")
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s|$)"
+)
+_TRACEBACK_NOISE = re.compile(
+    r"^(?:Traceback \(most recent call last\)|File \"|\^+$|During handling|The above exception)"
+)
 _ERROR_LEVEL = re.compile(r"(?:^|[\s)\]])(?:ERROR|CRITICAL|FATAL)\b|^\[E\d{4} ")
 
 _FIELD = re.compile(r"\{(\w+)\}")
@@ -84,7 +88,9 @@ def diagnosis_of(
 
 
 def match_line(
-    message: str, previous: Iterable[str] = (), table: tuple[FailureSignature, ...] = SIGNATURES,
+    message: str,
+    previous: Iterable[str] = (),
+    table: tuple[FailureSignature, ...] = SIGNATURES,
 ) -> tuple[FailureSignature, re.Match[str]] | None:
     """The first signature (table order) matching a prefix-stripped message, with its match.
     `previous` are the prefix-stripped messages before it (newest last), for `after` rows."""
@@ -121,7 +127,9 @@ class LogDiagnoser:
     and the first finding per signature are kept, however long the log."""
 
     def __init__(
-        self, keep_lines: int = 200, table: tuple[FailureSignature, ...] = SIGNATURES,
+        self,
+        keep_lines: int = 200,
+        table: tuple[FailureSignature, ...] = SIGNATURES,
         words: dict[str, str] | None = None,
     ) -> None:
         self._table = table
@@ -182,8 +190,11 @@ class LogDiagnoser:
         if not cleaned.strip():
             return None
         message = strip_prefixes(cleaned)
-        if self._stop is None and not self.failed and any(
-                marker.search(message) for marker, _ in SHUTDOWN_MARKERS):
+        if (
+            self._stop is None
+            and not self.failed
+            and any(marker.search(message) for marker, _ in SHUTDOWN_MARKERS)
+        ):
             self._stop = cleaned
         if self._stop is not None:
             self._recent.append((self._line_number, cleaned, message))
@@ -195,7 +206,9 @@ class LogDiagnoser:
             and bool(self._recent)
             and _FRAME.match(self._recent[-1][2]) is not None
         )
-        found = None if is_source else match_line(message, (m for _, _, m in self._recent), self._table)
+        found = (
+            None if is_source else match_line(message, (m for _, _, m in self._recent), self._table)
+        )
         result: Diagnosis | None = None
         if found is not None:
             sig, m = found
@@ -206,11 +219,17 @@ class LogDiagnoser:
                         sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
                     )
                 elif sig.role == "symptom" and self._first_symptom is None:
-                    symptom = diagnosis_of(sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()})
+                    symptom = diagnosis_of(
+                        sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
+                    )
                     earlier = first_error(c for _, c, _ in self._recent)
                     if earlier is not None:  # no known cause: name the first error before it
-                        symptom = symptom.model_copy(update={"cause": f"{symptom.cause} Likely cause "
-                                 f"(unrecognised), the first error before it: `{strip_prefixes(earlier[1]).strip()[:300]}`"})
+                        symptom = symptom.model_copy(
+                            update={
+                                "cause": f"{symptom.cause} Likely cause "
+                                f"(unrecognised), the first error before it: `{strip_prefixes(earlier[1]).strip()[:300]}`"
+                            }
+                        )
                     self._first_symptom = symptom
                 result = self.diagnosis
             elif sig.id not in self._findings:
@@ -242,7 +261,9 @@ class LogDiagnoser:
             waiting = RANK0_INIT.search(message)
             if waiting:
                 before = [c for _, c, _ in recent[:index][-CONTEXT_LINES:]]
-                return diagnosis_of(RANKS_NOT_JOINED, cleaned, n, before, {**values, **waiting.groupdict()})
+                return diagnosis_of(
+                    RANKS_NOT_JOINED, cleaned, n, before, {**values, **waiting.groupdict()}
+                )
         if recent:
             n, cleaned, _ = recent[-1]
             before = [c for _, c, _ in recent[:-1][-CONTEXT_LINES:]]
@@ -252,7 +273,9 @@ class LogDiagnoser:
 
 
 def diagnose(
-    lines: Iterable[str], table: tuple[FailureSignature, ...] = SIGNATURES, words: dict[str, str] | None = None,
+    lines: Iterable[str],
+    table: tuple[FailureSignature, ...] = SIGNATURES,
+    words: dict[str, str] | None = None,
 ) -> Diagnosis | None:
     """Diagnose a whole log: the first fatal cause, else the first fatal symptom, else the
     first non-fatal finding, else None."""
@@ -273,8 +296,12 @@ def first_error(lines: Iterable[str]) -> tuple[int, str] | None:
             continue
         if _EXCEPTION_LINE.match(message):
             return n, cleaned
-        if error_level is None and _ERROR_LEVEL.search(cleaned) and message \
-                and not _TRACEBACK_NOISE.match(message):
+        if (
+            error_level is None
+            and _ERROR_LEVEL.search(cleaned)
+            and message
+            and not _TRACEBACK_NOISE.match(message)
+        ):
             error_level = n, cleaned
     return error_level
 
@@ -290,9 +317,24 @@ def unrecognised(lines: Iterable[str], where: str, tail: int = UNRECOGNISED_TAIL
         if cleaned.strip():
             recent.append((n, cleaned))
     if not recent:
-        return diagnosis_of(UNRECOGNISED, "(no output)", None, [], {"where": where, "first_error": "none (no output)"})
+        return diagnosis_of(
+            UNRECOGNISED,
+            "(no output)",
+            None,
+            [],
+            {"where": where, "first_error": "none (no output)"},
+        )
     found = first_error(lines)
     n, evidence = found if found else recent[-1]
-    first = f"`{strip_prefixes(evidence).strip()[:300]}` (line {n})" if found else "none found; the last line is attached"
-    return diagnosis_of(UNRECOGNISED, evidence, n, [c for _, c in list(recent)[:-1]],
-                      {"where": where, "first_error": first})
+    first = (
+        f"`{strip_prefixes(evidence).strip()[:300]}` (line {n})"
+        if found
+        else "none found; the last line is attached"
+    )
+    return diagnosis_of(
+        UNRECOGNISED,
+        evidence,
+        n,
+        [c for _, c in list(recent)[:-1]],
+        {"where": where, "first_error": first},
+    )

@@ -74,8 +74,11 @@ class ContainerMissing(NodeError):
     cause = "the container does not exist on the node"
 
     def __init__(self, node: str, container: str):
-        super().__init__(node, f"no container {container} on {node}",
-                         "`status` shows what runs where; `up` launches the cluster")
+        super().__init__(
+            node,
+            f"no container {container} on {node}",
+            "`status` shows what runs where; `up` launches the cluster",
+        )
         self.container = container
 
 
@@ -86,6 +89,9 @@ class ImageMissing(NodeError):
     cause = "the image was never pulled or loaded on that node"
 
     def __init__(self, node: str, image: str):
-        super().__init__(node, f"image {image} is not on {node}",
-                         f"`docker pull {image}` on {node}, or copy it from the head")
+        super().__init__(
+            node,
+            f"image {image} is not on {node}",
+            f"`docker pull {image}` on {node}, or copy it from the head",
+        )
         self.image = image

@@ -51,7 +51,9 @@ class Failed(_Event):
     cause: str
     fix: str
     signature: str | None = Field(
-        None, description="the id of its row in cluster.failures; None for a node that could not be reached or driven")
+        None,
+        description="the id of its row in cluster.failures; None for a node that could not be reached or driven",
+    )
     log_tail: list[str] = Field(default_factory=list)
 
 
@@ -67,7 +69,9 @@ class CompletionSample(BaseModel):
     finish_reason: str | None
     ttft_s: float
     e2e_s: float
-    decode_tps: float | None = Field(description="tokens per second after the first (vLLM's 1/TPOT)")
+    decode_tps: float | None = Field(
+        description="tokens per second after the first (vLLM's 1/TPOT)"
+    )
 
 
 class Ready(_Event):
@@ -89,7 +93,9 @@ class ContainerState(BaseModel):
     started_at: datetime | None = None
     image_id: str | None = None
     exit_code: int | None = None
-    owner: str | None = None  # the cluster spark-bot started it for (its label); None: not started by spark-bot
+    owner: str | None = (
+        None  # the cluster spark-bot started it for (its label); None: not started by spark-bot
+    )
 
 
 class StatusReport(_Event):

@@ -46,7 +46,9 @@ class KnownFailure(BaseModel):
     title: str
     cause: str
     fix: str
-    source: str = Field("", description="where the knowledge comes from: release and file, issue, lab")
+    source: str = Field(
+        "", description="where the knowledge comes from: release and file, issue, lab"
+    )
 
     def render(self, values: Mapping[str, str | None]) -> tuple[str, str, str]:
         """Title, cause and fix with `{name}` filled from `values`; names without a value stay
@@ -436,8 +438,10 @@ SIGNATURES: tuple[FailureSignature, ...] = (
 # (pattern, where the line comes from); sources: vLLM's PyPI wheels 0.6.0 to 0.33.0.
 SHUTDOWN_MARKERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (_re(r"^\[shutdown\] EngineCore: trigger received signal="), "vLLM 0.23.0+ v1/engine/core.py"),
-    (_re(r"^\[shutdown\] API server: shutdown triggered"),
-     "vLLM 0.23.0+ entrypoints/launcher.py (launchers/launcher.py from 0.29.0)"),
+    (
+        _re(r"^\[shutdown\] API server: shutdown triggered"),
+        "vLLM 0.23.0+ entrypoints/launcher.py (launchers/launcher.py from 0.29.0)",
+    ),
     (_re(r"^Received KeyboardInterrupt, shutting down"), "vLLM 0.9.1+ v1/utils.py"),
 )
 # Only the lines a signal triggers: the rest of the `[shutdown]` family (`Executor: waiting for
@@ -473,7 +477,8 @@ RANKS_NOT_JOINED = KnownFailure(
 # vLLM's distributed/parallel_state.py logs this as each rank initialises (every release since
 # 0.6; 0.32: parallel_state.py:1906); the group is formed once "is assigned as DP rank" follows.
 RANK0_INIT = re.compile(
-    r"world_size=(?P<world>[2-9]|\d{2,}) rank=0 .*distributed_init_method=(?:tcp://)?(?P<address>[\w.:\[\]-]+)")
+    r"world_size=(?P<world>[2-9]|\d{2,}) rank=0 .*distributed_init_method=(?:tcp://)?(?P<address>[\w.:\[\]-]+)"
+)
 GROUP_FORMED = re.compile(r"is assigned as DP rank|rank 0 in world size")
 
 STALLED = KnownFailure(
@@ -700,7 +705,11 @@ def cluster_words(nodes: int | None = None, world_size: int | None = None) -> di
     """What the texts' `{every_node}`, `{node_count}`, `{gpus}` and `{world_size}` say for this
     cluster (the config's node count and TP x PP), or in general when it is not known."""
     return {
-        "every_node": "every node" if nodes is None else "both nodes" if nodes == 2 else f"all {nodes} nodes",
+        "every_node": "every node"
+        if nodes is None
+        else "both nodes"
+        if nodes == 2
+        else f"all {nodes} nodes",
         "node_count": "every node" if nodes is None else f"{nodes} node{'' if nodes == 1 else 's'}",
         "gpus": "TP x PP GPUs" if world_size is None else f"{world_size:.1f} GPU",
         "world_size": "TP x PP" if world_size is None else f"TP x PP ({world_size})",
@@ -710,7 +719,9 @@ def cluster_words(nodes: int | None = None, world_size: int | None = None) -> di
 def for_cluster(config: ClusterConfig) -> tuple[tuple[FailureSignature, ...], dict[str, str]]:
     """This cluster's failure table (its knowledge file's rows first) and the words its texts
     use, as `LogDiagnoser` and `diagnose` take them."""
-    return with_knowledge(config.knowledge), cluster_words(len(config.nodes), config.serve.world_size)
+    return with_knowledge(config.knowledge), cluster_words(
+        len(config.nodes), config.serve.world_size
+    )
 
 
 def with_knowledge(knowledge: Knowledge | None) -> tuple[FailureSignature, ...]:
@@ -720,8 +731,13 @@ def with_knowledge(knowledge: Knowledge | None) -> tuple[FailureSignature, ...]:
         return SIGNATURES
     taught = tuple(
         FailureSignature(
-            id=row.id, role=row.role, fatal=row.fatal, title=row.title or row.id.replace("_", " "),
-            cause=row.cause, fix=row.fix, pattern=re.compile(row.pattern),
+            id=row.id,
+            role=row.role,
+            fatal=row.fatal,
+            title=row.title or row.id.replace("_", " "),
+            cause=row.cause,
+            fix=row.fix,
+            pattern=re.compile(row.pattern),
             source=row.source or "the operator's knowledge file",
         )
         for row in knowledge.signatures

@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 from cluster.backlog import Shed
 from cluster.checkpoints import BY_ID, CHECKPOINTS, Checkpoint, Spelling, spellings_for
 from cluster.config import ClusterConfig
+from cluster.diagnosis import Diagnosis, LogDiagnoser, diagnose, diagnosis_of, unrecognised
 from cluster.events import CheckpointPassed, Event, Failed, Progress
+from cluster.failures import (
+    API_DOWN,
+    API_DOWN_NODE_LOST,
+    FOLLOW_LOST,
+    PHASE_TIMEOUT,
+    STOPPED_ON_REQUEST,
+    for_cluster,
+)
 from cluster.logtext import ray_repeats, strip_prefixes
 from cluster.monitor import (
     ClusterMonitor,
@@ -23,15 +32,6 @@ from cluster.monitor import (
     MonitorItem,
     StopRequested,
 )
-from cluster.diagnosis import Diagnosis, LogDiagnoser, diagnose, diagnosis_of, unrecognised
-from cluster.failures import (
-    API_DOWN,
-    API_DOWN_NODE_LOST,
-    FOLLOW_LOST,
-    PHASE_TIMEOUT,
-    STOPPED_ON_REQUEST,
-    for_cluster,
-)
 from cluster.reporter import Reporter
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,9 @@ def must_see(config: ClusterConfig) -> Callable[[str], bool]:
     """Whether a log line must reach the reader even when lines are shed: a line of a
     checkpoint (in any spelling) or of a known failure."""
     table, _ = for_cluster(config)
-    patterns = [s.pattern for c in CHECKPOINTS if c.logged for s in spellings_for(c, config.knowledge)]
+    patterns = [
+        s.pattern for c in CHECKPOINTS if c.logged for s in spellings_for(c, config.knowledge)
+    ]
     patterns += [signature.pattern for signature in table]
 
     def matters(text: str) -> bool:
@@ -61,7 +63,9 @@ class Expectation:
     nodes: frozenset[str] | None = None
     node: str | None = None
     seen: dict[int, list[LogLine]] = field(default_factory=dict)  # per spelling index
-    tally: dict[int, int] = field(default_factory=dict)  # lines per spelling, Ray's repeats included
+    tally: dict[int, int] = field(
+        default_factory=dict
+    )  # lines per spelling, Ray's repeats included
 
     def offer(self, line: LogLine) -> None:
         """Record `line` if it is one of this checkpoint's lines (its first matching spelling)."""
@@ -77,15 +81,19 @@ class Expectation:
     @property
     def lines(self) -> list[LogLine]:
         """The lines of the spelling seen most (the evidence), definitive wordings first."""
-        ranked = sorted(self.seen.items(), key=lambda item: (
-            not self.spellings[item[0]].provisional, len(item[1])))
+        ranked = sorted(
+            self.seen.items(),
+            key=lambda item: (not self.spellings[item[0]].provisional, len(item[1])),
+        )
         return ranked[-1][1] if ranked else []
 
     @property
     def done(self) -> bool:
         """Proven by its own lines: `count` of one definitive wording."""
-        return any(seen >= self.count and not self.spellings[index].provisional
-                   for index, seen in self.tally.items())
+        return any(
+            seen >= self.count and not self.spellings[index].provisional
+            for index, seen in self.tally.items()
+        )
 
     @property
     def provisionally_done(self) -> bool:
@@ -97,6 +105,7 @@ class Expectation:
 # A later checkpoint's line proves the earlier ones happened; their own lines, when they come
 # at all, may trail it by moments (another node's log stream): wait this long for them.
 PROOF_GRACE_S = 1.0
+
 
 @dataclass
 class _Proof:
@@ -145,11 +154,18 @@ class LogFollower:
         assert diagnosis is not None
         return self.failure_from(diagnosis, checkpoint, node)
 
-    def failure_from(self, diagnosis: Diagnosis, checkpoint: Checkpoint, node: str | None) -> Failed:
+    def failure_from(
+        self, diagnosis: Diagnosis, checkpoint: Checkpoint, node: str | None
+    ) -> Failed:
         return self.reporter.failed(
-            checkpoint, f"{checkpoint.title}: {diagnosis.title}" + (f" on {node}" if node else ""),
-            cause=diagnosis.cause, fix=diagnosis.fix, node=node, evidence=diagnosis.evidence,
-            context=diagnosis.context, signature=diagnosis.signature_id,
+            checkpoint,
+            f"{checkpoint.title}: {diagnosis.title}" + (f" on {node}" if node else ""),
+            cause=diagnosis.cause,
+            fix=diagnosis.fix,
+            node=node,
+            evidence=diagnosis.evidence,
+            context=diagnosis.context,
+            signature=diagnosis.signature_id,
             log_tail=self.monitor.tail(node) if node else (),
         )
 
@@ -161,7 +177,10 @@ class LogFollower:
         return self._diagnosers[node]
 
     async def expect(
-        self, expectations: list[Expectation], *, prove: Callable[[], Awaitable[str | None]] | None = None,
+        self,
+        expectations: list[Expectation],
+        *,
+        prove: Callable[[], Awaitable[str | None]] | None = None,
     ) -> AsyncIterator[Event]:
         """Yield each expectation's CheckpointPassed in order as its lines arrive.
 
@@ -198,10 +217,15 @@ class LogFollower:
                         return
                     context = self.monitor.tail(self.config.head.name)
                     for expectation in pending:
-                        yield self._passed(expectation) if expectation.done else self.not_seen(
-                            expectation, evidence, context)
+                        yield (
+                            self._passed(expectation)
+                            if expectation.done
+                            else self.not_seen(expectation, evidence, context)
+                        )
                     return
-                failure = self._symptom_failure(current) if item is None else self._failure(item, current)
+                failure = (
+                    self._symptom_failure(current) if item is None else self._failure(item, current)
+                )
                 if failure is not None:
                     yield failure
                     return
@@ -209,9 +233,12 @@ class LogFollower:
                     for expectation in pending:
                         expectation.offer(item)
                 elif isinstance(item, Shed):
-                    yield Progress(elapsed_s=self.reporter.elapsed(), phase=current.phase,
-                                   message=f"{item.count} log lines skipped: they came faster than they "
-                                           "were read (checkpoint and failure lines are kept)")
+                    yield Progress(
+                        elapsed_s=self.reporter.elapsed(),
+                        phase=current.phase,
+                        message=f"{item.count} log lines skipped: they came faster than they "
+                        "were read (checkpoint and failure lines are kept)",
+                    )
             while pending and (pending[0].done or pending[0].provisionally_done):
                 later = next((e for e in pending[1:] if e.done), None)
                 if not pending[0].done and later is None:
@@ -229,7 +256,9 @@ class LogFollower:
                 phase = pending[0].checkpoint.phase
                 phase_deadline = time.monotonic() + getattr(timeouts, phase, timeouts.stall)
 
-    def not_seen(self, expectation: Expectation, proof: str, context: list[str]) -> CheckpointPassed:
+    def not_seen(
+        self, expectation: Expectation, proof: str, context: list[str]
+    ) -> CheckpointPassed:
         """`expectation`'s checkpoint, proven by a later stage (`proof`) without its own line:
         passed, with a warning and the lines around where its line was expected (no warning
         when its provisional line was there)."""
@@ -237,18 +266,25 @@ class LogFollower:
             return self._passed(expectation)
         checkpoint = expectation.checkpoint
         got = max(expectation.tally.values(), default=0)
-        seen = "not seen in the log" if got == 0 else (
-            f"seen for {got} of {expectation.count} ranks in the log")
+        seen = (
+            "not seen in the log"
+            if got == 0
+            else (f"seen for {got} of {expectation.count} ranks in the log")
+        )
         warning = (
             f"{checkpoint.title}: its line was {seen} (this vLLM may word it differently); "
             f"a later stage proves it: {proof}"
         )
         evidence = "\n".join([line.text for line in expectation.lines] + [f"proven by: {proof}"])
-        return self.reporter.passed(checkpoint, evidence, node=expectation.node,
-                                  log_tail=context, warning=warning)
+        return self.reporter.passed(
+            checkpoint, evidence, node=expectation.node, log_tail=context, warning=warning
+        )
 
     async def failures(
-        self, checkpoint: Checkpoint, *, still_serving: Callable[[FollowLost], Awaitable[bool]] | None = None,
+        self,
+        checkpoint: Checkpoint,
+        *,
+        still_serving: Callable[[FollowLost], Awaitable[bool]] | None = None,
     ) -> AsyncIterator[Failed | Progress]:
         """For a running cluster: yield the first failure, however long it takes to come, or a
         Progress saying it was stopped on request (a `down`, `docker stop`): no failure.
@@ -262,31 +298,53 @@ class LogFollower:
             item = await self._next(timeout=None)
             if isinstance(item, FollowResumed):
                 self._lost.pop(item.node, None)
-                yield Progress(elapsed_s=self.reporter.elapsed(), phase="monitoring_resumed", node=item.node,
-                               message=f"monitoring resumed on {item.node}: its container's log and events "
-                                       f"are followed again (after {item.lost_s:.0f} s without)")
+                yield Progress(
+                    elapsed_s=self.reporter.elapsed(),
+                    phase="monitoring_resumed",
+                    node=item.node,
+                    message=f"monitoring resumed on {item.node}: its container's log and events "
+                    f"are followed again (after {item.lost_s:.0f} s without)",
+                )
                 continue
-            if isinstance(item, FollowLost) and item.failure is FOLLOW_LOST and self._stop is None \
-                    and still_serving is not None:
+            if (
+                isinstance(item, FollowLost)
+                and item.failure is FOLLOW_LOST
+                and self._stop is None
+                and still_serving is not None
+            ):
                 if item.node in self._lost:
                     continue  # its other stream, broken by the same cause
                 if await still_serving(item):
                     self._lost[item.node] = item.reason
-                    yield Progress(elapsed_s=self.reporter.elapsed(), phase="monitoring_lost", node=item.node,
-                                   message=f"monitoring lost on {item.node} ({item.reason}), but the API still "
-                                           "serves: probing it and reconnecting to the node")
+                    yield Progress(
+                        elapsed_s=self.reporter.elapsed(),
+                        phase="monitoring_lost",
+                        node=item.node,
+                        message=f"monitoring lost on {item.node} ({item.reason}), but the API still "
+                        "serves: probing it and reconnecting to the node",
+                    )
                     continue
             if isinstance(item, ContainerExited | FollowLost | HealthLost) and self._stop is None:
                 shutdown = self._diagnoser(item.node).stopped_on_request
                 if shutdown is not None:  # its own log says it was asked to stop
                     self._stop = (item.node, f"{item.node} logged a requested shutdown: {shutdown}")
             if isinstance(item, StopRequested) or (
-                    self._stop is not None and isinstance(item, ContainerExited | FollowLost | HealthLost)):
+                self._stop is not None
+                and isinstance(item, ContainerExited | FollowLost | HealthLost)
+            ):
                 self._stopping(item)
-                yield Progress(elapsed_s=self.reporter.elapsed(), phase="stopped", node=self._stop[0],
-                               message=f"stopped on request: {self._stop[1]}")
+                yield Progress(
+                    elapsed_s=self.reporter.elapsed(),
+                    phase="stopped",
+                    node=self._stop[0],
+                    message=f"stopped on request: {self._stop[1]}",
+                )
                 return
-            failure = self._symptom_failure(checkpoint) if item is None else self._failure(item, checkpoint)
+            failure = (
+                self._symptom_failure(checkpoint)
+                if item is None
+                else self._failure(item, checkpoint)
+            )
             if failure is not None:
                 yield failure
                 return
@@ -295,7 +353,10 @@ class LogFollower:
         """A stop was asked for: every node's log is teardown from here on."""
         if self._stop is None and isinstance(item, StopRequested):
             how = {15: "SIGTERM", 2: "SIGINT"}.get(item.signal, f"signal {item.signal}")
-            self._stop = (item.node, f"the container on {item.node} was sent {how} (`down`, `docker stop`, or its Docker engine stopping)")
+            self._stop = (
+                item.node,
+                f"the container on {item.node} was sent {how} (`down`, `docker stop`, or its Docker engine stopping)",
+            )
             for node in {item.node, *self._diagnosers}:
                 self._diagnoser(node).request_stop(self._stop[1])
 
@@ -307,18 +368,33 @@ class LogFollower:
             return None
         if isinstance(item, HealthLost) and self._lost:
             node, lost = next(iter(self._lost.items()))
-            return self.reporter.known(BY_ID["health"], API_DOWN_NODE_LOST,
-                                       {"detail": item.detail, "node": node, "lost": lost}, node=node,
-                                       evidence=item.detail, log_tail=self.monitor.tail(item.node))
+            return self.reporter.known(
+                BY_ID["health"],
+                API_DOWN_NODE_LOST,
+                {"detail": item.detail, "node": node, "lost": lost},
+                node=node,
+                evidence=item.detail,
+                log_tail=self.monitor.tail(item.node),
+            )
         if isinstance(item, HealthLost):
-            return self.reporter.known(BY_ID["health"], API_DOWN, {"detail": item.detail}, node=item.node,
-                                       evidence=item.detail, log_tail=self.monitor.tail(item.node))
+            return self.reporter.known(
+                BY_ID["health"],
+                API_DOWN,
+                {"detail": item.detail},
+                node=item.node,
+                evidence=item.detail,
+                log_tail=self.monitor.tail(item.node),
+            )
         if isinstance(item, StopRequested):
             self._stopping(item)
             assert self._stop is not None
             return self.reporter.known(
-                checkpoint, STOPPED_ON_REQUEST, {"checkpoint": checkpoint.title, "how": self._stop[1]},
-                node=item.node, evidence=self._stop[1], log_tail=self.monitor.tail(item.node),
+                checkpoint,
+                STOPPED_ON_REQUEST,
+                {"checkpoint": checkpoint.title, "how": self._stop[1]},
+                node=item.node,
+                evidence=self._stop[1],
+                log_tail=self.monitor.tail(item.node),
             )
         if isinstance(item, LogLine):
             diagnosis = self._diagnoser(item.node).feed(item.text)
@@ -332,8 +408,12 @@ class LogFollower:
         if isinstance(item, ContainerExited):
             return self._exit_failure(checkpoint, item)
         return self.reporter.known(
-            checkpoint, item.failure, {"reason": item.reason, "checkpoint": checkpoint.title},
-            node=item.node, evidence=item.reason, log_tail=self.monitor.tail(item.node),
+            checkpoint,
+            item.failure,
+            {"reason": item.reason, "checkpoint": checkpoint.title},
+            node=item.node,
+            evidence=item.reason,
+            log_tail=self.monitor.tail(item.node),
         )
 
     def _new_findings(self) -> list[Diagnosis]:
@@ -347,7 +427,9 @@ class LogFollower:
         self._reported_findings.update(finding.signature_id for finding in found)
         return found
 
-    def _passed(self, expectation: Expectation, proven_by: Expectation | None = None) -> CheckpointPassed:
+    def _passed(
+        self, expectation: Expectation, proven_by: Expectation | None = None
+    ) -> CheckpointPassed:
         """Its own lines are the evidence; a provisional line's checkpoint is passed when the
         later stage `proven_by` is done, and dated by that stage's line."""
         lines = expectation.lines
@@ -356,11 +438,16 @@ class LogFollower:
         node = last.node
         evidence = "\n".join(line.text for line in lines)
         findings = self._new_findings()
-        warning = "; ".join(f"{f.title} ({f.evidence.strip()[-120:]}): {f.fix}" for f in findings) or None
+        warning = (
+            "; ".join(f"{f.title} ({f.evidence.strip()[-120:]}): {f.fix}" for f in findings) or None
+        )
         return self.reporter.passed(
-            expectation.checkpoint, evidence,
+            expectation.checkpoint,
+            evidence,
             node=expectation.node or (node if expectation.count == 1 else None),
-            log_tail=self.monitor.tail(node), warning=warning, logged_at=dated.logged_at,
+            log_tail=self.monitor.tail(node),
+            warning=warning,
+            logged_at=dated.logged_at,
         )
 
     def _timeout_failure(self, checkpoint: Checkpoint, phase_deadline: float) -> Failed:
@@ -368,27 +455,38 @@ class LogFollower:
         if time.monotonic() >= phase_deadline:
             limit = getattr(self.config.timeouts, checkpoint.phase, None)
             diagnosis = diagnosis_of(
-                PHASE_TIMEOUT, (self.monitor.tail(node, 1) or [""])[-1] if node else "", 0, [],
+                PHASE_TIMEOUT,
+                (self.monitor.tail(node, 1) or [""])[-1] if node else "",
+                0,
+                [],
                 {"phase": checkpoint.phase, "checkpoint": checkpoint.title, "limit": f"{limit:g}"},
             )
         else:
-            diagnosis = self._diagnoser(node).diagnose_stall(
-                checkpoint.phase, self.config.timeouts.stall
-            ) if node else unrecognised([], where=checkpoint.phase)
+            diagnosis = (
+                self._diagnoser(node).diagnose_stall(checkpoint.phase, self.config.timeouts.stall)
+                if node
+                else unrecognised([], where=checkpoint.phase)
+            )
         return self.failure_from(diagnosis, checkpoint, node)
 
     def _exit_failure(self, checkpoint: Checkpoint, item: ContainerExited) -> Failed:
         lines = self.monitor.tail(item.node, 500)
-        diagnosis = diagnose(lines, self._table, self._words) or unrecognised(lines, where=f"{checkpoint.phase} on {item.node}")
+        diagnosis = diagnose(lines, self._table, self._words) or unrecognised(
+            lines, where=f"{checkpoint.phase} on {item.node}"
+        )
         failed = self.failure_from(diagnosis, checkpoint, item.node)
         how = "was OOM-killed" if item.oom_killed else f"exited with code {item.exit_code}"
         return failed.model_copy(
-            update={"summary": f"the container on {item.node} {how} during {checkpoint.title}: {diagnosis.title}"}
+            update={
+                "summary": f"the container on {item.node} {how} during {checkpoint.title}: {diagnosis.title}"
+            }
         )
 
     def _quietest_node(self) -> str | None:
         # The head carries vLLM's log; prefer it when several nodes are silent.
         head = self.config.head.name
-        return head if head in self._diagnosers or self.monitor.tail(head) else next(
-            iter(self._diagnosers), None
+        return (
+            head
+            if head in self._diagnosers or self.monitor.tail(head)
+            else next(iter(self._diagnosers), None)
         )

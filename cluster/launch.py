@@ -59,11 +59,17 @@ class Launch:
         self.secrets = secrets
         self.connection = connection
         self.reporter = Reporter()
-        self.monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines,
-                                      matters=must_see(config))
+        self.monitor = ClusterMonitor(
+            config.container.name, secrets, config.log_tail_lines, matters=must_see(config)
+        )
         self.follower = LogFollower(config, self.monitor, self.reporter)
-        self.preflight = Preflight(config, connection, self.reporter, replace=replace,
-                                   replace_foreign=frozenset(replace_foreign))
+        self.preflight = Preflight(
+            config,
+            connection,
+            self.reporter,
+            replace=replace,
+            replace_foreign=frozenset(replace_foreign),
+        )
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []
         self._in_flight: list[asyncio.Future[str]] = []
@@ -110,14 +116,17 @@ class Launch:
     def _expectation(self, checkpoint_id: str) -> Expectation:
         checkpoint = BY_ID[checkpoint_id]
         count = self.config.serve.world_size if checkpoint.per_rank else 1
-        return Expectation(checkpoint, spellings_for(checkpoint, self.config.knowledge), count=count)
+        return Expectation(
+            checkpoint, spellings_for(checkpoint, self.config.knowledge), count=count
+        )
 
     async def _api_health(self) -> str | None:
         """`GET /health -> 200` if the head's API answers so right now, else None."""
         try:
             base_url = await api_base_url(self.config, self.connection.head)
-            async with api.api_client(base_url, read_timeout=HEALTH_PROBE_TIMEOUT_S,
-                                      api_key=self.secrets.api_key) as client:
+            async with api.api_client(
+                base_url, read_timeout=HEALTH_PROBE_TIMEOUT_S, api_key=self.secrets.api_key
+            ) as client:
                 ok, detail = await api.health(client)
         except (NodeError, httpx.HTTPError, OSError):
             return None
@@ -147,7 +156,9 @@ class Launch:
         assert interfaces is not None
         return interfaces.local_ip
 
-    async def _start_all(self, roles: list[tuple[NodeConnection, Role, list[str]]]) -> dict[str, str]:
+    async def _start_all(
+        self, roles: list[tuple[NodeConnection, Role, list[str]]]
+    ) -> dict[str, str]:
         """Start containers on several nodes at once; a NodeError names the first node that failed."""
         results = await asyncio.gather(
             *(self._start_container(n, r, c) for n, r, c in roles), return_exceptions=True
@@ -160,24 +171,45 @@ class Launch:
     def _containers_failed(self, error: NodeError) -> Failed:
         node = error.node
         if isinstance(error, DockerRefused):
-            return self.reporter.known(RAY_STARTED, DOCKER_REFUSED, {"node": node, "message": error.message},
-                                     node=node, evidence=f"{error.status}: {error.message}")
-        return self.reporter.failed(RAY_STARTED, f"{node}: {error.problem}", cause=error.cause, fix=error.fix,
-                                  node=node, evidence=error.problem)
+            return self.reporter.known(
+                RAY_STARTED,
+                DOCKER_REFUSED,
+                {"node": node, "message": error.message},
+                node=node,
+                evidence=f"{error.status}: {error.message}",
+            )
+        return self.reporter.failed(
+            RAY_STARTED,
+            f"{node}: {error.problem}",
+            cause=error.cause,
+            fix=error.fix,
+            node=node,
+            evidence=error.problem,
+        )
 
     async def _ray_head(self) -> AsyncIterator[Event]:
         head = self.connection.head
         head_facts = self.preflight.facts[head.name]
         assert head_facts.interfaces is not None
         try:
-            self._ids = await self._start_all([(head, "head", ray_head_command(self.config, head_facts.interfaces))])
+            self._ids = await self._start_all(
+                [(head, "head", ray_head_command(self.config, head_facts.interfaces))]
+            )
         except NodeError as error:
             yield self._containers_failed(error)
             return
-        yield Progress(elapsed_s=self.reporter.elapsed(), phase="containers", node=head.name,
-                       message=f"head container {self._ids[head.name][:12]} started: ray start --head")
+        yield Progress(
+            elapsed_s=self.reporter.elapsed(),
+            phase="containers",
+            node=head.name,
+            message=f"head container {self._ids[head.name][:12]} started: ray start --head",
+        )
         ray_started = Expectation(
-            BY_ID["containers"], RAY_RUNTIME_STARTED, count=1, nodes=frozenset({head.name}), node=head.name
+            BY_ID["containers"],
+            RAY_RUNTIME_STARTED,
+            count=1,
+            nodes=frozenset({head.name}),
+            node=head.name,
         )
         async for event in self.follower.expect([ray_started]):
             if isinstance(event, Failed):
@@ -188,7 +220,13 @@ class Launch:
         head = self.connection.head
         workers = [n for n in self.connection.ordered() if n is not head]
         roles = [
-            (w, "worker", ray_worker_command(self.config, self.preflight.facts[w.name].interfaces, self._head_ip()))
+            (
+                w,
+                "worker",
+                ray_worker_command(
+                    self.config, self.preflight.facts[w.name].interfaces, self._head_ip()
+                ),
+            )
             for w in workers
         ]
         try:
@@ -197,7 +235,9 @@ class Launch:
             yield self._containers_failed(error)
             return
         joined = [
-            Expectation(BY_ID["containers"], RAY_RUNTIME_STARTED, nodes=frozenset({w.name}), node=w.name)
+            Expectation(
+                BY_ID["containers"], RAY_RUNTIME_STARTED, nodes=frozenset({w.name}), node=w.name
+            )
             for w in workers
         ]
         silent = None
@@ -217,7 +257,10 @@ class Launch:
                     return
         yield self.reporter.passed(
             RAY_STARTED,
-            "\n".join(f"{name}: container {cid[:12]} up, Ray runtime started" for name, cid in self._ids.items()),
+            "\n".join(
+                f"{name}: container {cid[:12]} up, Ray runtime started"
+                for name, cid in self._ids.items()
+            ),
             log_tail=self.monitor.tail(head.name),
         )
 
@@ -229,8 +272,12 @@ class Launch:
         head = self.connection.head
         serve = into_container_log(serve_command(self.config))
         await head.docker.exec_detached(self.config.container.name, serve)
-        yield Progress(elapsed_s=self.reporter.elapsed(), phase="weights", node=head.name,
-                       message="vllm serve started on the head: " + " ".join(serve_command(self.config)))
+        yield Progress(
+            elapsed_s=self.reporter.elapsed(),
+            phase="weights",
+            node=head.name,
+            message="vllm serve started on the head: " + " ".join(serve_command(self.config)),
+        )
 
     async def _wait_for_ray_cluster(
         self, head: NodeConnection, *, timeout: float | None = None
@@ -246,17 +293,26 @@ class Launch:
         deadline = time.monotonic() + timeout
         delay = 0.2
         while True:
-            output = await head.docker.exec_output(self.config.container.name, ["ray", "status"],
-                                                   timeout=self.config.timeouts.ray)
+            output = await head.docker.exec_output(
+                self.config.container.name, ["ray", "status"], timeout=self.config.timeouts.ray
+            )
             state = parse_ray_status(output)
             lacking = shortfall(state, want_nodes, want_gpus)
             tail = output.splitlines()[-20:]
             if lacking is None:
-                yield self.reporter.passed(BY_ID["ray_cluster"], state.describe(), node=head.name, log_tail=tail)
+                yield self.reporter.passed(
+                    BY_ID["ray_cluster"], state.describe(), node=head.name, log_tail=tail
+                )
                 return
             if time.monotonic() + delay > deadline:
-                yield self.reporter.known(BY_ID["ray_cluster"], RAY_INCOMPLETE, lacking, node=head.name,
-                                        evidence=state.describe(), log_tail=tail)
+                yield self.reporter.known(
+                    BY_ID["ray_cluster"],
+                    RAY_INCOMPLETE,
+                    lacking,
+                    node=head.name,
+                    evidence=state.describe(),
+                    log_tail=tail,
+                )
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
@@ -266,8 +322,11 @@ class Launch:
         head_ip = self._head_ip()
         nodes = self.connection.ordered()
         roles = [
-            (n, "head" if n is head else "worker",
-             serve_command(self.config, rank=rank, head_ip=head_ip))
+            (
+                n,
+                "head" if n is head else "worker",
+                serve_command(self.config, rank=rank, head_ip=head_ip),
+            )
             for rank, n in enumerate(nodes)
         ]
         rank_of = {n.name: rank for rank, n in enumerate(nodes)}
@@ -280,8 +339,10 @@ class Launch:
             return
         yield self.reporter.passed(
             RAY_STARTED,
-            "\n".join(f"{name}: container {ids[name][:12]} up, vllm serve rank {rank}"
-                      for name, rank in rank_of.items()),
+            "\n".join(
+                f"{name}: container {ids[name][:12]} up, vllm serve rank {rank}"
+                for name, rank in rank_of.items()
+            ),
             log_tail=self.monitor.tail(head.name),
         )
 
@@ -291,8 +352,9 @@ class Launch:
         head = self.connection.head
         base_url = await api_base_url(self.config, head)
         model = self.config.serve.api_model_name
-        async with api.api_client(base_url, read_timeout=self.config.timeouts.api,
-                                  api_key=self.secrets.api_key) as client:
+        async with api.api_client(
+            base_url, read_timeout=self.config.timeouts.api, api_key=self.secrets.api_key
+        ) as client:
             ok, detail = await api.health(client)
             if not ok:
                 yield self._api_failed("health", detail)
@@ -319,19 +381,29 @@ class Launch:
                 "sample",
                 f"{sample.completion_tokens} tokens, TTFT {sample.ttft_s * 1000:.0f} ms, decode {rate}",
             )
-        yield Ready(elapsed_s=self.reporter.elapsed(), model=model,
-                    api_url=f"http://{self._head_ip()}:{self.config.serve.port}", sample=sample,
-                    vllm_version=version)
+        yield Ready(
+            elapsed_s=self.reporter.elapsed(),
+            model=model,
+            api_url=f"http://{self._head_ip()}:{self.config.serve.port}",
+            sample=sample,
+            vllm_version=version,
+        )
 
     def _api_passed(self, checkpoint: str, evidence: str) -> CheckpointPassed:
         head = self.config.head.name
-        return self.reporter.passed(BY_ID[checkpoint], evidence, node=head, log_tail=self.monitor.tail(head))
+        return self.reporter.passed(
+            BY_ID[checkpoint], evidence, node=head, log_tail=self.monitor.tail(head)
+        )
 
     def _api_failed(self, checkpoint: str, evidence: str) -> Failed:
         head = self.config.head.name
         return self.reporter.known(
-            BY_ID[checkpoint], API_UNEXPECTED, {"checkpoint": BY_ID[checkpoint].title, "evidence": evidence},
-            node=head, evidence=evidence, log_tail=self.monitor.tail(head),
+            BY_ID[checkpoint],
+            API_UNEXPECTED,
+            {"checkpoint": BY_ID[checkpoint].title, "evidence": evidence},
+            node=head,
+            evidence=evidence,
+            log_tail=self.monitor.tail(head),
         )
 
     async def _remove_started(self) -> None:
@@ -340,17 +412,23 @@ class Launch:
             await asyncio.gather(*self._in_flight, return_exceptions=True)
         name = self.config.container.name
         results = await asyncio.gather(
-            *(remove_container(n, name, owner=self.config.name, timeout=timeout) for n in self.started),
+            *(
+                remove_container(n, name, owner=self.config.name, timeout=timeout)
+                for n in self.started
+            ),
             return_exceptions=True,
         )
         for node, result in zip(self.started, results, strict=True):
             if isinstance(result, BaseException):
-                log.warning("could not remove %s from %s after the launch stopped: %r", name, node.name, result)
+                log.warning(
+                    "could not remove %s from %s after the launch stopped: %r",
+                    name,
+                    node.name,
+                    result,
+                )
 
 
 async def api_base_url(config: ClusterConfig, head: NodeConnection) -> str:
     if config.api.access == "direct":
         return f"http://{config.api.host}:{config.serve.port}"
     return await head.api_base_url(config.serve.port)
-
-

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["clean_line", "strip_prefixes", "is_nccl_line", "ray_repeats", "MAX_LINE_CHARS"]
+__all__ = ["MAX_LINE_CHARS", "clean_line", "is_nccl_line", "ray_repeats", "strip_prefixes"]
 
 # A log line longer than this is cut: patterns never need more, and a pathological line
 # (a dumped tensor, a base64 blob) must not cost unbounded regex time or memory.
@@ -39,9 +39,7 @@ _LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
 _PREFIXES: tuple[re.Pattern[str], ...] = (
     # Ray / vLLM process prefixes: (RayWorkerWrapper pid=4009, ip=10.0.0.2), (EngineCore_DP0
     # pid=89), (VllmWorker rank=0 pid=12), (pid=123), (APIServer pid=1)
-    re.compile(
-        r"^\((?:[\w.:<>\-]+ )?(?:\w+=[^\s,()]+,? ?)*?pid=\d+(?:,\s*\w+=[^,()]*)*\) ?"
-    ),
+    re.compile(r"^\((?:[\w.:<>\-]+ )?(?:\w+=[^\s,()]+,? ?)*?pid=\d+(?:,\s*\w+=[^,()]*)*\) ?"),
     # Ray daemon prefixes: (raylet, ip=10.0.0.2), (autoscaler +1m2s), (gcs_server)
     re.compile(r"^\((?:raylet|autoscaler|gcs_server|monitor|dashboard)\b[^)]*\) ?"),
     # torch rank prefixes: [rank1]: , [Rank 0]

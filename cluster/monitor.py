@@ -75,7 +75,9 @@ class HealthLost:
 # Signals of a requested, graceful stop; `docker kill` (SIGKILL) is a death like any other.
 GRACEFUL_SIGNALS = frozenset({2, 15})
 
-MonitorItem = LogLine | ContainerExited | FollowLost | FollowResumed | StopRequested | HealthLost | Shed
+MonitorItem = (
+    LogLine | ContainerExited | FollowLost | FollowResumed | StopRequested | HealthLost | Shed
+)
 
 QUEUED_LINES = 20_000  # lines waiting for the reader (a launch busy posting to chat)
 READ_LINE_CHARS = 16_384  # of a line without a newline, kept while reading; the rest is skipped
@@ -84,8 +86,15 @@ READ_LINE_CHARS = 16_384  # of a line without a newline, kept while reading; the
 class ClusterMonitor:
     """Owns one follower task per node; `aclose` cancels them all."""
 
-    def __init__(self, container_name: str, secrets: Secrets, tail_lines: int, *,
-                 matters: Callable[[str], bool] = lambda text: False, queued_lines: int = QUEUED_LINES):
+    def __init__(
+        self,
+        container_name: str,
+        secrets: Secrets,
+        tail_lines: int,
+        *,
+        matters: Callable[[str], bool] = lambda text: False,
+        queued_lines: int = QUEUED_LINES,
+    ):
         """`matters(text)`: a line the reader must see even when lines are shed."""
         self.container_name = container_name
         self._secrets = secrets
@@ -99,7 +108,7 @@ class ClusterMonitor:
 
     def tail(self, node: str, lines: int | None = None) -> list[str]:
         buffer = list(self._tails.get(node, ()))
-        return buffer[-(lines or self._tail_lines):]
+        return buffer[-(lines or self._tail_lines) :]
 
     def follow(self, node: NodeConnection, *, backlog: int | str = "all") -> None:
         """Start following `node`'s container: its log from `backlog` lines back, and its death."""
@@ -116,9 +125,13 @@ class ClusterMonitor:
             await asyncio.gather(task, return_exceptions=True)
         self._start(node, "all", since=self._last_logged.get(node.name))
 
-    def _start(self, node: NodeConnection, backlog: int | str, since: datetime | None = None) -> None:
-        tasks = [asyncio.create_task(self._follow_log(node, backlog, since)),
-                 asyncio.create_task(self._watch_events(node))]
+    def _start(
+        self, node: NodeConnection, backlog: int | str, since: datetime | None = None
+    ) -> None:
+        tasks = [
+            asyncio.create_task(self._follow_log(node, backlog, since)),
+            asyncio.create_task(self._watch_events(node)),
+        ]
         self._followed[node.name] = tasks
         self._tasks.extend(tasks)
 
@@ -144,7 +157,9 @@ class ClusterMonitor:
             return KEEP
         return MATTERS if self._matters(item.text) else PLAIN
 
-    async def _follow_log(self, node: NodeConnection, backlog: int | str, since: datetime | None = None) -> None:
+    async def _follow_log(
+        self, node: NodeConnection, backlog: int | str, since: datetime | None = None
+    ) -> None:
         name = self.container_name
         pending, cut = "", False
         try:
@@ -172,8 +187,13 @@ class ClusterMonitor:
                     ContainerExited(node.name, state.get("ExitCode"), bool(state.get("OOMKilled")))
                 )
         except ContainerMissing:
-            self._queue.put(FollowLost(
-                node.name, f"container {name} no longer exists on {node.name}", CONTAINER_REMOVED))
+            self._queue.put(
+                FollowLost(
+                    node.name,
+                    f"container {name} no longer exists on {node.name}",
+                    CONTAINER_REMOVED,
+                )
+            )
         except NodeError as exc:
             self._queue.put(FollowLost(node.name, f"log stream broke: {exc.problem}"))
 

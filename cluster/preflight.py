@@ -57,8 +57,14 @@ class Preflight:
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None) -> CheckpointPassed:
         return self.reporter.passed(BY_ID[checkpoint], evidence, node=node)
 
-    def _failed(self, checkpoint: str, node: str | None, failure: KnownFailure, values: dict[str, str],
-                evidence: str | None = None) -> Failed:
+    def _failed(
+        self,
+        checkpoint: str,
+        node: str | None,
+        failure: KnownFailure,
+        values: dict[str, str],
+        evidence: str | None = None,
+    ) -> Failed:
         return self.reporter.known(BY_ID[checkpoint], failure, values, node=node, evidence=evidence)
 
     async def run(self) -> AsyncIterator[Event]:
@@ -86,7 +92,8 @@ class Preflight:
             yield self.reporter.unreachable(error, BY_ID[error.checkpoint])
             return
         yield self._passed(
-            "ssh", "; ".join(f"{n.name}: connected in {n.connect_s * 1000:.0f} ms" for n in self._nodes),
+            "ssh",
+            "; ".join(f"{n.name}: connected in {n.connect_s * 1000:.0f} ms" for n in self._nodes),
         )
 
     async def _engines(self) -> AsyncIterator[Event]:
@@ -94,22 +101,28 @@ class Preflight:
         gathered = await asyncio.gather(*(self._inspect(node) for node in nodes))
         self.facts = {node.name: facts for node, facts in zip(nodes, gathered, strict=True)}
         yield self._passed(
-            "docker", "; ".join(f"{n.name}: Docker {self.facts[n.name].docker_version}" for n in nodes)
+            "docker",
+            "; ".join(f"{n.name}: Docker {self.facts[n.name].docker_version}" for n in nodes),
         )
 
     async def _same_image(self) -> AsyncIterator[Event]:
         nodes, image = self._nodes, self.config.container.image
         missing = [n.name for n in nodes if self.facts[n.name].image_id is None]
         if missing:
-            yield self._failed("image", missing[0], IMAGE_MISSING, {"image": image, "missing": ", ".join(missing)})
+            yield self._failed(
+                "image", missing[0], IMAGE_MISSING, {"image": image, "missing": ", ".join(missing)}
+            )
             return
         ids = {n.name: self.facts[n.name].image_id for n in nodes}
         if len(set(ids.values())) > 1:
             listing = "; ".join(f"{name}: {image_id[:19]}" for name, image_id in ids.items())
-            yield self._failed("image", None, IMAGE_DIFFERS, {"image": image, "listing": listing}, evidence=listing)
+            yield self._failed(
+                "image", None, IMAGE_DIFFERS, {"image": image, "listing": listing}, evidence=listing
+            )
             return
         yield self._passed(
-            "image", f"Docker image consistency check passed: {image} = {next(iter(ids.values()))[:19]} on every node"
+            "image",
+            f"Docker image consistency check passed: {image} = {next(iter(ids.values()))[:19]} on every node",
         )
 
     async def _interfaces(self) -> AsyncIterator[Event]:
@@ -117,8 +130,12 @@ class Preflight:
         found = await asyncio.gather(*(self._node_interfaces(n) for n in nodes))
         for node, result in zip(nodes, found, strict=True):
             if isinstance(result, str):
-                yield self._failed("interfaces", node.name, INTERFACES_UNEXPECTED,
-                                   {"node": node.name, "problem": result})
+                yield self._failed(
+                    "interfaces",
+                    node.name,
+                    INTERFACES_UNEXPECTED,
+                    {"node": node.name, "problem": result},
+                )
                 return
             self.facts[node.name].interfaces = result
         yield self._passed(
@@ -148,55 +165,98 @@ class Preflight:
     async def _memory(self) -> AsyncIterator[Event]:
         nodes, need = self._nodes, self.config.serve.min_free_memory_gib
         short = [n.name for n in nodes if self.facts[n.name].mem_available_gib < need]
-        memory = "; ".join(f"{n.name}: MemAvailable {self.facts[n.name].mem_available_gib:.1f} GiB" for n in nodes)
+        memory = "; ".join(
+            f"{n.name}: MemAvailable {self.facts[n.name].mem_available_gib:.1f} GiB" for n in nodes
+        )
         if short:
-            yield self._failed("memory", short[0], MEMORY_SHORT,
-                               {"short": ", ".join(short), "memory": memory, "need": f"{need:g}"}, evidence=memory)
+            yield self._failed(
+                "memory",
+                short[0],
+                MEMORY_SHORT,
+                {"short": ", ".join(short), "memory": memory, "need": f"{need:g}"},
+                evidence=memory,
+            )
             return
         yield self._passed("memory", memory + (f" (need {need:g} GiB)" if need else ""))
 
     async def _no_stale_container(self) -> AsyncIterator[Event]:
         name = self.config.container.name
-        stale = [(n, self.facts[n.name].stale_container) for n in self._nodes if self.facts[n.name].stale_container]
-        foreign = next(((n, state) for n, state in stale
-                        if not self.facts[n.name].stale_is_ours and n.name not in self.replace_foreign), None)
+        stale = [
+            (n, self.facts[n.name].stale_container)
+            for n in self._nodes
+            if self.facts[n.name].stale_container
+        ]
+        foreign = next(
+            (
+                (n, state)
+                for n, state in stale
+                if not self.facts[n.name].stale_is_ours and n.name not in self.replace_foreign
+            ),
+            None,
+        )
         if foreign is not None:
             node, state = foreign
-            yield self._failed("no_stale_container", node.name, FOREIGN_CONTAINER,
-                               {"container": name, "node": node.name, "state": state},
-                               evidence=f"{node.name}: {state}")
+            yield self._failed(
+                "no_stale_container",
+                node.name,
+                FOREIGN_CONTAINER,
+                {"container": name, "node": node.name, "state": state},
+                evidence=f"{node.name}: {state}",
+            )
             return
         if stale and not self.replace:
             listing = "; ".join(f"{n.name}: {state}" for n, state in stale)
-            yield self._failed("no_stale_container", stale[0][0].name, STALE_CONTAINER,
-                               {"container": name, "listing": listing}, evidence=listing)
+            yield self._failed(
+                "no_stale_container",
+                stale[0][0].name,
+                STALE_CONTAINER,
+                {"container": name, "listing": listing},
+                evidence=listing,
+            )
             return
         for node, _ in stale:
             await node.docker.remove(name)
         yield self._passed(
             "no_stale_container",
             "replaced: " + ", ".join(f"{n.name} ({state})" for n, state in stale)
-            if stale else f"no container named {name} on any node",
+            if stale
+            else f"no container named {name} on any node",
         )
 
     async def _ports_free(self) -> AsyncIterator[Event]:
         config = self.config
         head = self.connection.head
         ports = [config.serve.port]
-        ports.append(config.serve.ray_port if config.serve.backend == "ray" else config.serve.master_port)
+        ports.append(
+            config.serve.ray_port if config.serve.backend == "ray" else config.serve.master_port
+        )
         query = ["ss", "-Htln", " or ".join(f"sport = :{p}" for p in ports)]
         sockets = await head.run(query, timeout=config.timeouts.preflight)
         if not sockets.ok:
-            yield self._failed("api_port", head.name, SS_FAILED, {
-                "node": head.name, "status": str(sockets.exit_status), "stderr": sockets.stderr.strip()[:200]})
+            yield self._failed(
+                "api_port",
+                head.name,
+                SS_FAILED,
+                {
+                    "node": head.name,
+                    "status": str(sockets.exit_status),
+                    "stderr": sockets.stderr.strip()[:200],
+                },
+            )
             return
         if sockets.stdout.strip():
-            yield self._failed("api_port", head.name, PORT_TAKEN,
-                               {"ports": ", ".join(map(str, ports)), "node": head.name},
-                               evidence=sockets.stdout.strip().splitlines()[0])
+            yield self._failed(
+                "api_port",
+                head.name,
+                PORT_TAKEN,
+                {"ports": ", ".join(map(str, ports)), "node": head.name},
+                evidence=sockets.stdout.strip().splitlines()[0],
+            )
             return
         yield self._passed(
-            "api_port", f"nothing listens on ports {', '.join(map(str, ports))} on {head.name}", head.name
+            "api_port",
+            f"nothing listens on ports {', '.join(map(str, ports))} on {head.name}",
+            head.name,
         )
 
     async def _inspect(self, node: NodeConnection) -> NodeFacts:
@@ -214,6 +274,10 @@ class Preflight:
         facts.image_id = await node.docker.image_id(config.container.image)
         info = await node.docker.find_container(config.container.name)
         if info is not None:
-            facts.stale_is_ours = (info["Config"].get("Labels") or {}).get(LABEL_CLUSTER) == config.name
-            facts.stale_container = info["State"]["Status"] + ("" if facts.stale_is_ours else ", not started by spark-bot")
+            facts.stale_is_ours = (info["Config"].get("Labels") or {}).get(
+                LABEL_CLUSTER
+            ) == config.name
+            facts.stale_container = info["State"]["Status"] + (
+                "" if facts.stale_is_ours else ", not started by spark-bot"
+            )
         return facts

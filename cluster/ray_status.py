@@ -45,5 +45,9 @@ def shortfall(state: RayClusterState, nodes: int, gpus: int) -> dict[str, str] |
     say so (`cluster.failures.RAY_INCOMPLETE`), or None when it has them all."""
     if state.active_nodes >= nodes and state.gpus_total >= gpus:
         return None
-    return {"active_nodes": str(state.active_nodes), "want_nodes": str(nodes),
-            "ray_gpus": f"{state.gpus_total:g}", "want_gpus": str(gpus)}
+    return {
+        "active_nodes": str(state.active_nodes),
+        "want_nodes": str(nodes),
+        "ray_gpus": f"{state.gpus_total:g}",
+        "want_gpus": str(gpus),
+    }

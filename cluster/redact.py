@@ -35,18 +35,20 @@ from collections.abc import Iterable
 MASK = "***"
 
 _TOKEN_SHAPES = re.compile(
-    "|".join([
-        r"(?<![A-Za-z0-9])xox(?:[abposr]|e(?:\.xox[bp])?)-[A-Za-z0-9-]{6,}",
-        r"(?<![A-Za-z0-9])xapp-[A-Za-z0-9-]{6,}",
-        r"https?://hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+",
-        r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}",
-        r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{20,}",
-        r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",
-        r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}",
-        r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
-        # to its END line, or (a block cut short) over its base64 body (\n escapes of JSON included)
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|[A-Za-z0-9+/=\r\n\\]*)",
-    ])
+    "|".join(
+        [
+            r"(?<![A-Za-z0-9])xox(?:[abposr]|e(?:\.xox[bp])?)-[A-Za-z0-9-]{6,}",
+            r"(?<![A-Za-z0-9])xapp-[A-Za-z0-9-]{6,}",
+            r"https?://hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+",
+            r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}",
+            r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{20,}",
+            r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",
+            r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}",
+            r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+            # to its END line, or (a block cut short) over its base64 body (\n escapes of JSON included)
+            r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|[A-Za-z0-9+/=\r\n\\]*)",
+        ]
+    )
 )
 _RUN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
 _HEX = re.compile(r"[0-9A-Fa-f-]+")
@@ -59,8 +61,9 @@ MIN_ENTROPY = 4.0
 MAX_ORDINARY = 0.6
 MAX_SEPARATORS = 1 / 8
 
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|AUTH|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE",
-                          re.IGNORECASE)
+_SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|AUTH|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE", re.IGNORECASE
+)
 
 
 def shannon_entropy(text: str) -> float:
@@ -73,7 +76,11 @@ def high_entropy(run: str) -> bool:
     """Is this run of base64 characters random enough to be a key (see the module's rule)?"""
     if len(run) < MIN_LENGTH or _HEX.fullmatch(run):
         return False
-    if not (any(c.isupper() for c in run) and any(c.islower() for c in run) and any(c.isdigit() for c in run)):
+    if not (
+        any(c.isupper() for c in run)
+        and any(c.islower() for c in run)
+        and any(c.isdigit() for c in run)
+    ):
         return False
     if sum(map(len, _ORDINARY.findall(run))) >= len(run) * MAX_ORDINARY:
         return False

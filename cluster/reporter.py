@@ -32,8 +32,14 @@ class Reporter:
         logged_at: datetime | None = None,
     ) -> CheckpointPassed:
         return CheckpointPassed(
-            elapsed_s=self.elapsed(), checkpoint=checkpoint.id, title=checkpoint.title, node=node,
-            evidence=evidence, log_tail=list(log_tail), warning=warning, logged_at=logged_at,
+            elapsed_s=self.elapsed(),
+            checkpoint=checkpoint.id,
+            title=checkpoint.title,
+            node=node,
+            evidence=evidence,
+            log_tail=list(log_tail),
+            warning=warning,
+            logged_at=logged_at,
         )
 
     def failed(
@@ -51,9 +57,17 @@ class Reporter:
     ) -> Failed:
         """`evidence` defaults to the summary: a failure always shows what was seen."""
         return Failed(
-            elapsed_s=self.elapsed(), checkpoint=checkpoint.id, title=checkpoint.title, node=node,
-            summary=summary, evidence=summary if evidence is None else evidence,
-            context=list(context), cause=cause, fix=fix, signature=signature, log_tail=list(log_tail),
+            elapsed_s=self.elapsed(),
+            checkpoint=checkpoint.id,
+            title=checkpoint.title,
+            node=node,
+            summary=summary,
+            evidence=summary if evidence is None else evidence,
+            context=list(context),
+            cause=cause,
+            fix=fix,
+            signature=signature,
+            log_tail=list(log_tail),
         )
 
     def known(
@@ -70,10 +84,25 @@ class Reporter:
         """A known failure of `checkpoint`, its texts filled from `values`: the title is the
         summary, the row's id the signature."""
         summary, cause, fix = failure.render(values or {})
-        return self.failed(checkpoint, summary, cause=cause, fix=fix, node=node, evidence=evidence,
-                           context=context, signature=failure.id, log_tail=log_tail)
+        return self.failed(
+            checkpoint,
+            summary,
+            cause=cause,
+            fix=fix,
+            node=node,
+            evidence=evidence,
+            context=context,
+            signature=failure.id,
+            log_tail=log_tail,
+        )
 
     def unreachable(self, error: NodeError, checkpoint: Checkpoint) -> Failed:
         """A node that could not be reached or driven, as the failure of `checkpoint`."""
-        return self.failed(checkpoint, str(error), cause=error.cause, fix=error.fix,
-                           node=error.node, evidence=error.problem)
+        return self.failed(
+            checkpoint,
+            str(error),
+            cause=error.cause,
+            fix=error.fix,
+            node=error.node,
+            evidence=error.problem,
+        )

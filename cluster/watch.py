@@ -44,7 +44,9 @@ async def watch(
     for error in connection.errors.values():
         yield reporter.unreachable(error, SERVING)
         return
-    monitor = ClusterMonitor(config.container.name, secrets, config.log_tail_lines, matters=must_see(config))
+    monitor = ClusterMonitor(
+        config.container.name, secrets, config.log_tail_lines, matters=must_see(config)
+    )
     follower = LogFollower(config, monitor, reporter)
     for node in connection.ordered():
         monitor.follow(node, backlog=config.log_tail_lines)
@@ -106,11 +108,16 @@ async def watch(
 
         try:
             monitor.run(probe(client))
-            yield Progress(elapsed_s=reporter.elapsed(), phase="watch",
-                           message=f"watching {len(connection.nodes)} node(s) and {base_url}/health")
+            yield Progress(
+                elapsed_s=reporter.elapsed(),
+                phase="watch",
+                message=f"watching {len(connection.nodes)} node(s) and {base_url}/health",
+            )
             # One stream: log lines, deaths, the probe's verdict and reconnections; the first
             # failure (or a stop on request, which is none) ends the watch.
-            async with aclosing(follower.failures(SERVING, still_serving=still_serving)) as failures:
+            async with aclosing(
+                follower.failures(SERVING, still_serving=still_serving)
+            ) as failures:
                 async for event in failures:
                     yield event
         finally:

@@ -59,22 +59,45 @@ def demo_config(machines: list[NodeMachine], *, fault: str | None, host_path: st
         name="demo",
         nodes=[
             NodeConfig(
-                name=m.name, driver="local", fabric_ip=m.ip, docker_socket=str(m.docker_socket),
+                name=m.name,
+                driver="local",
+                fabric_ip=m.ip,
+                docker_socket=str(m.docker_socket),
                 local_env={"PATH": f"{m.bin_dir}:{host_path}"},
             )
             for m in machines
         ],
         container=ContainerConfig(
-            image=DEMO_IMAGE, name=CONTAINER_NAME, privileged=False, gpus=False,
-            shm_size=None, ulimits={}, env=env,
+            image=DEMO_IMAGE,
+            name=CONTAINER_NAME,
+            privileged=False,
+            gpus=False,
+            shm_size=None,
+            ulimits={},
+            env=env,
         ),
         serve=ServeConfig(
-            model=MODEL, served_model_name="qwen35", backend="ray",
-            tensor_parallel_size=len(machines), max_model_len=32768, reasoning_parser="qwen3",
-            port=free_port(), ray_port=free_port(), master_port=free_port(),
+            model=MODEL,
+            served_model_name="qwen35",
+            backend="ray",
+            tensor_parallel_size=len(machines),
+            max_model_len=32768,
+            reasoning_parser="qwen3",
+            port=free_port(),
+            ray_port=free_port(),
+            master_port=free_port(),
         ),
-        timeouts=Timeouts(connect=5, preflight=20, containers=30, ray=30, weights=60,
-                          engine=60, api=60, stall=15, down=10),
+        timeouts=Timeouts(
+            connect=5,
+            preflight=20,
+            containers=30,
+            ray=30,
+            weights=60,
+            engine=60,
+            api=60,
+            stall=15,
+            down=10,
+        ),
         log_tail_lines=10,
     )
 
@@ -96,15 +119,21 @@ async def embedded_cluster(
             for index in range(nodes):
                 machine = NodeMachine(index, root / f"node{index}")
                 machine.build()
-                engine = Engine(machine.engine_root, image, {
-                    "SPARK_EMU_SYS_CLASS_NET": str(machine.sys_class_net),
-                    CLUSTER_MARKER: str(root),
-                })
+                engine = Engine(
+                    machine.engine_root,
+                    image,
+                    {
+                        "SPARK_EMU_SYS_CLASS_NET": str(machine.sys_class_net),
+                        CLUSTER_MARKER: str(root),
+                    },
+                )
                 server = EngineServer(engine, machine.docker_socket)
                 stack.push_async_callback(server.aclose)
                 await server.start()
                 machines.append(machine)
-            config = demo_config(machines, fault=fault, host_path=os.environ.get("PATH", "/usr/bin:/bin"))
+            config = demo_config(
+                machines, fault=fault, host_path=os.environ.get("PATH", "/usr/bin:/bin")
+            )
             yield EmbeddedCluster(config, root, tuple(machines))
     finally:
         if owned:

@@ -25,8 +25,12 @@ from demo.engine import Engine, EngineError
 
 API_VERSION = "1.41"
 ENGINE_VERSION = "20.10.24-spark-bot-demo"
-_HEADERS = {"Api-Version": API_VERSION, "Docker-Experimental": "false", "Ostype": "linux",
-            "Server": f"Docker/{ENGINE_VERSION} (linux)"}
+_HEADERS = {
+    "Api-Version": API_VERSION,
+    "Docker-Experimental": "false",
+    "Ostype": "linux",
+    "Server": f"Docker/{ENGINE_VERSION} (linux)",
+}
 ENGINE: web.AppKey[Engine] = web.AppKey("engine", Engine)
 
 
@@ -35,8 +39,11 @@ def frame(stream: int, data: bytes) -> bytes:
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=json.dumps(data).encode() + b"\n",
-                        headers={"Content-Type": "application/json"})
+    return web.Response(
+        status=status,
+        body=json.dumps(data).encode() + b"\n",
+        headers={"Content-Type": "application/json"},
+    )
 
 
 def _flag(request: web.Request, name: str, default: bool = False) -> bool:
@@ -56,7 +63,9 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 
 @web.middleware
-async def _docker_errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+async def _docker_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+):
     try:
         response = await handler(request)
     except EngineError as error:
@@ -82,32 +91,67 @@ def _engine(request: web.Request) -> Engine:
 
 
 async def ping(request: web.Request) -> web.Response:
-    return web.Response(text="OK", headers={"Cache-Control": "no-cache, no-store, must-revalidate",
-                                            "Pragma": "no-cache"})
+    return web.Response(
+        text="OK",
+        headers={"Cache-Control": "no-cache, no-store, must-revalidate", "Pragma": "no-cache"},
+    )
 
 
 async def version(request: web.Request) -> web.Response:
-    return _json({
-        "Platform": {"Name": "spark-bot demo (emulated Docker Engine)"},
-        "Components": [{"Name": "Engine", "Version": ENGINE_VERSION,
-                        "Details": {"ApiVersion": API_VERSION, "MinAPIVersion": "1.12", "Os": "linux"}}],
-        "Version": ENGINE_VERSION, "ApiVersion": API_VERSION, "MinAPIVersion": "1.12",
-        "GitCommit": "emulated", "GoVersion": "none", "Os": "linux", "Arch": "amd64",
-        "KernelVersion": "emulated", "BuildTime": "",
-    })
+    return _json(
+        {
+            "Platform": {"Name": "spark-bot demo (emulated Docker Engine)"},
+            "Components": [
+                {
+                    "Name": "Engine",
+                    "Version": ENGINE_VERSION,
+                    "Details": {"ApiVersion": API_VERSION, "MinAPIVersion": "1.12", "Os": "linux"},
+                }
+            ],
+            "Version": ENGINE_VERSION,
+            "ApiVersion": API_VERSION,
+            "MinAPIVersion": "1.12",
+            "GitCommit": "emulated",
+            "GoVersion": "none",
+            "Os": "linux",
+            "Arch": "amd64",
+            "KernelVersion": "emulated",
+            "BuildTime": "",
+        }
+    )
 
 
 async def image_inspect(request: web.Request) -> web.Response:
     image = _engine(request).inspect_image(request.match_info["name"])
-    config = {"Env": list(image.env), "Cmd": ["sleep", "infinity"], "Labels": image.labels,
-              "Tty": False, "User": "", "WorkingDir": "", "Entrypoint": None}
-    return _json({
-        "Id": image.id, "RepoTags": [image.tag], "RepoDigests": [], "Parent": "", "Comment": "",
-        "Created": image.created, "DockerVersion": ENGINE_VERSION, "Author": "",
-        "Config": config, "Architecture": "amd64", "Os": "linux", "Size": 0, "VirtualSize": 0,
-        "GraphDriver": {"Data": None, "Name": "emulated"},
-        "RootFS": {"Type": "layers", "Layers": []}, "Metadata": {"LastTagTime": image.created},
-    })
+    config = {
+        "Env": list(image.env),
+        "Cmd": ["sleep", "infinity"],
+        "Labels": image.labels,
+        "Tty": False,
+        "User": "",
+        "WorkingDir": "",
+        "Entrypoint": None,
+    }
+    return _json(
+        {
+            "Id": image.id,
+            "RepoTags": [image.tag],
+            "RepoDigests": [],
+            "Parent": "",
+            "Comment": "",
+            "Created": image.created,
+            "DockerVersion": ENGINE_VERSION,
+            "Author": "",
+            "Config": config,
+            "Architecture": "amd64",
+            "Os": "linux",
+            "Size": 0,
+            "VirtualSize": 0,
+            "GraphDriver": {"Data": None, "Name": "emulated"},
+            "RootFS": {"Type": "layers", "Layers": []},
+            "Metadata": {"LastTagTime": image.created},
+        }
+    )
 
 
 async def container_create(request: web.Request) -> web.Response:
@@ -131,7 +175,11 @@ async def container_logs(request: web.Request) -> web.StreamResponse:
     if not streams:
         raise EngineError(400, "Bad parameters: you must choose at least one stream")
     tail_text = request.query.get("tail", "all")
-    tail = None if tail_text == "all" or not tail_text.lstrip("-").isdigit() or int(tail_text) < 0 else int(tail_text)
+    tail = (
+        None
+        if tail_text == "all" or not tail_text.lstrip("-").isdigit() or int(tail_text) < 0
+        else int(tail_text)
+    )
     stamped = _flag(request, "timestamps")
 
     def log_frame(stream: int, data: bytes, stamp: str) -> bytes:
@@ -159,7 +207,9 @@ async def container_stop(request: web.Request) -> web.Response:
 
 async def container_kill(request: web.Request) -> web.Response:
     engine = _engine(request)
-    await engine.kill(engine.container(request.match_info["id"]), request.query.get("signal", "SIGKILL"))
+    await engine.kill(
+        engine.container(request.match_info["id"]), request.query.get("signal", "SIGKILL")
+    )
     return web.Response(status=204)
 
 
@@ -190,8 +240,9 @@ async def exec_start(request: web.Request) -> web.StreamResponse:
     headers = {"Content-Type": "application/vnd.docker.raw-stream", **_HEADERS}
     if upgrade:
         headers.update({"Connection": "Upgrade", "Upgrade": "tcp"})
-    response = web.StreamResponse(status=101 if upgrade else 200, reason="UPGRADED" if upgrade else "OK",
-                                  headers=headers)
+    response = web.StreamResponse(
+        status=101 if upgrade else 200, reason="UPGRADED" if upgrade else "OK", headers=headers
+    )
     response.force_close()  # the hijacked connection carries this stream only, then closes
     await response.prepare(request)
     with _client_may_leave():
@@ -262,8 +313,9 @@ class EngineServer:
     def __init__(self, engine: Engine, socket_path: Path):
         self.engine = engine
         self.socket_path = socket_path
-        self._runner = web.AppRunner(make_app(engine), access_log=None, handle_signals=False,
-                                     shutdown_timeout=1.0)
+        self._runner = web.AppRunner(
+            make_app(engine), access_log=None, handle_signals=False, shutdown_timeout=1.0
+        )
 
     async def start(self) -> None:
         await self._runner.setup()

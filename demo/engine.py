@@ -257,7 +257,9 @@ class Engine:
         self.runtime_env = runtime_env
         self.containers: dict[str, Container] = {}
         self.execs: dict[str, ExecInstance] = {}
-        self._subscribers: list[tuple[asyncio.Queue[dict[str, Any] | None], dict[str, list[str]]]] = []
+        self._subscribers: list[
+            tuple[asyncio.Queue[dict[str, Any] | None], dict[str, list[str]]]
+        ] = []
 
     # -- lookups ----------------------------------------------------------------------------
 
@@ -324,7 +326,10 @@ class Engine:
         if container.running:
             return False
         if container.status != "created":
-            raise EngineError(409, f"container {container.id} has already run; the emulated engine does not restart containers")
+            raise EngineError(
+                409,
+                f"container {container.id} has already run; the emulated engine does not restart containers",
+            )
         cmd = list(container.body.get("Cmd") or [])
         env = self._process_env(container)
         if not cmd or shutil.which(cmd[0], path=env.get("PATH")) is None:
@@ -337,9 +342,14 @@ class Engine:
                 f"starting container process caused: {container.error}: unknown",
             )
         process = await asyncio.create_subprocess_exec(
-            *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env, cwd=container.directory,
-            process_group=0, limit=_LOG_PIECE,
+            *cmd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=container.directory,
+            process_group=0,
+            limit=_LOG_PIECE,
         )
         container.process = process
         container.status, container.started_at = "running", _now()
@@ -351,7 +361,9 @@ class Engine:
         self._emit(container, "start")
         return True
 
-    async def _pump(self, container: Container, reader: asyncio.StreamReader | None, stream: int) -> None:
+    async def _pump(
+        self, container: Container, reader: asyncio.StreamReader | None, stream: int
+    ) -> None:
         assert reader is not None
         while True:
             try:
@@ -386,7 +398,8 @@ class Engine:
     async def kill(self, container: Container, signal_name: str = "SIGKILL") -> None:
         if not container.running:
             raise EngineError(
-                409, f"Cannot kill container: {container.name}: Container {container.id} is not running"
+                409,
+                f"Cannot kill container: {container.name}: Container {container.id} is not running",
             )
         number = _signal_number(signal_name)
         self._emit(container, "kill", signal=str(number))
@@ -436,15 +449,22 @@ class Engine:
         if isinstance(cmd, str):
             cmd = [cmd]
         instance = ExecInstance(
-            id=_new_id(), container=container, cmd=list(cmd), env=list(body.get("Env") or []),
-            attach_stdout=bool(body.get("AttachStdout")), attach_stderr=bool(body.get("AttachStderr")),
-            tty=bool(body.get("Tty")), privileged=bool(body.get("Privileged")),
+            id=_new_id(),
+            container=container,
+            cmd=list(cmd),
+            env=list(body.get("Env") or []),
+            attach_stdout=bool(body.get("AttachStdout")),
+            attach_stderr=bool(body.get("AttachStderr")),
+            tty=bool(body.get("Tty")),
+            privileged=bool(body.get("Privileged")),
         )
         self.execs[instance.id] = instance
         container.exec_ids.append(instance.id)
         return instance
 
-    async def start_exec(self, instance: ExecInstance, *, attached: bool) -> AsyncIterator[tuple[int, bytes]]:
+    async def start_exec(
+        self, instance: ExecInstance, *, attached: bool
+    ) -> AsyncIterator[tuple[int, bytes]]:
         """Start the exec (errors are raised here, before any answer is sent); when attached,
         the returned iterator yields its (stream, chunk) output until it exits."""
         if instance.started:
@@ -457,10 +477,12 @@ class Engine:
         argv = self._argv(container, instance.cmd)
         try:
             process = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL,
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
                 stdout=pipe if instance.attach_stdout else asyncio.subprocess.DEVNULL,
                 stderr=pipe if instance.attach_stderr else asyncio.subprocess.DEVNULL,
-                env=self._process_env(container, instance.env), cwd=container.directory,
+                env=self._process_env(container, instance.env),
+                cwd=container.directory,
                 process_group=container.process.pid,
             )
         except OSError as error:
@@ -472,10 +494,14 @@ class Engine:
             return _single((1, message))
         instance.running, instance.pid = True, process.pid
         # Its end is recorded whether or not a client still reads its output.
-        container.tasks.append(asyncio.get_running_loop().create_task(self._finish_exec(instance, process)))
+        container.tasks.append(
+            asyncio.get_running_loop().create_task(self._finish_exec(instance, process))
+        )
         return self._exec_output(process) if attached else _single()
 
-    async def _exec_output(self, process: asyncio.subprocess.Process) -> AsyncIterator[tuple[int, bytes]]:
+    async def _exec_output(
+        self, process: asyncio.subprocess.Process
+    ) -> AsyncIterator[tuple[int, bytes]]:
         queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
 
         async def read(reader: asyncio.StreamReader | None, stream: int) -> None:
@@ -484,7 +510,10 @@ class Engine:
                     queue.put_nowait((stream, chunk))
             queue.put_nowait(None)
 
-        readers = [asyncio.create_task(read(process.stdout, 1)), asyncio.create_task(read(process.stderr, 2))]
+        readers = [
+            asyncio.create_task(read(process.stdout, 1)),
+            asyncio.create_task(read(process.stderr, 2)),
+        ]
         try:
             ended = 0
             while ended < len(readers):
@@ -497,7 +526,9 @@ class Engine:
             for reader in readers:
                 reader.cancel()
 
-    async def _finish_exec(self, instance: ExecInstance, process: asyncio.subprocess.Process) -> None:
+    async def _finish_exec(
+        self, instance: ExecInstance, process: asyncio.subprocess.Process
+    ) -> None:
         code = await process.wait()
         instance.running, instance.exit_code = False, code if code >= 0 else 128 - code
 
@@ -522,8 +553,10 @@ class Engine:
             "Actor": {
                 "ID": container.id,
                 "Attributes": {
-                    **container.labels, **attributes,
-                    "image": container.body.get("Image", ""), "name": container.name,
+                    **container.labels,
+                    **attributes,
+                    "image": container.body.get("Image", ""),
+                    "name": container.name,
                 },
             },
             "scope": "local",
@@ -542,7 +575,9 @@ class Engine:
             if container.running and container.process is not None:
                 kill_container_processes(container.process.pid, container.id, signal.SIGKILL)
         await asyncio.gather(*(c.exited.wait() for c in self.containers.values() if c.running))
-        await asyncio.gather(*(t for c in self.containers.values() for t in c.tasks), return_exceptions=True)
+        await asyncio.gather(
+            *(t for c in self.containers.values() for t in c.tasks), return_exceptions=True
+        )
         for container in self.containers.values():
             await container.log.close()
         for queue, _ in self._subscribers:
@@ -557,7 +592,9 @@ async def _single(*items: tuple[int, bytes]) -> AsyncIterator[tuple[int, bytes]]
 def _matches(event: dict[str, Any], container: Container, filters: dict[str, list[str]]) -> bool:
     for key, wanted in filters.items():
         if key == "container":
-            if not any(w in (container.name, container.id) or container.id.startswith(w) for w in wanted):
+            if not any(
+                w in (container.name, container.id) or container.id.startswith(w) for w in wanted
+            ):
                 return False
         elif key == "event":
             if event["Action"] not in wanted:

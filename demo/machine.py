@@ -68,7 +68,9 @@ def build_image(root: Path) -> Image:
         "LANG=C.UTF-8",
     )
     created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return Image(DEMO_IMAGE, "sha256:" + digest.hexdigest(), env, {"spark-bot.demo": "emulator"}, created)
+    return Image(
+        DEMO_IMAGE, "sha256:" + digest.hexdigest(), env, {"spark-bot.demo": "emulator"}, created
+    )
 
 
 _IP_SHIM = """#!/bin/sh

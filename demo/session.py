@@ -33,8 +33,9 @@ class DemoChat(ConsoleChat):
 
     failed = False
 
-    async def post(self, channel: str, message: Message, *, thread: str | None = None,
-                   broadcast: bool = False) -> Posted:
+    async def post(
+        self, channel: str, message: Message, *, thread: str | None = None, broadcast: bool = False
+    ) -> Posted:
         self.failed |= message.tone == "failure"
         return await super().post(channel, message, thread=thread, broadcast=broadcast)
 
@@ -75,7 +76,9 @@ async def _stdin(out: TextIO, interactive: bool) -> AsyncIterator[str]:
         return
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
+    )
     try:
         while True:
             if interactive:
@@ -100,17 +103,28 @@ async def _tracking(lines: AsyncIterator[str], chat: DemoChat) -> AsyncIterator[
         yield line
 
 
-async def run_demo(commands: Sequence[str], *, fault: str | None = None, out: TextIO = sys.stdout,
-                   workdir: Path | None = None) -> int:
+async def run_demo(
+    commands: Sequence[str],
+    *,
+    fault: str | None = None,
+    out: TextIO = sys.stdout,
+    workdir: Path | None = None,
+) -> int:
     interactive = not commands and sys.stdin.isatty()
     async with embedded_cluster(nodes=2, fault=fault, workdir=workdir) as cluster:
         print(banner(cluster, fault), file=out, flush=True)
-        config = SparkBotConfig(cluster=cluster.config,
-                                store=StoreConfig(path=cluster.workdir / "spark-bot.db"))
+        config = SparkBotConfig(
+            cluster=cluster.config, store=StoreConfig(path=cluster.workdir / "spark-bot.db")
+        )
         chat = DemoChat(out, cluster.workdir / "files")
-        dispatcher = Dispatcher(config.cluster, config.bot, chat, Store(config.store.path),
-                                lambda cluster: Controller(cluster, Secrets({})),
-                                access=Access.for_console())
+        dispatcher = Dispatcher(
+            config.cluster,
+            config.bot,
+            chat,
+            Store(config.store.path),
+            lambda cluster: Controller(cluster, Secrets({})),
+            access=Access.for_console(),
+        )
         await dispatcher.start()
         lines = _listed(commands, out) if commands else _stdin(out, interactive)
         await Console(dispatcher, chat, assume_yes=not interactive).run(_tracking(lines, chat))

@@ -27,7 +27,9 @@ class Access:
     def check(self, level: Level, user: str, channel: str, command: str) -> Decision:
         if self.local:
             return Decision(True)
-        levels = [self.config.operate] if level == "operate" else [self.config.read, self.config.operate]
+        levels = (
+            [self.config.operate] if level == "operate" else [self.config.read, self.config.operate]
+        )
         if any(_matches(rule, user, channel) for rule in levels):
             return Decision(True)
         return Decision(False, self._denial(level, command))
@@ -35,8 +37,10 @@ class Access:
     def _denial(self, level: Level, command: str) -> str:
         rule = self.config.operate if level == "operate" else self.config.read
         if not rule.users or not (rule.channels or rule.direct_messages):
-            return (f"`/spark {command}` needs {level} access, and nobody has it: "
-                    f"an admin lists user and channel IDs under `access.{level}` in the bot's config.")
+            return (
+                f"`/spark {command}` needs {level} access, and nobody has it: "
+                f"an admin lists user and channel IDs under `access.{level}` in the bot's config."
+            )
         users = "anyone" if "*" in rule.users else ", ".join(f"<@{u}>" for u in rule.users)
         places = ["any channel"] if "*" in rule.channels else [f"<#{c}>" for c in rule.channels]
         if rule.direct_messages:

@@ -21,20 +21,38 @@ def sweep_chart_png(report: BenchReport) -> bytes:
     concurrency = [level.concurrency for level in levels]
     figure = Figure(figsize=(7, 4), dpi=110)
     throughput = figure.subplots()
-    throughput.plot(concurrency, [level.output_tok_s for level in levels], "o-",
-                    label="output tok/s (all streams, incl. TTFT)")
-    throughput.plot(concurrency, [level.per_stream_decode_tok_s or 0 for level in levels], "s--",
-                    label="decode tok/s per stream")
+    throughput.plot(
+        concurrency,
+        [level.output_tok_s for level in levels],
+        "o-",
+        label="output tok/s (all streams, incl. TTFT)",
+    )
+    throughput.plot(
+        concurrency,
+        [level.per_stream_decode_tok_s or 0 for level in levels],
+        "s--",
+        label="decode tok/s per stream",
+    )
     throughput.set_xscale("log", base=2)
     throughput.set_xticks(concurrency, [str(c) for c in concurrency])
     throughput.set_xlabel("concurrent requests")
     throughput.set_ylabel("tokens per second")
     throughput.grid(True, alpha=0.3)
     ttft = throughput.twinx()
-    ttft.plot(concurrency, [(level.ttft_p50_s or 0) * 1000 for level in levels], "^:",
-              color="tab:red", label="TTFT p50 (ms)")
-    ttft.plot(concurrency, [(level.ttft_p90_s or 0) * 1000 for level in levels], "v:",
-              color="tab:purple", label="TTFT p90 (ms)")
+    ttft.plot(
+        concurrency,
+        [(level.ttft_p50_s or 0) * 1000 for level in levels],
+        "^:",
+        color="tab:red",
+        label="TTFT p50 (ms)",
+    )
+    ttft.plot(
+        concurrency,
+        [(level.ttft_p90_s or 0) * 1000 for level in levels],
+        "v:",
+        color="tab:purple",
+        label="TTFT p90 (ms)",
+    )
     ttft.set_ylabel("time to first token (ms)")
     lines = throughput.get_legend_handles_labels()
     more = ttft.get_legend_handles_labels()

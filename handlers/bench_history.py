@@ -28,5 +28,7 @@ class StoreHistory:
         return BenchReport.model_validate_json(found) if found else None
 
     async def record(self, report: BenchReport) -> None:
-        await self.journal.write(f"job {self.job_id}'s bench result",
-                                 lambda: self.store.add_bench(self.job_id, report.model_dump_json()))
+        await self.journal.write(
+            f"job {self.job_id}'s bench result",
+            lambda: self.store.add_bench(self.job_id, report.model_dump_json()),
+        )

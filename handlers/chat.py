@@ -22,8 +22,9 @@ class Posted:
 
 
 class Chat(Protocol):
-    async def post(self, channel: str, message: Message, *, thread: str | None = None,
-                   broadcast: bool = False) -> Posted:
+    async def post(
+        self, channel: str, message: Message, *, thread: str | None = None, broadcast: bool = False
+    ) -> Posted:
         """A message in the channel, or a reply in `thread` (also shown in the channel with `broadcast`)."""
 
     async def update(self, posted: Posted, message: Message) -> None:

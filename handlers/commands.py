@@ -57,11 +57,20 @@ class Up(BaseCommand):
         for key, value in _pairs("up", args).items():
             bound = commands.overrides.get(key)  # type: ignore[call-overload]
             if bound is None:
-                allowed = ", ".join(f"`{k}`" for k in commands.overrides) or "none: the config allows no override"
+                allowed = (
+                    ", ".join(f"`{k}`" for k in commands.overrides)
+                    or "none: the config allows no override"
+                )
                 raise CommandError(f"`up`: `{key}` cannot be overridden (allowed: {allowed})")
-            number = _float("up", key, value) if key == "gpu_memory_utilization" else _int("up", key, value)
+            number = (
+                _float("up", key, value)
+                if key == "gpu_memory_utilization"
+                else _int("up", key, value)
+            )
             if not bound.min <= number <= bound.max:
-                raise CommandError(f"`up`: {key}={value} is outside {_number(bound.min)}..{_number(bound.max)}")
+                raise CommandError(
+                    f"`up`: {key}={value} is outside {_number(bound.min)}..{_number(bound.max)}"
+                )
             overrides[key] = number
         return Up(preset=preset, overrides=overrides)
 
@@ -104,10 +113,17 @@ class Bench(BaseCommand):
             elif key in {"max_tokens", "runs"}:
                 values[key] = _int("bench", key, value)
             else:
-                raise CommandError(f"`bench`: unknown option `{key}` (concurrency, max_tokens, runs)")
+                raise CommandError(
+                    f"`bench`: unknown option `{key}` (concurrency, max_tokens, runs)"
+                )
         command = Bench.model_validate(values)
-        check_bench(BenchOptions(max_tokens=command.max_tokens, runs=command.runs, concurrency=command.concurrency),
-                    chat_bench_limits(commands), "`bench`: ")
+        check_bench(
+            BenchOptions(
+                max_tokens=command.max_tokens, runs=command.runs, concurrency=command.concurrency
+            ),
+            chat_bench_limits(commands),
+            "`bench`: ",
+        )
         return command
 
     def text(self) -> str:
@@ -192,16 +208,23 @@ def parse_concurrency(text: str) -> list[int]:
     """`1,2,4` -> [1, 2, 4] (order kept); the ranges are checked by `check_bench`. CLI and chat."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts or not all(re.fullmatch(r"[0-9]{1,9}", part) for part in parts):
-        raise CommandError(f"concurrency `{text[:40]}`: expected comma-separated whole numbers, e.g. 1,2,4,8")
+        raise CommandError(
+            f"concurrency `{text[:40]}`: expected comma-separated whole numbers, e.g. 1,2,4,8"
+        )
     return [int(part) for part in parts]
 
 
 def chat_bench_limits(commands: CommandsConfig) -> BenchLimits:
-    return BenchLimits(max_tokens=commands.bench_max_tokens, max_concurrency=commands.bench_max_concurrency,
-                       max_runs=CHAT_MAX_RUNS)
+    return BenchLimits(
+        max_tokens=commands.bench_max_tokens,
+        max_concurrency=commands.bench_max_concurrency,
+        max_runs=CHAT_MAX_RUNS,
+    )
 
 
-def check_bench(options: BenchOptions, limits: BenchLimits = BenchLimits(), prefix: str = "") -> None:
+def check_bench(
+    options: BenchOptions, limits: BenchLimits = BenchLimits(), prefix: str = ""
+) -> None:
     """BenchOptions.validate() (the one set of rules) as a CommandError. CLI and chat."""
     try:
         options.validate(limits)
@@ -215,15 +238,18 @@ def resolve_node(given: str, cluster: ClusterConfig) -> str:
         return cluster.head.name
     if given == "worker":
         if not cluster.workers:
-            raise CommandError(f"this cluster has no worker (its only node is `{cluster.head.name}`)")
+            raise CommandError(
+                f"this cluster has no worker (its only node is `{cluster.head.name}`)"
+            )
         return cluster.workers[0].name
     names = [n.name for n in cluster.nodes]
     if given not in names:
-        raise CommandError(f"unknown node `{given[:40]}`: use head, worker or one of {', '.join(names)}")
+        raise CommandError(
+            f"unknown node `{given[:40]}`: use head, worker or one of {', '.join(names)}"
+        )
     return given
 
 
 def _number(value: float) -> str:
     # repr, not :g (6 significant digits): the text is audited and re-parsed on confirmation
     return str(int(value)) if float(value).is_integer() else repr(float(value))
-

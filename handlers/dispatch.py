@@ -56,8 +56,15 @@ class Action:
 
 
 class Dispatcher:
-    def __init__(self, cluster: ClusterConfig, settings: BotSettings, chat: Chat, store: Store,
-                 controller_for: ControllerFactory, access: Access | None = None):
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        settings: BotSettings,
+        chat: Chat,
+        store: Store,
+        controller_for: ControllerFactory,
+        access: Access | None = None,
+    ):
         self.cluster = cluster
         self.settings = settings
         self.chat = chat
@@ -96,8 +103,11 @@ class Dispatcher:
         except CommandError as error:
             # redacted before it is cut short: a token cut in two no longer has a token's shape
             self.audit(user, channel, redact(text)[:200], f"invalid: {redact(str(error))}")
-            return Message(title="That is not a /spark command I can run", tone="warning",
-                           text=f"{redact(str(error))}\n\n*Usage*\n{chat_usage()}")
+            return Message(
+                title="That is not a /spark command I can run",
+                tone="warning",
+                text=f"{redact(str(error))}\n\n*Usage*\n{chat_usage()}",
+            )
         return await self._start(command, invocation, consent=None)
 
     async def action(self, action: Action) -> Message | None:
@@ -106,7 +116,9 @@ class Dispatcher:
             denied = self._denied(c.Cancel(), action.user, action.channel)
             if denied:
                 return denied
-            lock = self.jobs.cancel(action.user, int(action.value) if action.value.isdigit() else None)
+            lock = self.jobs.cancel(
+                action.user, int(action.value) if action.value.isdigit() else None
+            )
             outcome = f"cancelled job {lock.job.id}" if lock else "nothing to cancel"
             self.audit(action.user, action.channel, "cancel (button)", outcome)
             return None
@@ -118,12 +130,21 @@ class Dispatcher:
     async def idle(self) -> None:
         await self.jobs.idle()
 
-    def audit(self, user: str, channel: str, command: str, outcome: str, job_id: int | None = None,
-              link: str | None = None) -> None:
+    def audit(
+        self,
+        user: str,
+        channel: str,
+        command: str,
+        outcome: str,
+        job_id: int | None = None,
+        link: str | None = None,
+    ) -> None:
         """Add to the audit trail from a task: nothing waits for it, and a store that cannot write
         it costs a line in the log, not the command."""
-        self.jobs.record(f"the audit of `{command}`",
-                         lambda: self.store.audit(user, channel, command, outcome, job_id, link))
+        self.jobs.record(
+            f"the audit of `{command}`",
+            lambda: self.store.audit(user, channel, command, outcome, job_id, link),
+        )
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -131,13 +152,19 @@ class Dispatcher:
         """A Confirm button: its value is the nonce of a question asked; what runs is the command
         stored with it, once, for the user it was asked of, in that channel, before it expires."""
         try:
-            record, taken = await retried(lambda: self.store.answer(action.value, self.cluster.name, action.user,
-                                                                    action.channel))
+            record, taken = await retried(
+                lambda: self.store.answer(
+                    action.value, self.cluster.name, action.user, action.channel
+                )
+            )
         except sqlite3.Error as error:
             log.error("confirmation not checked: %s", error)
-            return Message(title="This confirmation could not be checked", tone="warning",
-                           text=f"The bot's database cannot be read now ({escape(error)}); nothing was done. "
-                                "Click again in a moment.")
+            return Message(
+                title="This confirmation could not be checked",
+                tone="warning",
+                text=f"The bot's database cannot be read now ({escape(error)}); nothing was done. "
+                "Click again in a moment.",
+            )
         if not taken:
             return self._refuse(action, record, self._why_not(record, action))
         assert record is not None
@@ -146,23 +173,39 @@ class Dispatcher:
         except CommandError as error:  # the config changed since it was asked
             return self._refuse(action, record, redact(str(error)))
         if spec_for(command).confirmation is None:  # (specs.py lets only operate-level jobs ask)
-            return self._refuse(action, record, f"`/spark {command.text()}` is not a command that asks first.")
-        reply = await self._start(command, Invocation(action.user, action.channel, command.text()),
-                                  consent=Consent(record.replace_foreign))
-        return reply or Message(title=f"Confirmed: `/spark {command.text()}`", text=f"by <@{action.user}>")
+            return self._refuse(
+                action, record, f"`/spark {command.text()}` is not a command that asks first."
+            )
+        reply = await self._start(
+            command,
+            Invocation(action.user, action.channel, command.text()),
+            consent=Consent(record.replace_foreign),
+        )
+        return reply or Message(
+            title=f"Confirmed: `/spark {command.text()}`", text=f"by <@{action.user}>"
+        )
 
     def _refuse(self, action: Action, record: ConfirmationRecord | None, why: str) -> Message:
-        self.audit(action.user, action.channel, f"confirm {record.command if record else '(unknown)'}",
-                   f"refused: {why}")
-        return Message(title="This confirmation is no longer valid", tone="warning",
-                       text=f"{why} Nothing was done; run the command again to be asked anew.")
+        self.audit(
+            action.user,
+            action.channel,
+            f"confirm {record.command if record else '(unknown)'}",
+            f"refused: {why}",
+        )
+        return Message(
+            title="This confirmation is no longer valid",
+            tone="warning",
+            text=f"{why} Nothing was done; run the command again to be asked anew.",
+        )
 
     def _why_not(self, record: ConfirmationRecord | None, action: Action) -> str:
         """Why a question cannot be answered by this click (it was not taken)."""
         if record is None:
             return "This button does not belong to a question this bot asked."
         if record.used_at is not None:
-            return f"It was already answered by <@{record.used_by}> at {record.used_at:%H:%M:%S} UTC."
+            return (
+                f"It was already answered by <@{record.used_by}> at {record.used_at:%H:%M:%S} UTC."
+            )
         if record.cluster != self.cluster.name:
             return f"It was asked about cluster `{escape(record.cluster)}`, not `{escape(self.cluster.name)}`."
         if record.user != action.user or record.channel != action.channel:
@@ -170,15 +213,19 @@ class Dispatcher:
         asked_for = (record.expires - record.created).total_seconds()
         return f"It expired at {record.expires:%H:%M:%S} UTC, {asked_for:g} s after it was asked."
 
-    async def _start(self, command: c.Command, invocation: Invocation, *, consent: Consent | None) -> Message | None:
+    async def _start(
+        self, command: c.Command, invocation: Invocation, *, consent: Consent | None
+    ) -> Message | None:
         spec = spec_for(command)
         denied = self._denied(command, invocation.user, invocation.channel)
         if denied:
             return denied
         if spec.reply is not None:
             return await spec.reply(self, command, invocation)
-        self.jobs.spawn(self._run(spec, command, invocation, consent),
-                        f"{'command' if consent is None else 'confirmed'}-{command.name}")
+        self.jobs.spawn(
+            self._run(spec, command, invocation, consent),
+            f"{'command' if consent is None else 'confirmed'}-{command.name}",
+        )
         return None
 
     def _denied(self, command: c.Command, user: str, channel: str) -> Message | None:
@@ -189,43 +236,66 @@ class Dispatcher:
         return Message(title="Not allowed", text=decision.reason, tone="warning")
 
     async def _reply(self, invocation: Invocation, message: Message) -> None:
-        await self.deliver(f"private reply to {invocation.user}",
-                           self.chat.reply_private(invocation.channel, invocation.user, message))
+        await self.deliver(
+            f"private reply to {invocation.user}",
+            self.chat.reply_private(invocation.channel, invocation.user, message),
+        )
 
-    async def _run(self, spec: CommandSpec, command: c.Command, invocation: Invocation,
-                   consent: Consent | None) -> None:
+    async def _run(
+        self, spec: CommandSpec, command: c.Command, invocation: Invocation, consent: Consent | None
+    ) -> None:
         if spec.answer is None:
             await self._job(spec, command, invocation, consent)
             return
         try:
             reply = await spec.answer(self, command, invocation)
-        except Exception as error:  # noqa: BLE001 - the asker hears what went wrong, not silence
-            log.warning("/spark %s failed: %s", command.text(), error,
-                        exc_info=not isinstance(error, SparkBotError))
+        except Exception as error:
+            log.warning(
+                "/spark %s failed: %s",
+                command.text(),
+                error,
+                exc_info=not isinstance(error, SparkBotError),
+            )
             self.audit(invocation.user, invocation.channel, command.text(), f"error: {error}")
             reply = problem_message(f"`/spark {command.text()}` could not answer", error)
         if reply is not None:
             await self._reply(invocation, reply)
 
-    async def _job(self, spec: CommandSpec, command: c.Command, invocation: Invocation,
-                   consent: Consent | None) -> None:
+    async def _job(
+        self, spec: CommandSpec, command: c.Command, invocation: Invocation, consent: Consent | None
+    ) -> None:
         try:
             record = await self.jobs.open_job(command.text(), invocation.user, invocation.channel)
         except Busy as busy:
             holder = busy.holder.job
             link = f" · <{holder.link}|the job's thread>" if holder.link else ""
-            self.audit(invocation.user, invocation.channel, command.text(), f"refused: busy with job {holder.id}")
-            await self._reply(invocation, Message(
-                title="Busy: one job at a time on this cluster", tone="warning",
-                text=f"Job #{holder.id} `/spark {holder.command}` by <@{holder.user}> since "
-                     f"{since(busy.holder.since)}{link}. `/spark cancel` stops it."))
+            self.audit(
+                invocation.user,
+                invocation.channel,
+                command.text(),
+                f"refused: busy with job {holder.id}",
+            )
+            await self._reply(
+                invocation,
+                Message(
+                    title="Busy: one job at a time on this cluster",
+                    tone="warning",
+                    text=f"Job #{holder.id} `/spark {holder.command}` by <@{holder.user}> since "
+                    f"{since(busy.holder.since)}{link}. `/spark cancel` stops it.",
+                ),
+            )
             return
         except StoreUnavailable as error:
             log.error("/spark %s not started: %s", command.text(), error)
-            await self._reply(invocation, Message(
-                title=f"✘ `/spark {command.text()}` did not start", tone="failure",
-                text=f"{escape(error)}, so it started nothing.\n*Try:* again in a moment; if this goes on, "
-                     "the bot's log says what holds or fills its database."))
+            await self._reply(
+                invocation,
+                Message(
+                    title=f"✘ `/spark {command.text()}` did not start",
+                    tone="failure",
+                    text=f"{escape(error)}, so it started nothing.\n*Try:* again in a moment; if this goes on, "
+                    "the bot's log says what holds or fills its database.",
+                ),
+            )
             return
         # From here the job holds the lock: until `jobs.run` owns it (and releases it in every
         # case), any failure or cancel must close the job and free the lock here.
@@ -238,36 +308,81 @@ class Dispatcher:
                 outcome = f"cancelled by {who} before it started"
                 await self.jobs.close_unstarted(record, JobState.CANCELLED, outcome)
                 self.audit(invocation.user, invocation.channel, command.text(), outcome, record.id)
-                await self._reply(invocation, Message(
-                    title=f"✋ `/spark {command.text()}` cancelled before it started", tone="warning",
-                    text=f"Cancelled by <@{who}>; nothing was started."))
+                await self._reply(
+                    invocation,
+                    Message(
+                        title=f"✋ `/spark {command.text()}` cancelled before it started",
+                        tone="warning",
+                        text=f"Cancelled by <@{who}>; nothing was started.",
+                    ),
+                )
                 return
-            outcome = "cancelled before it started" if isinstance(error, asyncio.CancelledError) else f"error: {error}"
-            await self.jobs.close_unstarted(record, JobState.FAILED if isinstance(error, Exception)
-                                            else JobState.SHUTDOWN, outcome)
+            outcome = (
+                "cancelled before it started"
+                if isinstance(error, asyncio.CancelledError)
+                else f"error: {error}"
+            )
+            await self.jobs.close_unstarted(
+                record,
+                JobState.FAILED if isinstance(error, Exception) else JobState.SHUTDOWN,
+                outcome,
+            )
             if not isinstance(error, Exception):
                 raise
-            log.warning("job %s (/spark %s) could not start: %s", record.id, command.text(), error,
-                        exc_info=not isinstance(error, SparkBotError))
+            log.warning(
+                "job %s (/spark %s) could not start: %s",
+                record.id,
+                command.text(),
+                error,
+                exc_info=not isinstance(error, SparkBotError),
+            )
             self.audit(invocation.user, invocation.channel, command.text(), outcome, record.id)
-            await self._reply(invocation, problem_message(
-                f"`/spark {command.text()}` did not start", error, done="Nothing was started; the cluster is free."))
+            await self._reply(
+                invocation,
+                problem_message(
+                    f"`/spark {command.text()}` did not start",
+                    error,
+                    done="Nothing was started; the cluster is free.",
+                ),
+            )
             return
         if plan is not None:
             await self.jobs.run(record, plan)
 
-    async def _prepare(self, spec: CommandSpec, command: c.Command, invocation: Invocation, record: JobRecord,
-                       consent: Consent | None) -> JobPlan | None:
+    async def _prepare(
+        self,
+        spec: CommandSpec,
+        command: c.Command,
+        invocation: Invocation,
+        record: JobRecord,
+        consent: Consent | None,
+    ) -> JobPlan | None:
         """Everything before the job runs: the confirmation, then the spec's own preparation (the
         watch, the config); None: the user was asked to confirm and the job is closed."""
         if consent is None and spec.confirmation is not None:
             question = await spec.confirmation.ask(self, command)
             if question is not None:
-                nonce = await retried(lambda: self.store.ask(
-                    self.cluster.name, invocation.user, invocation.channel, command.text(), question.text,
-                    question.consent.replace_foreign, self.settings.commands.confirm_within))
-                await self.jobs.close_unstarted(record, JobState.UNCONFIRMED, "asked for confirmation")
-                self.audit(invocation.user, invocation.channel, command.text(), "asked for confirmation", record.id)
+                nonce = await retried(
+                    lambda: self.store.ask(
+                        self.cluster.name,
+                        invocation.user,
+                        invocation.channel,
+                        command.text(),
+                        question.text,
+                        question.consent.replace_foreign,
+                        self.settings.commands.confirm_within,
+                    )
+                )
+                await self.jobs.close_unstarted(
+                    record, JobState.UNCONFIRMED, "asked for confirmation"
+                )
+                self.audit(
+                    invocation.user,
+                    invocation.channel,
+                    command.text(),
+                    "asked for confirmation",
+                    record.id,
+                )
                 await self._reply(invocation, _confirm(nonce, question))
                 return None
         assert spec.job is not None
@@ -278,21 +393,38 @@ def problem_message(title: str, error: BaseException, *, done: str = "") -> Mess
     """What failed, where, and what to try, for the person who asked (privately)."""
     then = f"\n{done}" if done else ""
     if isinstance(error, NodeError):
-        text = (f"Node `{escape(error.node)}`: {escape(error.problem)}.{then}\n"
-                f"*Try:* {escape(error.fix)}")
+        text = (
+            f"Node `{escape(error.node)}`: {escape(error.problem)}.{then}\n"
+            f"*Try:* {escape(error.fix)}"
+        )
     elif isinstance(error, SparkBotError):
-        text = (f"{escape(error)}{then}\n*Try:* fix that, then run the command again; "
-                "`/spark status` shows each node.")
+        text = (
+            f"{escape(error)}{then}\n*Try:* fix that, then run the command again; "
+            "`/spark status` shows each node."
+        )
     else:
-        text = (f"{type(error).__name__}: {escape(error)}{then}\n*Try:* `/spark status` to see the nodes, "
-                "then run the command again; the bot's log has the details.")
+        text = (
+            f"{type(error).__name__}: {escape(error)}{then}\n*Try:* `/spark status` to see the nodes, "
+            "then run the command again; the bot's log has the details."
+        )
     return Message(title=f"✘ {title}"[:150], text=text, tone="failure")
 
 
 def _confirm(nonce: str, question: Question) -> Message:
     label = question.label
     return Message(
-        title="Confirm", text=question.text, tone="warning",
-        buttons=[Button(label=label, action=CONFIRM_ACTION, value=nonce, style="danger",
-                        confirm=Confirm(title=f"{label}?", text=question.consequence, confirm=label, deny="Keep it"))],
+        title="Confirm",
+        text=question.text,
+        tone="warning",
+        buttons=[
+            Button(
+                label=label,
+                action=CONFIRM_ACTION,
+                value=nonce,
+                style="danger",
+                confirm=Confirm(
+                    title=f"{label}?", text=question.consequence, confirm=label, deny="Keep it"
+                ),
+            )
+        ],
     )

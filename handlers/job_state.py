@@ -9,15 +9,15 @@ from handlers.messages import Tone
 
 
 class JobState(StrEnum):
-    STARTING = "starting"        # holds the cluster lock; nothing posted yet
-    RUNNING = "running"          # its message is posted; it follows the controller's events
+    STARTING = "starting"  # holds the cluster lock; nothing posted yet
+    RUNNING = "running"  # its message is posted; it follows the controller's events
     SUCCEEDED = "succeeded"
-    FAILED = "failed"            # the controller reported a failure, or the job could not start
-    CANCELLED = "cancelled"      # by a user: `/spark cancel` or the Cancel button
-    SHUTDOWN = "shutdown"        # the bot was stopped during the job; the controller cleaned up
-    CRASHED = "crashed"          # an exception the controller did not turn into a failure
+    FAILED = "failed"  # the controller reported a failure, or the job could not start
+    CANCELLED = "cancelled"  # by a user: `/spark cancel` or the Cancel button
+    SHUTDOWN = "shutdown"  # the bot was stopped during the job; the controller cleaned up
+    CRASHED = "crashed"  # an exception the controller did not turn into a failure
     INTERRUPTED = "interrupted"  # the bot died during the job: closed when it started again
-    REFUSED = "refused"          # another job held the lock
+    REFUSED = "refused"  # another job held the lock
     UNCONFIRMED = "unconfirmed"  # the user was asked to confirm: the confirmed command is a new job
 
     @property

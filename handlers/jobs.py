@@ -70,8 +70,14 @@ class JobPlan:
 
 
 class JobManager:
-    def __init__(self, cluster: ClusterConfig, settings: BotSettings, chat: Chat, store: Store,
-                 controller_for: ControllerFactory):
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        settings: BotSettings,
+        chat: Chat,
+        store: Store,
+        controller_for: ControllerFactory,
+    ):
         self.cluster = cluster
         self.settings = settings
         self.chat = chat
@@ -84,7 +90,9 @@ class JobManager:
         self.journal = Journal()  # the writes of no one job: the watch, audits
         self.deliver = Delivery(chat)
         self.deliveries = Deliveries()  # every job view's outbox task
-        self._unrecorded: list[tuple[str, Callable[[], Coroutine]]] = []  # job ends the store missed
+        self._unrecorded: list[
+            tuple[str, Callable[[], Coroutine]]
+        ] = []  # job ends the store missed
         self._tasks: set[asyncio.Task] = set()
         self._writes: set[asyncio.Task] = set()
         self._heartbeat: asyncio.Task | None = None
@@ -113,7 +121,11 @@ class JobManager:
     async def idle(self, *, chat: bool = True) -> None:
         """Wait until no command task runs, every write is done and (unless not `chat`) every
         message is delivered or given up (the watch may go on)."""
-        while busy := (self._tasks - {self.watching}) | self._writes | (self.deliveries.tasks if chat else set()):
+        while (
+            busy := (self._tasks - {self.watching})
+            | self._writes
+            | (self.deliveries.tasks if chat else set())
+        ):
             await asyncio.gather(*busy, return_exceptions=True)
 
     async def stop(self) -> None:
@@ -126,7 +138,9 @@ class JobManager:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
             self._heartbeat = None
-            await self.journal.write("the end of this instance", lambda: self.store.unregister(self.owner))
+            await self.journal.write(
+                "the end of this instance", lambda: self.store.unregister(self.owner)
+            )
 
     # -- this instance on the store ---------------------------------------------------------
 
@@ -140,7 +154,8 @@ class JobManager:
                 f"another spark-bot uses {self.store.path} (pid {other.pid} on {other.host}, running since "
                 f"{other.started:%Y-%m-%d %H:%M:%S} UTC, last heard of {ago:.0f} s ago): stop it first, or give "
                 f"this one its own store.path; a bot that died is taken as gone {self.lease:g} s (store.lease) "
-                "after it was last heard of, or at once when its process is gone from this host")
+                "after it was last heard of, or at once when its process is gone from this host"
+            )
         self._heartbeat = asyncio.create_task(self._beat(), name="heartbeat")
 
     async def _beat(self) -> None:
@@ -151,7 +166,9 @@ class JobManager:
     async def heartbeat(self) -> None:
         """Renew this instance's registration and its job's lease; catch up on missed writes."""
         job_id = self.claim.lock.job.id if self.claim else None
-        if await self.journal.write("the heartbeat", lambda: self.store.heartbeat(self.owner, self.lease, job_id)):
+        if await self.journal.write(
+            "the heartbeat", lambda: self.store.heartbeat(self.owner, self.lease, job_id)
+        ):
             await self._record_missed_ends()
 
     # -- jobs -------------------------------------------------------------------------------
@@ -160,21 +177,30 @@ class JobManager:
         """A job row holding the cluster lock, Busy naming the holder, or StoreUnavailable."""
         await self._reconciled.wait()  # the locks a previous run left are released first
         try:
-            record = await retried(lambda: self.store.create_job(self.cluster.name, command, user, channel))
+            record = await retried(
+                lambda: self.store.create_job(self.cluster.name, command, user, channel)
+            )
         except sqlite3.Error as error:
-            raise StoreUnavailable(f"the bot could not record the job in its database ({error})") from error
+            raise StoreUnavailable(
+                f"the bot could not record the job in its database ({error})"
+            ) from error
         await self._record_missed_ends()
         holder = self.claim.lock if self.claim else None
         if holder is None:
             # claimed before the store is asked: a command that comes meanwhile finds it held
             claim = self.claim = Claim(LockRecord(self.cluster.name, record, self.owner.id, now()))
             try:
-                holder = await retried(lambda: self.store.acquire(self.cluster.name, record.id, self.owner.id,
-                                                                  self.lease))
+                holder = await retried(
+                    lambda: self.store.acquire(
+                        self.cluster.name, record.id, self.owner.id, self.lease
+                    )
+                )
             except BaseException as error:
                 self.claim = None
                 if isinstance(error, sqlite3.Error):
-                    raise StoreUnavailable(f"the bot could not take the cluster lock in its database ({error})") from error
+                    raise StoreUnavailable(
+                        f"the bot could not take the cluster lock in its database ({error})"
+                    ) from error
                 raise
             if holder is not None:
                 self.claim = None
@@ -183,17 +209,25 @@ class JobManager:
                 if claim.cancelled_by:  # a cancel came while the lock was being taken
                     claim.task.cancel()  # type: ignore[union-attr]
         if holder is not None:
-            await self.journal.write(f"job {record.id}'s refusal", lambda: self.store.finish_job(
-                record.id, JobState.REFUSED, f"busy: job {holder.job.id} holds the lock"))
+            await self.journal.write(
+                f"job {record.id}'s refusal",
+                lambda: self.store.finish_job(
+                    record.id, JobState.REFUSED, f"busy: job {holder.job.id} holds the lock"
+                ),
+            )
             raise Busy(holder)
         return record
 
     async def close_unstarted(self, record: JobRecord, state: JobState, outcome: str) -> None:
         """End a job that never reached `run` and free the lock, even if a cancel lands meanwhile."""
-        await finish_uncancelled(self._record_end(record, state, outcome, None, self.journal, audit=False))
+        await finish_uncancelled(
+            self._record_end(record, state, outcome, None, self.journal, audit=False)
+        )
 
     async def clear_launch(self) -> None:
-        await self.journal.write("the end of the launch settings", lambda: self.store.clear_launch(self.cluster.name))
+        await self.journal.write(
+            "the end of the launch settings", lambda: self.store.clear_launch(self.cluster.name)
+        )
 
     async def launched_config(self) -> ClusterConfig:
         """The config the running cluster was launched with: the base one plus the serve settings
@@ -207,17 +241,33 @@ class JobManager:
         assert claim is not None and claim.lock.job.id == record.id, "run a job open_job opened"
         journal = Journal(tell=lambda failure: self._tell_unrecorded(record, failure))
 
-        async def on_posted(posted: Posted) -> None:  # in the outbox's task, whenever the chat takes it
+        async def on_posted(
+            posted: Posted,
+        ) -> None:  # in the outbox's task, whenever the chat takes it
             claim.lock = replace(claim.lock, job=replace(record, ts=posted.ts, link=view.link))
-            await journal.write(f"job {record.id}'s message", lambda: self.store.set_parent(
-                record.id, posted.ts, view.link, view.parent.model_dump_json()))
+            await journal.write(
+                f"job {record.id}'s message",
+                lambda: self.store.set_parent(
+                    record.id, posted.ts, view.link, view.parent.model_dump_json()
+                ),
+            )
 
-        view = JobView(self.chat, record.channel, title=plan.title,
-                       text=f"<@{record.user}> ran `/spark {record.command}` · job #{record.id}",
-                       plan=plan.checkpoints, job_id=record.id, requester=record.user, settings=self.settings.jobs,
-                       deliveries=self.deliveries, on_posted=on_posted,
-                       on_parent=lambda m: journal.write(f"job {record.id}'s progress",
-                                                         lambda: self.store.save_parent(record.id, m.model_dump_json())))
+        view = JobView(
+            self.chat,
+            record.channel,
+            title=plan.title,
+            text=f"<@{record.user}> ran `/spark {record.command}` · job #{record.id}",
+            plan=plan.checkpoints,
+            job_id=record.id,
+            requester=record.user,
+            settings=self.settings.jobs,
+            deliveries=self.deliveries,
+            on_posted=on_posted,
+            on_parent=lambda m: journal.write(
+                f"job {record.id}'s progress",
+                lambda: self.store.save_parent(record.id, m.model_dump_json()),
+            ),
+        )
         job = Job(record, view, journal)
         started = asyncio.get_running_loop().time()
         recorded = False
@@ -237,52 +287,86 @@ class JobManager:
                 job.end(JobState.SUCCEEDED, "succeeded")
                 # Recorded before the message turns green: a bot killed in between must not find
                 # the success "interrupted" at its next start and say so over the green message.
-                await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link, journal))
+                await finish_uncancelled(
+                    self._record_end(record, job.state, job.outcome, view.link, journal)
+                )
                 recorded = True
                 await view.finish(job.state, f"✔ {plan.success_footer(job)} in {_took(started)}")
         except asyncio.CancelledError:
             who = claim.cancelled_by
-            if job.state is JobState.RUNNING:  # a failure already told everyone; cancelling only ends the cleanup
+            if (
+                job.state is JobState.RUNNING
+            ):  # a failure already told everyone; cancelling only ends the cleanup
                 if who:
                     job.end(JobState.CANCELLED, f"cancelled by {who}")
                     footer = f"✋ Cancelled by <@{who}> after {_took(started)}; the controller removed what it started"
                 else:
                     job.end(JobState.SHUTDOWN, "cancelled: the bot is shutting down")
-                    footer = "✋ Cancelled: the bot shut down; the controller removed what it started"
+                    footer = (
+                        "✋ Cancelled: the bot shut down; the controller removed what it started"
+                    )
                 await self._finish_view(view, job.state, footer)
             if who is None:
                 raise
             asyncio.current_task().uncancel()  # type: ignore[union-attr]
-        except Exception as error:  # noqa: BLE001 - anything the controller did not turn into Failed
+        except Exception as error:
             log.exception("job %s crashed", record.id)
             job.end(JobState.CRASHED, f"error: {error}")
             await view.finish(job.state, f"✘ Error: {escape(error)}")
-            await view.reply(Message(title="✘ The job stopped on an error", tone=job.state.tone, mention=record.user,
-                                     text=f"<@{record.user}> {type(error).__name__}: {escape(error)}"),
-                             broadcast=True)
+            await view.reply(
+                Message(
+                    title="✘ The job stopped on an error",
+                    tone=job.state.tone,
+                    mention=record.user,
+                    text=f"<@{record.user}> {type(error).__name__}: {escape(error)}",
+                ),
+                broadcast=True,
+            )
         finally:
-            claim.task = None  # no longer cancellable: a Cancel now must not cut the lock's release short
-            if not job.state.ended:  # neither an Exception nor a cancel: KeyboardInterrupt, SystemExit
+            claim.task = (
+                None  # no longer cancellable: a Cancel now must not cut the lock's release short
+            )
+            if (
+                not job.state.ended
+            ):  # neither an Exception nor a cancel: KeyboardInterrupt, SystemExit
                 job.end(JobState.CRASHED, "stopped by a BaseException")
             if not recorded:
-                await finish_uncancelled(self._record_end(record, job.state, job.outcome, view.link, journal))
+                await finish_uncancelled(
+                    self._record_end(record, job.state, job.outcome, view.link, journal)
+                )
         return job
 
     async def _finish_view(self, view: JobView, state: JobState, footer: str) -> None:
         await view.finish(state, footer)
         await view.reply(Message(title="✋ Cancelled", text=footer, tone=state.tone))
 
-    async def _record_end(self, record: JobRecord, state: JobState, outcome: str, link: str | None,
-                          journal: Journal, *, audit: bool = True) -> None:
+    async def _record_end(
+        self,
+        record: JobRecord,
+        state: JobState,
+        outcome: str,
+        link: str | None,
+        journal: Journal,
+        *,
+        audit: bool = True,
+    ) -> None:
         """Release first: whatever happens next, the next command is not refused as busy. What the
         store misses is recorded after its next write that succeeds."""
         if self.claim is not None and self.claim.lock.job.id == record.id:
             self.claim = None
-        writes = [("lock", lambda: self.store.release(self.cluster.name, record.id, self.owner.id)),
-                  ("end", lambda: self.store.finish_job(record.id, state, outcome))]
+        writes = [
+            ("lock", lambda: self.store.release(self.cluster.name, record.id, self.owner.id)),
+            ("end", lambda: self.store.finish_job(record.id, state, outcome)),
+        ]
         if audit:
-            writes.append(("audit", lambda: self.store.audit(record.user, record.channel, record.command, outcome,
-                                                             record.id, link)))
+            writes.append(
+                (
+                    "audit",
+                    lambda: self.store.audit(
+                        record.user, record.channel, record.command, outcome, record.id, link
+                    ),
+                )
+            )
         for name, write in writes:
             what = f"job {record.id}'s {name}"
             if not await journal.write(what, write):
@@ -296,17 +380,26 @@ class JobManager:
 
     async def _tell_unrecorded(self, record: JobRecord, failure: str) -> None:
         what = f"job {record.id}'s store failure to {record.user}"
-        message = Message(title=f"⚠ The bot could not record job #{record.id}", tone="warning",
-                          text=f"{escape(failure)}\nThe cluster work goes on; the bot keeps the job's state in "
-                               "memory and records how it ended once its database can be written again.")
+        message = Message(
+            title=f"⚠ The bot could not record job #{record.id}",
+            tone="warning",
+            text=f"{escape(failure)}\nThe cluster work goes on; the bot keeps the job's state in "
+            "memory and records how it ended once its database can be written again.",
+        )
         # in a task: the job that hit the failure does not wait for the chat
-        self.deliveries.start(self.deliver(what, self.chat.reply_private(record.channel, record.user, message)), what)
+        self.deliveries.start(
+            self.deliver(what, self.chat.reply_private(record.channel, record.user, message)), what
+        )
 
     def cancel(self, user: str, job_id: int | None = None) -> LockRecord | None:
         """Cancel the job that holds the lock, wherever it is: preparing (asking the nodes, the
         user's confirmation) or running; the lock it held, or None when there is nothing to cancel."""
         claim = self.claim
-        if claim is None or (job_id is not None and claim.lock.job.id != job_id) or claim.cancelled_by:
+        if (
+            claim is None
+            or (job_id is not None and claim.lock.job.id != job_id)
+            or claim.cancelled_by
+        ):
             return None
         claim.cancelled_by = user
         if claim.task is not None:
@@ -320,9 +413,12 @@ class JobManager:
 
     # -- the watch --------------------------------------------------------------------------
 
-    async def start_watch(self, record: JobRecord, view: JobView, journal: Journal | None = None) -> None:
-        await (journal or self.journal).write(f"job {record.id}'s watch",
-                                              lambda: self.store.set_watch(self.cluster.name, record.id))
+    async def start_watch(
+        self, record: JobRecord, view: JobView, journal: Journal | None = None
+    ) -> None:
+        await (journal or self.journal).write(
+            f"job {record.id}'s watch", lambda: self.store.set_watch(self.cluster.name, record.id)
+        )
         await self.stop_watch(clear=False)
         self.watching = self.spawn(self._watch(record, view), f"watch-{record.id}")
 
@@ -335,48 +431,84 @@ class JobManager:
             await self._clear_watch()
 
     async def _clear_watch(self) -> None:
-        await self.journal.write("the end of the watch", lambda: self.store.clear_watch(self.cluster.name))
+        await self.journal.write(
+            "the end of the watch", lambda: self.store.clear_watch(self.cluster.name)
+        )
 
     async def _watch(self, record: JobRecord, view: JobView) -> None:
         config = await self.launched_config()
-        events = self.controller_for(config).watch(health_interval=self.settings.jobs.watch_health_interval)
+        events = self.controller_for(config).watch(
+            health_interval=self.settings.jobs.watch_health_interval
+        )
         try:
             async with aclosing(events):
                 async for event in events:
                     if isinstance(event, Progress) and event.phase in MONITORING:
                         title, tone = MONITORING[event.phase]
-                        await view.reply(Message(title=title, tone=tone, text=escape(event.message)))
+                        await view.reply(
+                            Message(title=title, tone=tone, text=escape(event.message))
+                        )
                         continue
                     if isinstance(event, Progress) and event.phase == "stopped":
                         await self._clear_watch()
-                        await view.reply(Message(title="ℹ The cluster was stopped", tone="neutral",
-                                                 text=f"{escape(event.message)}. No longer watching; "
-                                                      "`/spark up` launches it again."))
+                        await view.reply(
+                            Message(
+                                title="ℹ The cluster was stopped",
+                                tone="neutral",
+                                text=f"{escape(event.message)}. No longer watching; "
+                                "`/spark up` launches it again.",
+                            )
+                        )
                         return
                     if isinstance(event, Failed):
                         await self._clear_watch()
                         await view.failed(event, during=" while serving")
-                        await self.journal.write("the watch's audit", lambda: self.store.audit(
-                            record.user, record.channel, "watch", f"failed: {event.title}: {event.summary}",
-                            record.id, record.link))
+                        await self.journal.write(
+                            "the watch's audit",
+                            lambda: self.store.audit(
+                                record.user,
+                                record.channel,
+                                "watch",
+                                f"failed: {event.title}: {event.summary}",
+                                record.id,
+                                record.link,
+                            ),
+                        )
                         return
         except asyncio.CancelledError:
             raise
-        except Exception as error:  # noqa: BLE001 - report, do not crash the bot
+        except Exception as error:
             log.exception("watch of job %s stopped", record.id)
-            await view.reply(Message(title="⚠ Stopped watching the cluster", tone="warning",
-                                     text=f"{type(error).__name__}: {escape(error)}. `/spark status` shows the "
-                                          "state; `/spark verify` re-checks it."))
+            await view.reply(
+                Message(
+                    title="⚠ Stopped watching the cluster",
+                    tone="warning",
+                    text=f"{type(error).__name__}: {escape(error)}. `/spark status` shows the "
+                    "state; `/spark verify` re-checks it.",
+                )
+            )
 
     # -- after a restart --------------------------------------------------------------------
 
     def view_for(self, record: JobRecord) -> JobView:
         """The messages of a job posted by an earlier run of the bot (from what the store kept)."""
-        view = JobView(self.chat, record.channel, title="", text="", plan=[], job_id=record.id,
-                       requester=record.user, settings=self.settings.jobs, deliveries=self.deliveries,
-                       posted=Posted(record.channel, record.ts) if record.ts else None, link=record.link,
-                       on_parent=lambda m: self.journal.write(f"job {record.id}'s message", lambda: self.store.save_parent(
-                           record.id, m.model_dump_json())))
+        view = JobView(
+            self.chat,
+            record.channel,
+            title="",
+            text="",
+            plan=[],
+            job_id=record.id,
+            requester=record.user,
+            settings=self.settings.jobs,
+            deliveries=self.deliveries,
+            posted=Posted(record.channel, record.ts) if record.ts else None,
+            link=record.link,
+            on_parent=lambda m: self.journal.write(
+                f"job {record.id}'s message",
+                lambda: self.store.save_parent(record.id, m.model_dump_json()),
+            ),
+        )
         if record.parent_json:
             view.parent = Message.model_validate_json(record.parent_json)
             view.items = {str(i): item for i, item in enumerate(view.parent.checklist)}
@@ -389,7 +521,9 @@ class JobManager:
             async with asyncio.timeout(seconds):
                 await self.reconcile()
         except TimeoutError:
-            log.error("reconcile: gave up after %.0f s (the nodes did not answer); jobs go ahead", seconds)
+            log.error(
+                "reconcile: gave up after %.0f s (the nodes did not answer); jobs go ahead", seconds
+            )
         finally:
             self._reconciled.set()
 
@@ -401,23 +535,40 @@ class JobManager:
         at = self.store.clock()
         alive = {instance.id for instance in await self.store.instances()}
         for lock in await self.store.locks():
-            if lock.instance == self.owner.id or (lock.instance in alive and lock.expires and lock.expires > at):
+            if lock.instance == self.owner.id or (
+                lock.instance in alive and lock.expires and lock.expires > at
+            ):
                 continue
             job, outcome = lock.job, "interrupted: the bot stopped during the job"
-            await self.journal.write(f"the release of job {job.id}'s lock",
-                                     lambda: self.store.release(lock.cluster, job.id, lock.instance))
-            await self.journal.write(f"job {job.id}'s end", lambda: self.store.finish_job(
-                job.id, JobState.INTERRUPTED, "the bot stopped during the job"))
-            await self.journal.write(f"job {job.id}'s audit", lambda: self.store.audit(
-                job.user, job.channel, job.command, outcome, job.id, job.link))
+            await self.journal.write(
+                f"the release of job {job.id}'s lock",
+                lambda: self.store.release(lock.cluster, job.id, lock.instance),
+            )
+            await self.journal.write(
+                f"job {job.id}'s end",
+                lambda: self.store.finish_job(
+                    job.id, JobState.INTERRUPTED, "the bot stopped during the job"
+                ),
+            )
+            await self.journal.write(
+                f"job {job.id}'s audit",
+                lambda: self.store.audit(
+                    job.user, job.channel, job.command, outcome, job.id, job.link
+                ),
+            )
             interrupted.append(job)
         try:
-            [report] = [e async for e in self.controller_for(self.cluster).status()
-                        if isinstance(e, StatusReport)]
-        except Exception as error:  # noqa: BLE001
+            [report] = [
+                e
+                async for e in self.controller_for(self.cluster).status()
+                if isinstance(e, StatusReport)
+            ]
+        except Exception as error:
             log.error("reconcile: cannot read the cluster state: %s", error)
             report = None
-        running = bool(report) and bool(report.containers) and all(c.running for c in report.containers)
+        running = (
+            bool(report) and bool(report.containers) and all(c.running for c in report.containers)
+        )
         watch = await self.store.watch(self.cluster.name)
         launched = next((j for j in reversed(interrupted) if j.command.split()[0] == "up"), None)
         if launched and running:
@@ -429,35 +580,54 @@ class JobManager:
             await view.finish(JobState.INTERRUPTED, footer)
             resumed = running and watch is not None and watch.id == record.id
             then = " Watching it again from here." if resumed else ""
-            await view.reply(Message(title="⚠ The bot restarted during this job", tone="warning",
-                                     text=f"The lock is released. Cluster now: {state}.{then}"))
+            await view.reply(
+                Message(
+                    title="⚠ The bot restarted during this job",
+                    tone="warning",
+                    text=f"The lock is released. Cluster now: {state}.{then}",
+                )
+            )
         if watch is None:
             return
         view = self.view_for(watch)
         if running:
             if watch not in interrupted:
-                await view.reply(Message(title="👀 Watching again after a bot restart", tone="neutral",
-                                         text=f"Cluster now: {describe_state(report)}."))
+                await view.reply(
+                    Message(
+                        title="👀 Watching again after a bot restart",
+                        tone="neutral",
+                        text=f"Cluster now: {describe_state(report)}.",
+                    )
+                )
             await self.start_watch(watch, view)
         else:
             await self._clear_watch()
             if report is not None:
-                await view.reply(Message(
-                    title="⚠ The cluster stopped while the bot was away", tone="warning", mention=watch.user,
-                    text=f"<@{watch.user}> cluster now: {describe_state(report)}. `/spark up` relaunches it."),
-                    broadcast=True)
+                await view.reply(
+                    Message(
+                        title="⚠ The cluster stopped while the bot was away",
+                        tone="warning",
+                        mention=watch.user,
+                        text=f"<@{watch.user}> cluster now: {describe_state(report)}. `/spark up` relaunches it.",
+                    ),
+                    broadcast=True,
+                )
 
 
 # The watch's news that is no failure: a node no longer followed while the API serves, and again.
-MONITORING = {"monitoring_lost": ("⚠ Monitoring lost, the API still serves", "warning"),
-              "monitoring_resumed": ("👀 Monitoring resumed", "neutral")}
+MONITORING = {
+    "monitoring_lost": ("⚠ Monitoring lost, the API still serves", "warning"),
+    "monitoring_resumed": ("👀 Monitoring resumed", "neutral"),
+}
 
 
 def describe_state(report: StatusReport | None) -> str:
     if report is None:
         return "unknown (the nodes did not answer)"
     parts = [f"`{escape(c.node)}` {escape(c.status)}" for c in report.containers]
-    health = {True: "API healthy", False: "API not healthy", None: "API not asked"}[report.api_healthy]
+    health = {True: "API healthy", False: "API not healthy", None: "API not asked"}[
+        report.api_healthy
+    ]
     return ", ".join(parts) + f"; {health}"
 
 
@@ -467,5 +637,8 @@ def _took(started: float) -> str:
 
 def since(moment: datetime) -> str:
     minutes = int((now() - moment).total_seconds() // 60)
-    return f"{moment:%H:%M:%S} UTC ({minutes} min ago)" if minutes else f"{moment:%H:%M:%S} UTC (just now)"
-
+    return (
+        f"{moment:%H:%M:%S} UTC ({minutes} min ago)"
+        if minutes
+        else f"{moment:%H:%M:%S} UTC (just now)"
+    )

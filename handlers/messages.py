@@ -77,7 +77,9 @@ class Message(_Model):
     tone: Tone = "neutral"
     checklist: list[ChecklistItem] = Field(default_factory=list)
     evidence: str | None = None
-    code: list[str] = Field(default_factory=list, description="log lines, shown as a code block (tail kept)")
+    code: list[str] = Field(
+        default_factory=list, description="log lines, shown as a code block (tail kept)"
+    )
     code_title: str | None = None
     buttons: list[Button] = Field(default_factory=list)
     mention: str | None = Field(None, description="user id to notify")
@@ -86,4 +88,6 @@ class Message(_Model):
 
     def summary(self, title: Callable[[str], str] = str) -> str:
         """One line for notifications and fallbacks (`title`: how to turn the plain title into markup)."""
-        return f"{title(self.title)}: {self.text.splitlines()[0]}" if self.text else title(self.title)
+        return (
+            f"{title(self.title)}: {self.text.splitlines()[0]}" if self.text else title(self.title)
+        )

@@ -36,10 +36,17 @@ from handlers.settings import JobsConfig
 log = logging.getLogger(__name__)
 
 MAX_REPLIES = 50  # replies waiting for one thread
-MERGED_LINES = 20  # replies one merged reply shows (the newest, when every pair is full); its title counts all
-ERROR_DELAYS = (1.0, 2.0)  # seconds before each new try of a message the chat answered with an error
+MERGED_LINES = (
+    20  # replies one merged reply shows (the newest, when every pair is full); its title counts all
+)
+ERROR_DELAYS = (
+    1.0,
+    2.0,
+)  # seconds before each new try of a message the chat answered with an error
 OUTAGE_MAX_DELAY = 30.0  # the longest wait between tries while the chat is down
-SHUTDOWN_FLUSH = 10.0  # seconds a stopping bot gives its outboxes: a service manager kills it soon after
+SHUTDOWN_FLUSH = (
+    10.0  # seconds a stopping bot gives its outboxes: a service manager kills it soon after
+)
 
 
 @dataclass(frozen=True)
@@ -95,8 +102,12 @@ class _Reply:
 def _merged(first: _Reply, second: _Reply) -> _Reply:
     count = first.count + second.count
     text = "\n".join((first.lines() + second.lines())[-MERGED_LINES:])
-    return _Reply(Message(title=f"{count} updates, held back while the chat refused messages", text=text),
-                  broadcast=False, seq=first.seq, count=count)
+    return _Reply(
+        Message(title=f"{count} updates, held back while the chat refused messages", text=text),
+        broadcast=False,
+        seq=first.seq,
+        count=count,
+    )
 
 
 @dataclass
@@ -115,10 +126,18 @@ class _Lane:
 class Outbox:
     """The messages of one job (and its watch) on their way to the chat."""
 
-    def __init__(self, chat: Chat, channel: str, *, name: str, settings: JobsConfig, deliveries: Deliveries,
-                 posted: Posted | None = None,
-                 on_posted: Callable[[Posted], Awaitable[None]] | None = None,
-                 on_undelivered: Callable[[Message, int], Awaitable[None]] | None = None):
+    def __init__(
+        self,
+        chat: Chat,
+        channel: str,
+        *,
+        name: str,
+        settings: JobsConfig,
+        deliveries: Deliveries,
+        posted: Posted | None = None,
+        on_posted: Callable[[Posted], Awaitable[None]] | None = None,
+        on_undelivered: Callable[[Message, int], Awaitable[None]] | None = None,
+    ):
         self.chat = chat.without_waiting()
         self.channel = channel
         self.name = name
@@ -128,7 +147,9 @@ class Outbox:
         self.on_posted = on_posted
         self.on_undelivered = on_undelivered  # (the final parent state, replies lost)
         self.lost = 0  # replies given up
-        self._opened = False  # the parent is to be posted (a view from before a restart may have none)
+        self._opened = (
+            False  # the parent is to be posted (a view from before a restart may have none)
+        )
         self._parent: Message | None = None  # the parent's latest state, until the chat has it
         self._parent_after = 0  # the replies queued before that state, which go first
         self._urgent = False
@@ -179,9 +200,16 @@ class Outbox:
         broadcast), the first pair that fits in MERGED_LINES if any: the order stays, the queue
         stays bounded; their code and files are dropped."""
         replies = self._replies
-        pairs = [i for i in range(1, len(replies) - 1) if replies[i].mergeable and replies[i + 1].mergeable]
+        pairs = [
+            i
+            for i in range(1, len(replies) - 1)
+            if replies[i].mergeable and replies[i + 1].mergeable
+        ]
         if pairs:
-            i = next((i for i in pairs if replies[i].count + replies[i + 1].count <= MERGED_LINES), pairs[0])
+            i = next(
+                (i for i in pairs if replies[i].count + replies[i + 1].count <= MERGED_LINES),
+                pairs[0],
+            )
             replies[i] = _merged(replies[i], replies[i + 1])
             del replies[i + 1]
 
@@ -194,8 +222,13 @@ class Outbox:
             if now >= self._posts.ready_at:
                 return self._send_reply, self._posts
             waits.append(self._posts.ready_at)
-        if self._parent is not None and not (replies and self._replies[0].seq <= self._parent_after):
-            edit_at = max(self._edits.ready_at, 0.0 if self._urgent or self.posted is None else self._next_edit)
+        if self._parent is not None and not (
+            replies and self._replies[0].seq <= self._parent_after
+        ):
+            edit_at = max(
+                self._edits.ready_at,
+                0.0 if self._urgent or self.posted is None else self._next_edit,
+            )
             if now >= edit_at:
                 return self._send_parent, self._edits
             waits.append(edit_at)
@@ -220,7 +253,7 @@ class Outbox:
                     lane.errors += 1
                     wait = min(OUTAGE_MAX_DELAY, 2.0 ** (lane.errors - 1))
                     log.warning("%s: %s; trying again in %g s", self.name, down, wait)
-                except Exception as error:  # noqa: BLE001 - a chat outage must never end the delivery
+                except Exception as error:
                     lane.errors += 1
                     if lane.errors > len(ERROR_DELAYS):
                         lane.delivered()
@@ -235,7 +268,9 @@ class Outbox:
                 lane.failing_since = now if lane.failing_since is None else lane.failing_since
                 if now + wait - lane.failing_since > self.settings.delivery_timeout:
                     lane.delivered()
-                    await self._give_up(lane, f"refused for {self.settings.delivery_timeout:g} s", everything=True)
+                    await self._give_up(
+                        lane, f"refused for {self.settings.delivery_timeout:g} s", everything=True
+                    )
                 else:
                     lane.ready_at = now + wait
         finally:
@@ -251,7 +286,7 @@ class Outbox:
             if self.on_posted is not None:
                 try:
                     await self.on_posted(posted)
-                except Exception:  # noqa: BLE001 - the message is posted; what follows must not post it again
+                except Exception:
                     log.exception("%s: after the parent was posted", self.name)
         else:
             await self.chat.update(self.posted, message)
@@ -267,7 +302,9 @@ class Outbox:
         reply = self._replies[0]
         thread = self.posted.ts if self.posted else None
         if not reply.posted:
-            await self.chat.post(self.channel, reply.message, thread=thread, broadcast=reply.broadcast)
+            await self.chat.post(
+                self.channel, reply.message, thread=thread, broadcast=reply.broadcast
+            )
             reply.posted = True
         attachment = reply.message.attachment
         if attachment is not None and thread is not None:

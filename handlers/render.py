@@ -56,7 +56,7 @@ class Delivery:
             return await call
         except asyncio.CancelledError:
             raise
-        except Exception as error:  # noqa: BLE001 - a chat outage must never end a job
+        except Exception as error:
             log.error("could not deliver %s: %s", what, error)
             self.failures.append(f"{what}: {error}")
             return None
@@ -91,19 +91,37 @@ class JobView:
         self.settings = settings
         self.on_parent = on_parent
         self.on_posted = on_posted
-        self.outbox = Outbox(chat, channel, name=f"job {job_id}", settings=settings,
-                             deliveries=deliveries or Deliveries(), posted=posted,
-                             on_posted=self._posted, on_undelivered=self._undelivered)
+        self.outbox = Outbox(
+            chat,
+            channel,
+            name=f"job {job_id}",
+            settings=settings,
+            deliveries=deliveries or Deliveries(),
+            posted=posted,
+            on_posted=self._posted,
+            on_undelivered=self._undelivered,
+        )
         self.link = link
         self.items: dict[str, ChecklistItem] = {c.id: ChecklistItem(title=c.title) for c in plan}
-        self.parent = Message(title=title, text=text, tone="running", buttons=[self._cancel_button()])
+        self.parent = Message(
+            title=title, text=text, tone="running", buttons=[self._cancel_button()]
+        )
         self._progress: str | None = None
         self._mark_running()
 
     def _cancel_button(self) -> Button:
-        return Button(label="Cancel", action=CANCEL_ACTION, value=str(self.job_id), style="danger",
-                      confirm=Confirm(title="Cancel this job?", text="The job stops and the controller "
-                                      "removes what it started.", confirm="Cancel the job", deny="Keep going"))
+        return Button(
+            label="Cancel",
+            action=CANCEL_ACTION,
+            value=str(self.job_id),
+            style="danger",
+            confirm=Confirm(
+                title="Cancel this job?",
+                text="The job stops and the controller removes what it started.",
+                confirm="Cancel the job",
+                deny="Keep going",
+            ),
+        )
 
     @property
     def posted(self) -> Posted | None:
@@ -128,11 +146,15 @@ class JobView:
     async def _undelivered(self, final: Message, lost: int) -> None:
         """The chat never took the job's last state: its requester hears how the job ended."""
         lost_replies = f" ({lost} thread replies are lost)" if lost else ""
-        note = (f"The bot could not show this in <#{self.channel}>: the chat refused its messages{lost_replies}. "
-                f"How job #{self.job_id} ended:")
+        note = (
+            f"The bot could not show this in <#{self.channel}>: the chat refused its messages{lost_replies}. "
+            f"How job #{self.job_id} ended:"
+        )
         message = final.model_copy(update={"text": f"{note}\n{final.text}".strip(), "buttons": []})
-        await self.deliver(f"job {self.job_id}'s outcome to {self.requester}",
-                           self.chat.reply_private(self.channel, self.requester, message))
+        await self.deliver(
+            f"job {self.job_id}'s outcome to {self.requester}",
+            self.chat.reply_private(self.channel, self.requester, message),
+        )
 
     def _mark_running(self) -> None:
         for key, item in self.items.items():
@@ -143,7 +165,11 @@ class JobView:
                 return
 
     def _render_parent(self, **update) -> Message:
-        footer = f"… {self._progress}" if self._progress and self.parent.tone == "running" else self.parent.footer
+        footer = (
+            f"… {self._progress}"
+            if self._progress and self.parent.tone == "running"
+            else self.parent.footer
+        )
         fields = {"checklist": list(self.items.values()), "footer": footer, **update}
         return self.parent.model_copy(update=fields)
 
@@ -174,8 +200,12 @@ class JobView:
             await self.reply(ready_message(event))
         elif isinstance(event, Removed):
             state = "done" if event.removed else "skipped"
-            self.items[f"removed:{event.node}"] = ChecklistItem(title=escape(event.node), state=state,
-                                                                elapsed_s=event.elapsed_s, note=escape(event.detail))
+            self.items[f"removed:{event.node}"] = ChecklistItem(
+                title=escape(event.node),
+                state=state,
+                elapsed_s=event.elapsed_s,
+                note=escape(event.detail),
+            )
             await self.refresh()
         elif isinstance(event, BenchResult):
             chart = None
@@ -190,40 +220,67 @@ class JobView:
     async def _passed(self, event: CheckpointPassed) -> None:
         item = self.items.get(event.checkpoint)
         if item is not None and item.state != "done":
-            self.items[event.checkpoint] = item.model_copy(update={
-                "state": "done", "elapsed_s": event.elapsed_s,
-                "note": escape(event.warning) if event.warning else None})
+            self.items[event.checkpoint] = item.model_copy(
+                update={
+                    "state": "done",
+                    "elapsed_s": event.elapsed_s,
+                    "note": escape(event.warning) if event.warning else None,
+                }
+            )
             self._mark_running()
         await self.refresh()
         where = f" ({event.node})" if event.node else ""
         tone: Tone = "warning" if event.warning else "success"
-        text = f"Passed at {event.elapsed_s:.1f}s" + (f"\n⚠ {escape(event.warning)}" if event.warning else "")
-        await self.reply(self._with_log(
-            Message(title=f"✔ {event.title}{where}", text=text, tone=tone, evidence=event.evidence),
-            event.log_tail, f"{event.checkpoint}.log"))
+        text = f"Passed at {event.elapsed_s:.1f}s" + (
+            f"\n⚠ {escape(event.warning)}" if event.warning else ""
+        )
+        await self.reply(
+            self._with_log(
+                Message(
+                    title=f"✔ {event.title}{where}", text=text, tone=tone, evidence=event.evidence
+                ),
+                event.log_tail,
+                f"{event.checkpoint}.log",
+            )
+        )
 
     def _with_log(self, message: Message, lines: list[str], filename: str) -> Message:
         if not lines:
             return message
-        inline = lines[-self.settings.inline_log_lines:]
+        inline = lines[-self.settings.inline_log_lines :]
         update: dict = {"code": inline, "code_title": f"last {len(inline)} log lines"}
         if len(lines) > len(inline) or sum(len(x) + 1 for x in inline) > INLINE_CHARS:
-            update["attachment"] = Attachment(filename=filename, title=f"{filename} ({len(lines)} lines)",
-                                              content=redact("\n".join(lines) + "\n"))
+            update["attachment"] = Attachment(
+                filename=filename,
+                title=f"{filename} ({len(lines)} lines)",
+                content=redact("\n".join(lines) + "\n"),
+            )
         return message.model_copy(update=update)
 
     async def failed(self, event: Failed, *, during: str = "") -> None:
         item = self.items.get(event.checkpoint)
         if item is not None:
-            self.items[event.checkpoint] = item.model_copy(update={"state": "failed", "elapsed_s": event.elapsed_s})
+            self.items[event.checkpoint] = item.model_copy(
+                update={"state": "failed", "elapsed_s": event.elapsed_s}
+            )
         for key, other in self.items.items():
             if other.state == "running":
                 self.items[key] = other.model_copy(update={"state": "pending"})
         where = f" on {escape(event.node)}" if event.node else ""
-        await self.refresh(final=True, tone="failure", buttons=[],
-                           footer=f"✘ {escape(event.title)}{where} failed{during}: {escape(event.summary)}")
-        await self.reply(self._with_log(failure_message(event, self.requester, during), event.log_tail,
-                                        f"{event.checkpoint}-failure.log"), broadcast=True)
+        await self.refresh(
+            final=True,
+            tone="failure",
+            buttons=[],
+            footer=f"✘ {escape(event.title)}{where} failed{during}: {escape(event.summary)}",
+        )
+        await self.reply(
+            self._with_log(
+                failure_message(event, self.requester, during),
+                event.log_tail,
+                f"{event.checkpoint}-failure.log",
+            ),
+            broadcast=True,
+        )
 
     async def finish(self, state: JobState, footer: str) -> None:
         """The job's last look: no running item, no Cancel button, the colour of its end state."""
@@ -235,10 +292,17 @@ class JobView:
 
 def failure_message(event: Failed, requester: str, during: str = "") -> Message:
     where = f" on `{escape(event.node)}`" if event.node else ""
-    text = (f"<@{requester}> *{escape(event.title)}*{where} failed{during}.\n{escape(event.summary)}\n"
-            f"*Cause:* {escape(event.cause)}\n*Fix:* {escape(event.fix)}")
-    return Message(title=f"✘ {event.title} failed", text=text, tone="failure",
-                   evidence=event.evidence or None, mention=requester)
+    text = (
+        f"<@{requester}> *{escape(event.title)}*{where} failed{during}.\n{escape(event.summary)}\n"
+        f"*Cause:* {escape(event.cause)}\n*Fix:* {escape(event.fix)}"
+    )
+    return Message(
+        title=f"✘ {event.title} failed",
+        text=text,
+        tone="failure",
+        evidence=event.evidence or None,
+        mention=requester,
+    )
 
 
 def ready_message(event: Ready) -> Message:
@@ -247,11 +311,20 @@ def ready_message(event: Ready) -> Message:
     sample = event.sample
     if sample:
         rate = f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else "n/a tok/s"
-        lines.append(f"Sample completion: {sample.completion_tokens} tokens, {rate}, "
-                     f"TTFT {sample.ttft_s * 1000:.0f} ms, finish {escape(sample.finish_reason)}")
-        answer = (sample.text or f"(token budget spent in reasoning) …{sample.reasoning[-200:]}").strip()
-        return Message(title="✅ Ready", text="\n".join(lines), tone="success", code=answer[:1500].splitlines(),
-                       code_title="sample answer")
+        lines.append(
+            f"Sample completion: {sample.completion_tokens} tokens, {rate}, "
+            f"TTFT {sample.ttft_s * 1000:.0f} ms, finish {escape(sample.finish_reason)}"
+        )
+        answer = (
+            sample.text or f"(token budget spent in reasoning) …{sample.reasoning[-200:]}"
+        ).strip()
+        return Message(
+            title="✅ Ready",
+            text="\n".join(lines),
+            tone="success",
+            code=answer[:1500].splitlines(),
+            code_title="sample answer",
+        )
     return Message(title="✅ Ready", text="\n".join(lines), tone="success")
 
 
@@ -264,30 +337,45 @@ def bench_message(report: BenchReport, chart: bytes | None = None) -> Message:
     lines = [f"`{escape(report.model)}`, {report.settings.max_tokens} max tokens"]
     single = report.single
     if single:
-        lines.append(f"Single stream: decode *{_num(single.decode_tok_s)} tok/s*, "
-                     f"TTFT {_num(single.ttft_s, 1000, '.0f')} ms, e2e {_num(single.e2e_tok_s)} tok/s "
-                     f"(median of {len(single.runs)})")
+        lines.append(
+            f"Single stream: decode *{_num(single.decode_tok_s)} tok/s*, "
+            f"TTFT {_num(single.ttft_s, 1000, '.0f')} ms, e2e {_num(single.e2e_tok_s)} tok/s "
+            f"(median of {len(single.runs)})"
+        )
     table = []
     if report.sweep:
         table.append("conc  output tok/s  per-stream  TTFT p50 ms  ok")
         for level in report.sweep:
-            table.append(f"{level.concurrency:4d}  {level.output_tok_s:12.1f}  "
-                         f"{_num(level.per_stream_decode_tok_s):>10}  {_num(level.ttft_p50_s, 1000, '.0f'):>11}"
-                         f"  {level.ok}/{level.requests}")
+            table.append(
+                f"{level.concurrency:4d}  {level.output_tok_s:12.1f}  "
+                f"{_num(level.per_stream_decode_tok_s):>10}  {_num(level.ttft_p50_s, 1000, '.0f'):>11}"
+                f"  {level.ok}/{level.requests}"
+            )
     sample = report.sample
     if sample and sample.budget_spent_in_reasoning:
-        lines.append(f"Answer: none, the token budget ran out inside reasoning. Reasoning excerpt: "
-                     f"_…{_one_line(sample.reasoning[-300:])}_")
+        lines.append(
+            f"Answer: none, the token budget ran out inside reasoning. Reasoning excerpt: "
+            f"_…{_one_line(sample.reasoning[-300:])}_"
+        )
     elif sample:
         lines.append(f"Answer: {_one_line(sample.text[:500])}")
-    lines += [f"vs previous: {escape(c.metric)}: {escape(c.describe())}" for c in report.comparisons]
+    lines += [
+        f"vs previous: {escape(c.metric)}: {escape(c.describe())}" for c in report.comparisons
+    ]
     lines += [f"⚠ {escape(w)}" for w in report.warnings]
     attachment = None
     if chart is not None:
-        attachment = Attachment(filename="bench-sweep.png", title="Throughput and TTFT by concurrency",
-                                content=chart)
-    return Message(title="📊 Benchmark", text="\n".join(lines), tone="success", code=table,
-                   code_title="concurrency sweep" if table else None, attachment=attachment)
+        attachment = Attachment(
+            filename="bench-sweep.png", title="Throughput and TTFT by concurrency", content=chart
+        )
+    return Message(
+        title="📊 Benchmark",
+        text="\n".join(lines),
+        tone="success",
+        code=table,
+        code_title="concurrency sweep" if table else None,
+        attachment=attachment,
+    )
 
 
 def _one_line(text: str) -> str:

@@ -62,8 +62,14 @@ class CommandsConfig(_Model):
     logs_max_lines: int = Field(500, ge=1, le=5000)
     bench_max_concurrency: int = Field(64, ge=1, le=1024)
     bench_max_tokens: int = Field(2048, ge=2, le=32768)
-    confirm_within: float = Field(600, ge=10, le=86400, description=(
-        "seconds a confirmation button (down, replace) can be answered; once, by the user asked"))
+    confirm_within: float = Field(
+        600,
+        ge=10,
+        le=86400,
+        description=(
+            "seconds a confirmation button (down, replace) can be answered; once, by the user asked"
+        ),
+    )
 
     @model_validator(mode="after")
     def _presets_within_bounds(self) -> CommandsConfig:
@@ -73,7 +79,9 @@ class CommandsConfig(_Model):
                 if bound is None:
                     raise ValueError(f"preset {name}: {key} is not listed under commands.overrides")
                 if not bound.min <= value <= bound.max:
-                    raise ValueError(f"preset {name}: {key}={value} is outside {bound.min}..{bound.max}")
+                    raise ValueError(
+                        f"preset {name}: {key}={value} is outside {bound.min}..{bound.max}"
+                    )
         return self
 
 
@@ -83,17 +91,31 @@ class JobsConfig(_Model):
     )
     watch_health_interval: float = Field(30, gt=0, le=3600)
     inline_log_lines: int = Field(15, ge=1, le=100, description="log lines shown in a thread reply")
-    delivery_timeout: float = Field(180, ge=5, le=3600, description=(
-        "seconds the bot keeps trying to deliver a job's messages while the chat takes none of them "
-        "(Slack answering 429 or failing); then it gives them up and tells the requester privately how "
-        "the job ended"))
+    delivery_timeout: float = Field(
+        180,
+        ge=5,
+        le=3600,
+        description=(
+            "seconds the bot keeps trying to deliver a job's messages while the chat takes none of them "
+            "(Slack answering 429 or failing); then it gives them up and tells the requester privately how "
+            "the job ended"
+        ),
+    )
 
 
 class StoreConfig(_Model):
-    path: Path = Field(Path("spark-bot.db"), description="SQLite file: jobs, lock, audit, bench results")
-    lease: float = Field(30, ge=3, le=3600, description=(
-        "seconds the bot's registration and its cluster lock last unless renewed (every third of it); "
-        "another bot on the same file may take over only once they have expired"))
+    path: Path = Field(
+        Path("spark-bot.db"), description="SQLite file: jobs, lock, audit, bench results"
+    )
+    lease: float = Field(
+        30,
+        ge=3,
+        le=3600,
+        description=(
+            "seconds the bot's registration and its cluster lock last unless renewed (every third of it); "
+            "another bot on the same file may take over only once they have expired"
+        ),
+    )
 
 
 class BotSettings(_Model):

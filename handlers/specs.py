@@ -39,8 +39,12 @@ log = logging.getLogger(__name__)
 
 # Each takes the dispatcher (the bot's cluster, settings, store, jobs, chat) and the parsed command.
 Reply = Callable[["Dispatcher", Any, "Invocation"], Awaitable[Message]]
-Answer = Callable[["Dispatcher", Any, "Invocation"], Awaitable[Message | None]]  # None: it posted itself
-BuildJob = Callable[["Dispatcher", Any, JobRecord, "Consent | None"], Awaitable[JobPlan]]  # None: not confirmed
+Answer = Callable[
+    ["Dispatcher", Any, "Invocation"], Awaitable[Message | None]
+]  # None: it posted itself
+BuildJob = Callable[
+    ["Dispatcher", Any, JobRecord, "Consent | None"], Awaitable[JobPlan]
+]  # None: not confirmed
 
 
 @dataclass(frozen=True)
@@ -100,17 +104,22 @@ class CommandSpec:
 
 # -- answered at once -------------------------------------------------------------------------
 
+
 async def _help(d: Dispatcher, command: c.Help, invocation: Invocation) -> Message:
     d.audit(invocation.user, invocation.channel, "help", "answered")
-    return Message(title="/spark: run the vLLM cluster from here",
-                   text=f"Cluster `{d.cluster.name}`: {len(d.cluster.nodes)} node(s), "
-                        f"model `{d.cluster.serve.model}`.\n\n{chat_usage()}\n\n"
-                        f"{allowed_overrides(d.settings.commands)}")
+    return Message(
+        title="/spark: run the vLLM cluster from here",
+        text=f"Cluster `{d.cluster.name}`: {len(d.cluster.nodes)} node(s), "
+        f"model `{d.cluster.serve.model}`.\n\n{chat_usage()}\n\n"
+        f"{allowed_overrides(d.settings.commands)}",
+    )
 
 
 def allowed_overrides(commands: CommandsConfig) -> str:
     """What `/spark up` may change on this bot: the config's overrides and presets."""
-    overrides = ", ".join(f"`{key}` {bound.min:g}..{bound.max:g}" for key, bound in commands.overrides.items())
+    overrides = ", ".join(
+        f"`{key}` {bound.min:g}..{bound.max:g}" for key, bound in commands.overrides.items()
+    )
     presets = ", ".join(f"`{preset}`" for preset in commands.presets)
     return f"`/spark up` may override: {overrides or 'nothing'}; presets: {presets or 'none'}."
 
@@ -123,11 +132,14 @@ async def _cancel(d: Dispatcher, command: c.Cancel, invocation: Invocation) -> M
         return Message(title="Nothing to cancel", text="No job is running on this cluster.")
     job = lock.job
     d.audit(user, channel, "cancel", f"cancelled job {job.id}", job.id, job.link)
-    return Message(title=f"Cancelling job #{job.id}",
-                   text=f"`/spark {job.command}` by <@{job.user}>: stopping and cleaning up.")
+    return Message(
+        title=f"Cancelling job #{job.id}",
+        text=f"`/spark {job.command}` by <@{job.user}>: stopping and cleaning up.",
+    )
 
 
 # -- answered from a task ---------------------------------------------------------------------
+
 
 async def status_report(controller: Controller) -> StatusReport:
     return next(e for e in [e async for e in controller.status()] if isinstance(e, StatusReport))
@@ -135,26 +147,31 @@ async def status_report(controller: Controller) -> StatusReport:
 
 async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> Message:
     report = await status_report(d.controller_for(d.cluster))
-    lines = [f"`{escape(x.node)}` {escape(x.container)}: *{escape(x.status)}*"
-             + (f" since {x.started_at:%Y-%m-%d %H:%M} UTC" if x.started_at and x.running else "")
-             for x in report.containers]
+    lines = [
+        f"`{escape(x.node)}` {escape(x.container)}: *{escape(x.status)}*"
+        + (f" since {x.started_at:%Y-%m-%d %H:%M} UTC" if x.started_at and x.running else "")
+        for x in report.containers
+    ]
     health = {True: "healthy", False: "NOT healthy", None: "not asked"}[report.api_healthy]
     job = d.jobs.claim.lock.job if d.jobs.claim else None
     busy = f"\nRunning: job #{job.id} `/spark {job.command}` by <@{job.user}>" if job else ""
     watching = "\nWatching: yes" if d.jobs.watching else ""
     d.audit(invocation.user, invocation.channel, "status", "answered")
     return Message(
-        title=f"Status of `{d.cluster.name}`", tone="success" if report.api_healthy else "neutral",
-        text="\n".join(lines) + f"\nAPI: {health} ({escape(report.api_detail)})"
-             + (f"\nvLLM: {escape(report.vllm_version)}" if report.vllm_version else "")
-             + f"{busy}{watching}")
+        title=f"Status of `{d.cluster.name}`",
+        tone="success" if report.api_healthy else "neutral",
+        text="\n".join(lines)
+        + f"\nAPI: {health} ({escape(report.api_detail)})"
+        + (f"\nvLLM: {escape(report.vllm_version)}" if report.vllm_version else "")
+        + f"{busy}{watching}",
+    )
 
 
 async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Message | None:
     events = [e async for e in d.controller_for(d.cluster).logs(command.node, command.lines)]
     tail = next(e for e in events if isinstance(e, LogTail))
     d.audit(invocation.user, invocation.channel, command.text(), "answered")
-    inline = tail.lines[-d.settings.jobs.inline_log_lines:]
+    inline = tail.lines[-d.settings.jobs.inline_log_lines :]
     title = f"Last {len(tail.lines)} lines of `{escape(tail.container)}` on `{escape(tail.node)}`"
     if len(tail.lines) == len(inline) and sum(len(x) + 1 for x in inline) <= INLINE_CHARS:
         return Message(title=title, code=tail.lines or ["(empty)"])
@@ -162,18 +179,29 @@ async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Messa
     # asker sees (a log may show more than the channel should).
     try:
         # redacted here too, as the inline lines are when they are shown: a file is no less shown
-        await d.chat.upload_private(invocation.user, Attachment(
-            filename=f"{tail.node}-{tail.container}.log", title=title,
-            content=redact("\n".join(tail.lines)) + "\n"), title)
+        await d.chat.upload_private(
+            invocation.user,
+            Attachment(
+                filename=f"{tail.node}-{tail.container}.log",
+                title=title,
+                content=redact("\n".join(tail.lines)) + "\n",
+            ),
+            title,
+        )
         where = "the whole tail is in your direct messages with the bot, as a file"
     except ChatError as error:
         log.error("could not send the log file to %s: %s", invocation.user, error)
         where = "the whole tail could not be sent as a file; `spark-bot logs` on the bot's host shows it"
-    return Message(title=title, text=f"Only you see this; {where}.", code=inline,
-                   code_title=f"last {len(inline)} lines")
+    return Message(
+        title=title,
+        text=f"Only you see this; {where}.",
+        code=inline,
+        code_title=f"last {len(inline)} lines",
+    )
 
 
 # -- jobs -------------------------------------------------------------------------------------
+
 
 async def _ask_replace(d: Dispatcher, command: c.Up) -> Question | None:
     report = await status_report(d.controller_for(d.cluster))
@@ -181,17 +209,24 @@ async def _ask_replace(d: Dispatcher, command: c.Up) -> Question | None:
         return None
     foreign = [x for x in report.containers if x.present and x.owner != d.cluster.name]
     if not foreign:
-        return Question(f"`{d.cluster.name}` is already running ({describe_state(report)}). Replace it?",
-                        "Replace", "The running server is removed and launched again.")
+        return Question(
+            f"`{d.cluster.name}` is already running ({describe_state(report)}). Replace it?",
+            "Replace",
+            "The running server is removed and launched again.",
+        )
     # a container spark-bot did not start is removed only when the question names it
-    named = ", ".join(f"`{escape(x.container)}` on `{escape(x.node)}` ({escape(x.status)})" for x in foreign)
+    named = ", ".join(
+        f"`{escape(x.container)}` on `{escape(x.node)}` ({escape(x.status)})" for x in foreign
+    )
     it, was = ("it", "was") if len(foreign) == 1 else ("them", "were")
     return Question(
         f"{named} {was} NOT started by spark-bot for `{d.cluster.name}`. Replace removes {it} "
         f"(`docker rm -f {escape(d.cluster.container.name)}`) and launches `{d.cluster.name}` in its place. "
         f"Cluster now: {describe_state(report)}. Remove {it} and replace?",
-        "Remove and replace", f"{named}: not started by spark-bot; removed for good, with whatever {it} runs.",
-        Consent(replace_foreign=tuple(x.node for x in foreign)))
+        "Remove and replace",
+        f"{named}: not started by spark-bot; removed for good, with whatever {it} runs.",
+        Consent(replace_foreign=tuple(x.node for x in foreign)),
+    )
 
 
 async def _up(d: Dispatcher, command: c.Up, record: JobRecord, consent: Consent | None) -> JobPlan:
@@ -202,14 +237,21 @@ async def _up(d: Dispatcher, command: c.Up, record: JobRecord, consent: Consent 
 
     async def launched(job: Job, event: Event) -> None:
         if isinstance(event, Ready):
-            await job.journal.write(f"job {job.record.id}'s launch settings",
-                                    lambda: d.store.set_launch(d.cluster.name, job.record.id, applied))
+            await job.journal.write(
+                f"job {job.record.id}'s launch settings",
+                lambda: d.store.set_launch(d.cluster.name, job.record.id, applied),
+            )
             await d.jobs.start_watch(job.record, job.view, job.journal)
 
-    return JobPlan(title=f"🚀 Launch on `{d.cluster.name}`", checkpoints=launch_plan(config),
-                   events=d.controller_for(config).up(
-                       replace=consent is not None, replace_foreign=consent.replace_foreign if consent else ()), on_event=launched,
-                   success_footer=_up_footer)
+    return JobPlan(
+        title=f"🚀 Launch on `{d.cluster.name}`",
+        checkpoints=launch_plan(config),
+        events=d.controller_for(config).up(
+            replace=consent is not None, replace_foreign=consent.replace_foreign if consent else ()
+        ),
+        on_event=launched,
+        success_footer=_up_footer,
+    )
 
 
 def _up_footer(job: Job) -> str:
@@ -219,27 +261,45 @@ def _up_footer(job: Job) -> str:
     return "Ready"
 
 
-async def _verify(d: Dispatcher, command: c.Verify, record: JobRecord, consent: Consent | None) -> JobPlan:
+async def _verify(
+    d: Dispatcher, command: c.Verify, record: JobRecord, consent: Consent | None
+) -> JobPlan:
     controller = d.controller_for(await d.jobs.launched_config())
-    return JobPlan(title=f"🔍 Verify `{d.cluster.name}`", checkpoints=verify_plan(d.cluster),
-                   events=controller.verify(), success_footer=lambda job: "Verified")
+    return JobPlan(
+        title=f"🔍 Verify `{d.cluster.name}`",
+        checkpoints=verify_plan(d.cluster),
+        events=controller.verify(),
+        success_footer=lambda job: "Verified",
+    )
 
 
-async def _bench(d: Dispatcher, command: c.Bench, record: JobRecord, consent: Consent | None) -> JobPlan:
+async def _bench(
+    d: Dispatcher, command: c.Bench, record: JobRecord, consent: Consent | None
+) -> JobPlan:
     # the figures are filed under the setup the cluster runs: the launched config, overrides included
     controller = d.controller_for(await d.jobs.launched_config())
     # Compared with the last run of the same setup in the store, and recorded there, before
     # anyone sees it: the bot's one bench history.
-    events = controller.bench(concurrency=command.concurrency, max_tokens=command.max_tokens,
-                              runs=command.runs, history=StoreHistory(d.store, d.jobs.journal, record.id))
-    return JobPlan(title=f"📊 Benchmark on `{d.cluster.name}`", checkpoints=[BENCH],
-                   events=events, on_event=_after_bench, success_footer=_bench_footer)
+    events = controller.bench(
+        concurrency=command.concurrency,
+        max_tokens=command.max_tokens,
+        runs=command.runs,
+        history=StoreHistory(d.store, d.jobs.journal, record.id),
+    )
+    return JobPlan(
+        title=f"📊 Benchmark on `{d.cluster.name}`",
+        checkpoints=[BENCH],
+        events=events,
+        on_event=_after_bench,
+        success_footer=_bench_footer,
+    )
 
 
 async def _after_bench(job: Job, event: Event) -> None:
     if isinstance(event, BenchResult):
         job.view.items["bench"] = job.view.items["bench"].model_copy(
-            update={"state": "done", "elapsed_s": event.elapsed_s})
+            update={"state": "done", "elapsed_s": event.elapsed_s}
+        )
 
 
 def _bench_footer(job: Job) -> str:
@@ -250,15 +310,24 @@ def _bench_footer(job: Job) -> str:
 
 
 async def _ask_teardown(d: Dispatcher, command: c.Down) -> Question:
-    return Question(f"Stop and remove `{d.cluster.container.name}` on every node of `{d.cluster.name}`?",
-                    "Tear down", "The vLLM server stops for everyone.")
+    return Question(
+        f"Stop and remove `{d.cluster.container.name}` on every node of `{d.cluster.name}`?",
+        "Tear down",
+        "The vLLM server stops for everyone.",
+    )
 
 
-async def _down(d: Dispatcher, command: c.Down, record: JobRecord, consent: Consent | None) -> JobPlan:
+async def _down(
+    d: Dispatcher, command: c.Down, record: JobRecord, consent: Consent | None
+) -> JobPlan:
     await d.jobs.stop_watch()
     await d.jobs.clear_launch()
-    return JobPlan(title=f"🧹 Tear down `{d.cluster.name}`", checkpoints=[],
-                   events=d.controller_for(d.cluster).down(), success_footer=_down_footer)
+    return JobPlan(
+        title=f"🧹 Tear down `{d.cluster.name}`",
+        checkpoints=[],
+        events=d.controller_for(d.cluster).down(),
+        success_footer=_down_footer,
+    )
 
 
 def _down_footer(job: Job) -> str:
@@ -268,25 +337,59 @@ def _down_footer(job: Job) -> str:
 
 # -- the registry -----------------------------------------------------------------------------
 
-SPECS: dict[str, CommandSpec] = {spec.name: spec for spec in [
-    CommandSpec(c.Up, summary="launch the cluster and follow it checkpoint by checkpoint to Ready",
-                level="operate", arguments="[PRESET] [max_model_len=N] [gpu_memory_utilization=F] [max_num_seqs=N]",
-                example="up max_model_len=32768", job=_up,
-                confirmation=Confirmation("asks before replacing a running cluster", _ask_replace)),
-    CommandSpec(c.Verify, summary="re-check a running cluster, checkpoint by checkpoint", level="read",
-                job=_verify),
-    CommandSpec(c.Bench, summary="measure TTFT and tok/s (single stream, optionally a concurrency sweep)",
-                level="operate", arguments="[concurrency=1,2,4] [max_tokens=N] [runs=N]",
-                example="bench concurrency=1,2,4 max_tokens=256", job=_bench),
-    CommandSpec(c.Status, summary="a snapshot of the containers and the API's health", level="read",
-                answer=_status),
-    CommandSpec(c.Logs, summary="the tail of a node's container log", level="read",
-                arguments="[head|worker|NODE] [LINES]", example="logs worker 200", answer=_logs),
-    CommandSpec(c.Down, summary="stop and remove the containers on every node", level="operate", job=_down,
-                confirmation=Confirmation("asks for confirmation", _ask_teardown)),
-    CommandSpec(c.Cancel, summary="stop the running job and clean up", level="operate", reply=_cancel),
-    CommandSpec(c.Help, summary="this text", level="read", reply=_help),
-]}
+SPECS: dict[str, CommandSpec] = {
+    spec.name: spec
+    for spec in [
+        CommandSpec(
+            c.Up,
+            summary="launch the cluster and follow it checkpoint by checkpoint to Ready",
+            level="operate",
+            arguments="[PRESET] [max_model_len=N] [gpu_memory_utilization=F] [max_num_seqs=N]",
+            example="up max_model_len=32768",
+            job=_up,
+            confirmation=Confirmation("asks before replacing a running cluster", _ask_replace),
+        ),
+        CommandSpec(
+            c.Verify,
+            summary="re-check a running cluster, checkpoint by checkpoint",
+            level="read",
+            job=_verify,
+        ),
+        CommandSpec(
+            c.Bench,
+            summary="measure TTFT and tok/s (single stream, optionally a concurrency sweep)",
+            level="operate",
+            arguments="[concurrency=1,2,4] [max_tokens=N] [runs=N]",
+            example="bench concurrency=1,2,4 max_tokens=256",
+            job=_bench,
+        ),
+        CommandSpec(
+            c.Status,
+            summary="a snapshot of the containers and the API's health",
+            level="read",
+            answer=_status,
+        ),
+        CommandSpec(
+            c.Logs,
+            summary="the tail of a node's container log",
+            level="read",
+            arguments="[head|worker|NODE] [LINES]",
+            example="logs worker 200",
+            answer=_logs,
+        ),
+        CommandSpec(
+            c.Down,
+            summary="stop and remove the containers on every node",
+            level="operate",
+            job=_down,
+            confirmation=Confirmation("asks for confirmation", _ask_teardown),
+        ),
+        CommandSpec(
+            c.Cancel, summary="stop the running job and clean up", level="operate", reply=_cancel
+        ),
+        CommandSpec(c.Help, summary="this text", level="read", reply=_help),
+    ]
+}
 
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9._=,:-]+$")
 

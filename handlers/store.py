@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import os
 import secrets
 import socket
+import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +58,19 @@ CREATE TABLE IF NOT EXISTS bench_results (
 MIGRATIONS: list[list[str]] = [
     [statement for statement in SCHEMA.split(";") if statement.strip()],
     # the lock as a lease of an instance (renewed by its heartbeat), the instances on this database
-    ["ALTER TABLE locks ADD COLUMN expires TEXT",
-     "CREATE TABLE instances (id TEXT PRIMARY KEY, pid INTEGER NOT NULL, host TEXT NOT NULL, "
-     "started TEXT NOT NULL, heartbeat TEXT NOT NULL)"],
+    [
+        "ALTER TABLE locks ADD COLUMN expires TEXT",
+        "CREATE TABLE instances (id TEXT PRIMARY KEY, pid INTEGER NOT NULL, host TEXT NOT NULL, "
+        "started TEXT NOT NULL, heartbeat TEXT NOT NULL)",
+    ],
     # each confirmation asked: its button carries only the nonce; the command (and what a yes
     # consents to beyond it) is read back from here, once, before it expires
-    ["CREATE TABLE confirmations (nonce TEXT PRIMARY KEY, cluster TEXT NOT NULL, user TEXT NOT NULL, "
-     "channel TEXT NOT NULL, command TEXT NOT NULL, question TEXT NOT NULL, "
-     "replace_foreign TEXT NOT NULL DEFAULT '[]', created TEXT NOT NULL, expires TEXT NOT NULL, "
-     "used_at TEXT, used_by TEXT)"],
+    [
+        "CREATE TABLE confirmations (nonce TEXT PRIMARY KEY, cluster TEXT NOT NULL, user TEXT NOT NULL, "
+        "channel TEXT NOT NULL, command TEXT NOT NULL, question TEXT NOT NULL, "
+        "replace_foreign TEXT NOT NULL DEFAULT '[]', created TEXT NOT NULL, expires TEXT NOT NULL, "
+        "used_at TEXT, used_by TEXT)"
+    ],
 ]
 
 
@@ -75,7 +79,7 @@ class StoreError(SparkBotError):
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,9 @@ class ConfirmationRecord:
     channel: str
     command: str
     question: str
-    replace_foreign: tuple[str, ...]  # nodes whose container spark-bot did not start, named in the question
+    replace_foreign: tuple[
+        str, ...
+    ]  # nodes whose container spark-bot did not start, named in the question
     created: datetime
     expires: datetime
     used_at: datetime | None
@@ -144,7 +150,8 @@ class InstanceRecord:
     def gone(self, at: datetime, lease: float) -> bool:
         """Proven gone: no heartbeat for a whole lease, or its process no longer runs on this host."""
         return self.heartbeat + timedelta(seconds=lease) < at or (
-            self.host == socket.gethostname() and not _running(self.pid))
+            self.host == socket.gethostname() and not _running(self.pid)
+        )
 
 
 class Store:
@@ -163,14 +170,18 @@ class Store:
         def connect() -> sqlite3.Connection:
             if str(self.path) != ":memory:":
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, timeout=BUSY_WAIT, check_same_thread=False, isolation_level=None)
+            db = sqlite3.connect(
+                self.path, timeout=BUSY_WAIT, check_same_thread=False, isolation_level=None
+            )
             try:
                 db.row_factory = sqlite3.Row
                 db.execute("PRAGMA journal_mode=WAL")
                 # damaged pages do not fail the statements above: find them now, not mid-job
                 problems = [row[0] for row in db.execute("PRAGMA quick_check(1)")]
                 if problems != ["ok"]:
-                    found = " ".join(" ".join(problems).replace("*** in database main ***", "").split())
+                    found = " ".join(
+                        " ".join(problems).replace("*** in database main ***", "").split()
+                    )
                     raise sqlite3.DatabaseError(f"damaged: {found[:160]}")
                 _migrate(db)
             except BaseException:
@@ -187,8 +198,10 @@ class Store:
                 "it from a backup) and start again; a new, empty one is created in its place"
             ) from None
         except OSError as error:
-            raise StoreError(f"{self.path}: cannot create the database ({error.strerror}): "
-                             "check that its folder can be written") from None
+            raise StoreError(
+                f"{self.path}: cannot create the database ({error.strerror}): "
+                "check that its folder can be written"
+            ) from None
 
     async def close(self) -> None:
         def close() -> None:
@@ -230,27 +243,39 @@ class Store:
         return await self.job(await self._run(insert))
 
     async def job(self, job_id: int) -> JobRecord:
-        row = await self._run(lambda db: db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone())
+        row = await self._run(
+            lambda db: db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        )
         if row is None:
             raise KeyError(job_id)
         return _job(row)
 
     async def set_parent(self, job_id: int, ts: str, link: str | None, parent_json: str) -> None:
-        await self._run(lambda db: db.execute(
-            "UPDATE jobs SET ts=?, link=?, parent_json=?, state=? WHERE id=?",
-            (ts, link, parent_json, JobState.RUNNING, job_id)))
+        await self._run(
+            lambda db: db.execute(
+                "UPDATE jobs SET ts=?, link=?, parent_json=?, state=? WHERE id=?",
+                (ts, link, parent_json, JobState.RUNNING, job_id),
+            )
+        )
 
     async def save_parent(self, job_id: int, parent_json: str) -> None:
-        await self._run(lambda db: db.execute("UPDATE jobs SET parent_json=? WHERE id=?", (parent_json, job_id)))
+        await self._run(
+            lambda db: db.execute("UPDATE jobs SET parent_json=? WHERE id=?", (parent_json, job_id))
+        )
 
     async def finish_job(self, job_id: int, state: JobState, outcome: str) -> None:
-        await self._run(lambda db: db.execute(
-            "UPDATE jobs SET state=?, outcome=?, ended_at=? WHERE id=?",
-            (state, redact(outcome), now().isoformat(), job_id)))
+        await self._run(
+            lambda db: db.execute(
+                "UPDATE jobs SET state=?, outcome=?, ended_at=? WHERE id=?",
+                (state, redact(outcome), now().isoformat(), job_id),
+            )
+        )
 
     # -- the cluster lock -------------------------------------------------------------------
 
-    async def acquire(self, cluster: str, job_id: int, instance: str, lease: float) -> LockRecord | None:
+    async def acquire(
+        self, cluster: str, job_id: int, instance: str, lease: float
+    ) -> LockRecord | None:
         """Take the lock for `job_id` as a lease of `instance`; when another job holds it, return
         that holder instead.
 
@@ -261,11 +286,21 @@ class Store:
         def take(db: sqlite3.Connection):
             at = self.clock()
             with _transaction(db):
-                db.execute("DELETE FROM locks WHERE cluster=? AND (instance=? OR expires IS NULL OR expires<?)",
-                           (cluster, instance, at.isoformat()))
-                db.execute("INSERT OR IGNORE INTO locks (cluster, job_id, instance, since, expires) "
-                           "VALUES (?,?,?,?,?)", (cluster, job_id, instance, at.isoformat(),
-                                                  (at + timedelta(seconds=lease)).isoformat()))
+                db.execute(
+                    "DELETE FROM locks WHERE cluster=? AND (instance=? OR expires IS NULL OR expires<?)",
+                    (cluster, instance, at.isoformat()),
+                )
+                db.execute(
+                    "INSERT OR IGNORE INTO locks (cluster, job_id, instance, since, expires) "
+                    "VALUES (?,?,?,?,?)",
+                    (
+                        cluster,
+                        job_id,
+                        instance,
+                        at.isoformat(),
+                        (at + timedelta(seconds=lease)).isoformat(),
+                    ),
+                )
                 return db.execute("SELECT * FROM locks WHERE cluster=?", (cluster,)).fetchone()
 
         row = await self._run(take)
@@ -275,17 +310,25 @@ class Store:
 
     async def release(self, cluster: str, job_id: int, instance: str) -> None:
         """Free the lock of `job_id` if `instance` still holds it."""
-        await self._run(lambda db: db.execute("DELETE FROM locks WHERE cluster=? AND job_id=? AND instance=?",
-                                              (cluster, job_id, instance)))
+        await self._run(
+            lambda db: db.execute(
+                "DELETE FROM locks WHERE cluster=? AND job_id=? AND instance=?",
+                (cluster, job_id, instance),
+            )
+        )
 
     async def locks(self) -> list[LockRecord]:
         rows = await self._run(lambda db: db.execute("SELECT * FROM locks").fetchall())
         return [await self._lock(r) for r in rows]
 
     async def _lock(self, row: sqlite3.Row) -> LockRecord:
-        return LockRecord(row["cluster"], await self.job(row["job_id"]), row["instance"],
-                          datetime.fromisoformat(row["since"]),
-                          datetime.fromisoformat(row["expires"]) if row["expires"] else None)
+        return LockRecord(
+            row["cluster"],
+            await self.job(row["job_id"]),
+            row["instance"],
+            datetime.fromisoformat(row["since"]),
+            datetime.fromisoformat(row["expires"]) if row["expires"] else None,
+        )
 
     # -- the instances on this database -----------------------------------------------------
 
@@ -295,19 +338,27 @@ class Store:
         def claim(db: sqlite3.Connection) -> InstanceRecord | None:
             at = self.clock()
             with _transaction(db):
-                others = [_instance(r) for r in db.execute("SELECT * FROM instances WHERE id!=?", (owner.id,))]
+                others = [
+                    _instance(r)
+                    for r in db.execute("SELECT * FROM instances WHERE id!=?", (owner.id,))
+                ]
                 running = next((other for other in others if not other.gone(at, lease)), None)
                 if running is not None:
                     return running
                 db.execute("DELETE FROM instances WHERE id!=?", (owner.id,))
-                db.execute("INSERT OR REPLACE INTO instances (id, pid, host, started, heartbeat) VALUES (?,?,?,?,?)",
-                           (owner.id, owner.pid, owner.host, at.isoformat(), at.isoformat()))
+                db.execute(
+                    "INSERT OR REPLACE INTO instances (id, pid, host, started, heartbeat) VALUES (?,?,?,?,?)",
+                    (owner.id, owner.pid, owner.host, at.isoformat(), at.isoformat()),
+                )
                 return None
 
         return await self._run(claim)
 
     async def instances(self) -> list[InstanceRecord]:
-        return [_instance(r) for r in await self._run(lambda db: db.execute("SELECT * FROM instances").fetchall())]
+        return [
+            _instance(r)
+            for r in await self._run(lambda db: db.execute("SELECT * FROM instances").fetchall())
+        ]
 
     async def heartbeat(self, owner: Owner, lease: float, job_id: int | None) -> None:
         """`owner` runs: its registration and the lease of `job_id` (the job it runs) go on."""
@@ -315,9 +366,13 @@ class Store:
         def renew(db: sqlite3.Connection) -> None:
             at = self.clock()
             with _transaction(db):
-                db.execute("UPDATE instances SET heartbeat=? WHERE id=?", (at.isoformat(), owner.id))
-                db.execute("UPDATE locks SET expires=? WHERE instance=? AND job_id=?",
-                           ((at + timedelta(seconds=lease)).isoformat(), owner.id, job_id))
+                db.execute(
+                    "UPDATE instances SET heartbeat=? WHERE id=?", (at.isoformat(), owner.id)
+                )
+                db.execute(
+                    "UPDATE locks SET expires=? WHERE instance=? AND job_id=?",
+                    ((at + timedelta(seconds=lease)).isoformat(), owner.id, job_id),
+                )
 
         await self._run(renew)
 
@@ -326,30 +381,59 @@ class Store:
 
     # -- confirmations: one answer per question asked --------------------------------------
 
-    async def ask(self, cluster: str, user: str, channel: str, command: str, question: str,
-                  replace_foreign: tuple[str, ...], within: float) -> str:
+    async def ask(
+        self,
+        cluster: str,
+        user: str,
+        channel: str,
+        command: str,
+        question: str,
+        replace_foreign: tuple[str, ...],
+        within: float,
+    ) -> str:
         """Record a question asked of `user`; the nonce its button carries. The command is kept as
         it was asked, not redacted: it is canonical text of safe words, and it is what a yes runs."""
         nonce = secrets.token_urlsafe(24)
         at = self.clock()
-        await self._run(lambda db: db.execute(
-            "INSERT INTO confirmations (nonce, cluster, user, channel, command, question, replace_foreign, "
-            "created, expires) VALUES (?,?,?,?,?,?,?,?,?)",
-            (nonce, cluster, user, channel, command, redact(question), json.dumps(list(replace_foreign)),
-             at.isoformat(), (at + timedelta(seconds=within)).isoformat())))
+        await self._run(
+            lambda db: db.execute(
+                "INSERT INTO confirmations (nonce, cluster, user, channel, command, question, replace_foreign, "
+                "created, expires) VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    nonce,
+                    cluster,
+                    user,
+                    channel,
+                    command,
+                    redact(question),
+                    json.dumps(list(replace_foreign)),
+                    at.isoformat(),
+                    (at + timedelta(seconds=within)).isoformat(),
+                ),
+            )
+        )
         return nonce
 
-    async def answer(self, nonce: str, cluster: str, user: str, channel: str) -> tuple[ConfirmationRecord | None, bool]:
+    async def answer(
+        self, nonce: str, cluster: str, user: str, channel: str
+    ) -> tuple[ConfirmationRecord | None, bool]:
         """Mark the question `nonce` answered by `user`, if it was asked of them, in `channel`, for
         `cluster`, is not answered yet and has not expired; the question (None: unknown) and
         whether this call is the one answer it gets."""
 
         def take(db: sqlite3.Connection) -> tuple[sqlite3.Row | None, bool]:
             at = self.clock().isoformat()
-            taken = db.execute(
-                "UPDATE confirmations SET used_at=?, used_by=? WHERE nonce=? AND used_at IS NULL AND cluster=? "
-                "AND user=? AND channel=? AND expires>?", (at, user, nonce, cluster, user, channel, at)).rowcount == 1
-            return db.execute("SELECT * FROM confirmations WHERE nonce=?", (nonce,)).fetchone(), taken
+            taken = (
+                db.execute(
+                    "UPDATE confirmations SET used_at=?, used_by=? WHERE nonce=? AND used_at IS NULL AND cluster=? "
+                    "AND user=? AND channel=? AND expires>?",
+                    (at, user, nonce, cluster, user, channel, at),
+                ).rowcount
+                == 1
+            )
+            return db.execute(
+                "SELECT * FROM confirmations WHERE nonce=?", (nonce,)
+            ).fetchone(), taken
 
         row, taken = await self._run(take)
         return (_confirmation(row) if row else None), taken
@@ -357,55 +441,84 @@ class Store:
     # -- the watch: which job's thread hears about a running cluster ------------------------
 
     async def set_watch(self, cluster: str, job_id: int) -> None:
-        await self._run(lambda db: db.execute(
-            "INSERT OR REPLACE INTO watches (cluster, job_id) VALUES (?,?)", (cluster, job_id)))
+        await self._run(
+            lambda db: db.execute(
+                "INSERT OR REPLACE INTO watches (cluster, job_id) VALUES (?,?)", (cluster, job_id)
+            )
+        )
 
     async def clear_watch(self, cluster: str) -> None:
         await self._run(lambda db: db.execute("DELETE FROM watches WHERE cluster=?", (cluster,)))
 
     async def watch(self, cluster: str) -> JobRecord | None:
-        row = await self._run(lambda db: db.execute(
-            "SELECT job_id FROM watches WHERE cluster=?", (cluster,)).fetchone())
+        row = await self._run(
+            lambda db: db.execute(
+                "SELECT job_id FROM watches WHERE cluster=?", (cluster,)
+            ).fetchone()
+        )
         return await self.job(row["job_id"]) if row else None
 
     # -- what the running cluster was launched with: `/spark up` overrides ------------------
 
     async def set_launch(self, cluster: str, job_id: int, serve: dict[str, float]) -> None:
-        await self._run(lambda db: db.execute(
-            "INSERT OR REPLACE INTO launches (cluster, job_id, serve_json) VALUES (?,?,?)",
-            (cluster, job_id, json.dumps(serve, sort_keys=True))))
+        await self._run(
+            lambda db: db.execute(
+                "INSERT OR REPLACE INTO launches (cluster, job_id, serve_json) VALUES (?,?,?)",
+                (cluster, job_id, json.dumps(serve, sort_keys=True)),
+            )
+        )
 
     async def clear_launch(self, cluster: str) -> None:
         await self._run(lambda db: db.execute("DELETE FROM launches WHERE cluster=?", (cluster,)))
 
     async def launch(self, cluster: str) -> dict[str, float]:
         """The serve settings the last successful `up` applied over the config ({} when none)."""
-        row = await self._run(lambda db: db.execute(
-            "SELECT serve_json FROM launches WHERE cluster=?", (cluster,)).fetchone())
+        row = await self._run(
+            lambda db: db.execute(
+                "SELECT serve_json FROM launches WHERE cluster=?", (cluster,)
+            ).fetchone()
+        )
         return json.loads(row["serve_json"]) if row else {}
 
     # -- audit and bench --------------------------------------------------------------------
 
-    async def audit(self, user: str, channel: str, command: str, outcome: str,
-                    job_id: int | None = None, link: str | None = None) -> None:
-        await self._run(lambda db: db.execute(
-            "INSERT INTO audit (at, user, channel, command, outcome, job_id, link) VALUES (?,?,?,?,?,?,?)",
-            (now().isoformat(), user, channel, redact(command), redact(outcome), job_id, link)))
+    async def audit(
+        self,
+        user: str,
+        channel: str,
+        command: str,
+        outcome: str,
+        job_id: int | None = None,
+        link: str | None = None,
+    ) -> None:
+        await self._run(
+            lambda db: db.execute(
+                "INSERT INTO audit (at, user, channel, command, outcome, job_id, link) VALUES (?,?,?,?,?,?,?)",
+                (now().isoformat(), user, channel, redact(command), redact(outcome), job_id, link),
+            )
+        )
 
     async def audit_trail(self) -> list[dict[str, Any]]:
         rows = await self._run(lambda db: db.execute("SELECT * FROM audit ORDER BY id").fetchall())
         return [dict(r) for r in rows]
 
     async def add_bench(self, job_id: int, report_json: str) -> None:
-        await self._run(lambda db: db.execute(
-            "INSERT INTO bench_results (job_id, at, report_json) VALUES (?,?,?)",
-            (job_id, now().isoformat(), report_json)))
+        await self._run(
+            lambda db: db.execute(
+                "INSERT INTO bench_results (job_id, at, report_json) VALUES (?,?,?)",
+                (job_id, now().isoformat(), report_json),
+            )
+        )
 
     async def previous_bench(self, setup_key: str) -> str | None:
         """The report JSON of the last bench of this setup (same fingerprint, prompt, max_tokens)."""
-        row = await self._run(lambda db: db.execute(
-            "SELECT report_json FROM bench_results WHERE json_extract(report_json, '$.setup_key')=? "
-            "ORDER BY id DESC LIMIT 1", (setup_key,)).fetchone())
+        row = await self._run(
+            lambda db: db.execute(
+                "SELECT report_json FROM bench_results WHERE json_extract(report_json, '$.setup_key')=? "
+                "ORDER BY id DESC LIMIT 1",
+                (setup_key,),
+            ).fetchone()
+        )
         return row["report_json"] if row else None
 
 
@@ -430,15 +543,28 @@ def _running(pid: int) -> bool:
 
 def _confirmation(row: sqlite3.Row) -> ConfirmationRecord:
     return ConfirmationRecord(
-        nonce=row["nonce"], cluster=row["cluster"], user=row["user"], channel=row["channel"], command=row["command"],
-        question=row["question"], replace_foreign=tuple(json.loads(row["replace_foreign"])),
-        created=datetime.fromisoformat(row["created"]), expires=datetime.fromisoformat(row["expires"]),
-        used_at=datetime.fromisoformat(row["used_at"]) if row["used_at"] else None, used_by=row["used_by"])
+        nonce=row["nonce"],
+        cluster=row["cluster"],
+        user=row["user"],
+        channel=row["channel"],
+        command=row["command"],
+        question=row["question"],
+        replace_foreign=tuple(json.loads(row["replace_foreign"])),
+        created=datetime.fromisoformat(row["created"]),
+        expires=datetime.fromisoformat(row["expires"]),
+        used_at=datetime.fromisoformat(row["used_at"]) if row["used_at"] else None,
+        used_by=row["used_by"],
+    )
 
 
 def _instance(row: sqlite3.Row) -> InstanceRecord:
-    return InstanceRecord(row["id"], row["pid"], row["host"], datetime.fromisoformat(row["started"]),
-                          datetime.fromisoformat(row["heartbeat"]))
+    return InstanceRecord(
+        row["id"],
+        row["pid"],
+        row["host"],
+        datetime.fromisoformat(row["started"]),
+        datetime.fromisoformat(row["heartbeat"]),
+    )
 
 
 @contextmanager
@@ -456,8 +582,15 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
 
 def _job(row: sqlite3.Row) -> JobRecord:
     return JobRecord(
-        id=row["id"], cluster=row["cluster"], command=row["command"], user=row["user"],
-        channel=row["channel"], ts=row["ts"], link=row["link"], state=JobState(row["state"]), outcome=row["outcome"],
+        id=row["id"],
+        cluster=row["cluster"],
+        command=row["command"],
+        user=row["user"],
+        channel=row["channel"],
+        ts=row["ts"],
+        link=row["link"],
+        state=JobState(row["state"]),
+        outcome=row["outcome"],
         started_at=datetime.fromisoformat(row["started_at"]),
         ended_at=datetime.fromisoformat(row["ended_at"]) if row["ended_at"] else None,
         parent_json=row["parent_json"],

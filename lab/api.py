@@ -8,6 +8,7 @@
 
 Blocking (subprocess) by design: this is lab tooling, not the bot.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,9 +24,21 @@ from . import dockerd, image, netns, preflight, real_engine, sshd, state, tools
 from . import topology as T
 from .errors import LabError
 
-__all__ = ["LabError", "LabInfo", "NodeInfo", "lab_up", "lab_down", "lab_info", "status",
-           "set_image_variant", "restore_image", "stop_sshd", "start_sshd",
-           "stop_dockerd", "start_dockerd"]
+__all__ = [
+    "LabError",
+    "LabInfo",
+    "NodeInfo",
+    "lab_down",
+    "lab_info",
+    "lab_up",
+    "restore_image",
+    "set_image_variant",
+    "start_dockerd",
+    "start_sshd",
+    "status",
+    "stop_dockerd",
+    "stop_sshd",
+]
 
 LOCK_FILE = Path("/run/lock/spark-lab.lock")
 
@@ -35,11 +48,11 @@ class NodeInfo:
     index: int
     name: str
     netns: str
-    mgmt_ip: str | None          # None for an isolated worker
+    mgmt_ip: str | None  # None for an isolated worker
     fabric_ip: str
-    ssh_host: str                # where to SSH to: mgmt IP, or fabric IP via the head
-    docker_socket: str           # path on the node (reach it by SSH stream forwarding)
-    docker_host: str             # unix://<docker_socket>
+    ssh_host: str  # where to SSH to: mgmt IP, or fabric IP via the head
+    docker_socket: str  # path on the node (reach it by SSH stream forwarding)
+    docker_host: str  # unix://<docker_socket>
     bin_dir: str
     mgmt_ifname: str = T.MGMT_IFNAME
     fabric_ifname: str = T.FABRIC_IFNAME
@@ -51,14 +64,14 @@ class LabInfo:
     isolated_workers: bool
     key_path: str
     known_hosts_path: str
-    ssh_config_path: str         # for `ssh -F` by hand: Host spark-lab-<i>
+    ssh_config_path: str  # for `ssh -F` by hand: Host spark-lab-<i>
     image_tag: str
-    image_id: str | None         # the canonical image ID (node 0's)
+    image_id: str | None  # the canonical image ID (node 0's)
     variant_node: int | None = None
     engine: str = "emulated"
-    real_image_tag: str | None = None   # with engine "real": the real engine's node image
-    real_venv: str | None = None        # ... its venv (mounted read-only at the same path)
-    real_model: str | None = None       # ... and the tiny model directory
+    real_image_tag: str | None = None  # with engine "real": the real engine's node image
+    real_venv: str | None = None  # ... its venv (mounted read-only at the same path)
+    real_model: str | None = None  # ... and the tiny model directory
     ssh_user: str = T.SSH_USER
     ssh_port: int = T.SSH_PORT
     mgmt_host_ip: str = T.MGMT_HOST_IP
@@ -106,7 +119,9 @@ def _locked():
 def _node(index: int) -> T.Node:
     st = state.load()
     if not 0 <= index < max(st.nodes, 1):
-        raise LabError(f"no node {index} in the lab (it has {st.nodes} nodes; run `python -m lab up`)")
+        raise LabError(
+            f"no node {index} in the lab (it has {st.nodes} nodes; run `python -m lab up`)"
+        )
     return T.Node(index)
 
 
@@ -116,13 +131,34 @@ def lab_info() -> LabInfo:
     infos = []
     for n in T.nodes(max(st.nodes, 1)) if st.nodes else []:
         mg = n.mgmt_ip if T.has_mgmt(n, st.isolated_workers) else None
-        infos.append(NodeInfo(n.index, n.name, n.netns, mg, n.fabric_ip, mg or n.fabric_ip,
-                              str(n.docker_sock), n.docker_host, str(n.bin_dir)))
+        infos.append(
+            NodeInfo(
+                n.index,
+                n.name,
+                n.netns,
+                mg,
+                n.fabric_ip,
+                mg or n.fabric_ip,
+                str(n.docker_sock),
+                n.docker_host,
+                str(n.bin_dir),
+            )
+        )
     real = st.engine == "real"
-    return LabInfo(infos, st.isolated_workers, str(T.CLIENT_KEY), str(T.KNOWN_HOSTS),
-                   str(T.SSH_CONFIG), T.IMAGE_TAG, st.canonical_image, st.variant_node, st.engine,
-                   real_engine.IMAGE_TAG if real else None, str(real_engine.VENV) if real else None,
-                   str(real_engine.MODEL) if real else None)
+    return LabInfo(
+        infos,
+        st.isolated_workers,
+        str(T.CLIENT_KEY),
+        str(T.KNOWN_HOSTS),
+        str(T.SSH_CONFIG),
+        T.IMAGE_TAG,
+        st.canonical_image,
+        st.variant_node,
+        st.engine,
+        real_engine.IMAGE_TAG if real else None,
+        str(real_engine.VENV) if real else None,
+        str(real_engine.MODEL) if real else None,
+    )
 
 
 # --- teardown ---------------------------------------------------------------
@@ -131,7 +167,11 @@ def _known_node_indexes() -> set[int]:
     idx.update(range(state.load().nodes))
     for root in (T.RUN_ROOT,):
         if root.is_dir():
-            idx.update(int(p.name[4:]) for p in root.iterdir() if p.name.startswith("node") and p.name[4:].isdigit())
+            idx.update(
+                int(p.name[4:])
+                for p in root.iterdir()
+                if p.name.startswith("node") and p.name[4:].isdigit()
+            )
     for name in netns.stale_host_links():
         if name[:3] in ("sbm", "sbf"):
             idx.add(int(name[3:]))
@@ -174,15 +214,19 @@ def _bring_up_node(node: T.Node, isolated: bool) -> bool:
     tools.ensure(node)
     sshd.start(node)
     if dockerd.start(node):
-        dockerd.remove_all_containers(node)   # freshly started: containers are stale
+        dockerd.remove_all_containers(node)  # freshly started: containers are stale
     return relinked
 
 
 ENGINES = ("emulated", "real")
 
 
-def lab_up(nodes: int = 2, isolated_workers: bool = False,
-           variant_node: int | None = None, engine: str = "emulated") -> LabInfo:
+def lab_up(
+    nodes: int = 2,
+    isolated_workers: bool = False,
+    variant_node: int | None = None,
+    engine: str = "emulated",
+) -> LabInfo:
     """Bring the lab to exactly `nodes` nodes (idempotent; < ~3 s when already up).
     `variant_node`: give that node a different image ID under the same tag.
     `engine`: "real" also puts the real engine's image on every node (the venv and model
@@ -211,9 +255,11 @@ def lab_up(nodes: int = 2, isolated_workers: bool = False,
             venv, _ = real_engine.ensure()
             real_image = image.ensure_real(wanted, venv)
         cores = os.cpu_count() or 1
-        for n in wanted:   # vLLM binds its threads to the cores it is given: one per node
+        for n in wanted:  # vLLM binds its threads to the cores it is given: one per node
             dockerd.pin_cpus(n, str(n.index % cores) if engine == "real" else None)
-        state.save(state.LabState(nodes, isolated_workers, variant_node, canonical, engine, real_image))
+        state.save(
+            state.LabState(nodes, isolated_workers, variant_node, canonical, engine, real_image)
+        )
         return lab_info()
 
 
@@ -266,15 +312,20 @@ def start_dockerd(node: int, *, keep_containers: bool = False) -> None:
 def status() -> dict:
     """Per node: namespace, addresses, sshd, dockerd + version, image ID; 'ok' overall."""
     st = state.load()
-    report: dict = {"nodes": [], "isolated_workers": st.isolated_workers,
-                    "canonical_image": st.canonical_image, "variant_node": st.variant_node}
+    report: dict = {
+        "nodes": [],
+        "isolated_workers": st.isolated_workers,
+        "canonical_image": st.canonical_image,
+        "variant_node": st.variant_node,
+    }
     ok = st.nodes > 0
     for n in T.nodes(st.nodes) if st.nodes else []:
         with_mgmt = T.has_mgmt(n, st.isolated_workers)
         engine = dockerd.alive(n)
         iid = image.image_id(n) if engine else None
         entry = {
-            "name": n.name, "netns": n.netns,
+            "name": n.name,
+            "netns": n.netns,
             "netns_present": n.netns in netns.list_netns(),
             "addresses": netns.addrs(n.netns) if n.netns in netns.list_netns() else {},
             "network_ok": netns.node_ok(n, with_mgmt),

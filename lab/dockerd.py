@@ -1,6 +1,7 @@
 """One Docker engine per node, started inside the node's network namespace with
 `nsenter --net=...` (not `ip netns exec`: that remounts /sys and dockerd then fails
 with "Devices cgroup isn't mounted")."""
+
 from __future__ import annotations
 
 import http.client
@@ -64,27 +65,45 @@ def alive(node: T.Node) -> bool:
     return pid(node) is not None and ping(node)
 
 
-def cli(node: T.Node, *args: str, check: bool = True, input: bytes | None = None,
-        timeout: float | None = 600) -> subprocess.CompletedProcess:
+def cli(
+    node: T.Node,
+    *args: str,
+    check: bool = True,
+    input: bytes | None = None,
+    timeout: float | None = 600,
+) -> subprocess.CompletedProcess:
     """Run the docker CLI against the node's engine."""
-    env = dict(os.environ, DOCKER_HOST=node.docker_host, DOCKER_BUILDKIT="0",
-               DOCKER_CLI_HINTS="false")
+    env = dict(
+        os.environ, DOCKER_HOST=node.docker_host, DOCKER_BUILDKIT="0", DOCKER_CLI_HINTS="false"
+    )
     return run([tool("docker"), *args], check=check, input=input, env=env, timeout=timeout)
 
 
 def _argv(node: T.Node) -> list[str]:
     return [
-        tool("nsenter"), f"--net={node.netns_path}",
+        tool("nsenter"),
+        f"--net={node.netns_path}",
         tool("dockerd"),
-        "--config-file", str(node.dockerd_config),
-        "--data-root", str(node.data_root),
-        "--exec-root", str(node.exec_root),
-        "-H", node.docker_host,
-        "--pidfile", str(node.docker_pidfile),
-        "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false",
-        "--cgroup-parent", node.cgroup_parent,
-        "--shutdown-timeout", "3",
-        "--storage-driver", "overlay2",
+        "--config-file",
+        str(node.dockerd_config),
+        "--data-root",
+        str(node.data_root),
+        "--exec-root",
+        str(node.exec_root),
+        "-H",
+        node.docker_host,
+        "--pidfile",
+        str(node.docker_pidfile),
+        "--bridge=none",
+        "--iptables=false",
+        "--ip6tables=false",
+        "--ip-masq=false",
+        "--cgroup-parent",
+        node.cgroup_parent,
+        "--shutdown-timeout",
+        "3",
+        "--storage-driver",
+        "overlay2",
     ]
 
 
@@ -132,7 +151,9 @@ def remove_cgroups(node: T.Node) -> None:
     for ctrl in root.iterdir():
         d = ctrl / node.cgroup_parent
         if d.is_dir():
-            for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(str(p)), reverse=True):
+            for sub in sorted(
+                (p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(str(p)), reverse=True
+            ):
                 try:
                     sub.rmdir()
                 except OSError:
@@ -150,8 +171,10 @@ def pin_cpus(node: T.Node, cpus: str | None) -> None:
     """Give the node's containers these CPUs (cgroup v1 cpuset of the engine's cgroup parent;
     Docker copies it into each new container). None: every CPU of the machine."""
     if not CPUSET_ROOT.is_dir():
-        raise LabError("no cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset: cannot give "
-                       "each node its own core")
+        raise LabError(
+            "no cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset: cannot give "
+            "each node its own core"
+        )
     parent = CPUSET_ROOT / node.cgroup_parent
     parent.mkdir(exist_ok=True)
     want = cpus or (CPUSET_ROOT / "cpuset.cpus").read_text().strip()
@@ -162,8 +185,10 @@ def pin_cpus(node: T.Node, cpus: str | None) -> None:
     try:
         (parent / "cpuset.cpus").write_text(want)
     except OSError as e:
-        raise LabError(f"cannot set {node.name}'s CPUs to {want} ({e}): a container of the node "
-                       "still runs on others; remove the node's containers and run `lab up` again")
+        raise LabError(
+            f"cannot set {node.name}'s CPUs to {want} ({e}): a container of the node "
+            "still runs on others; remove the node's containers and run `lab up` again"
+        )
 
 
 def start(node: T.Node, timeout: float = 60.0, *, keep_containers: bool = False) -> bool:
@@ -173,7 +198,7 @@ def start(node: T.Node, timeout: float = 60.0, *, keep_containers: bool = False)
     if alive(node):
         return False
     p = pid(node)
-    if p:                                    # running but not answering: restart it
+    if p:  # running but not answering: restart it
         terminate(p, 10)
     if keep_containers:
         node.docker_pidfile.unlink(missing_ok=True)
@@ -184,13 +209,20 @@ def start(node: T.Node, timeout: float = 60.0, *, keep_containers: bool = False)
     node.run_dir.mkdir(parents=True, exist_ok=True)
     node.data_root.mkdir(parents=True, exist_ok=True)
     # Without live-restore at start-up, dockerd kills the containers it finds still running.
-    node.dockerd_config.write_text(json.dumps({"live-restore": True}) + "\n" if keep_containers else "{}\n")
+    node.dockerd_config.write_text(
+        json.dumps({"live-restore": True}) + "\n" if keep_containers else "{}\n"
+    )
     log = open(node.dockerd_log, "ab")
     log.write(f"\n--- spark-lab: starting dockerd {time.ctime()}\n".encode())
     log.flush()
     # setsid -f: detach into its own session, re-parented to init (no zombie here)
-    subprocess.run([tool("setsid"), "-f", *_argv(node)], stdin=subprocess.DEVNULL,
-                   stdout=log, stderr=log, check=True)
+    subprocess.run(
+        [tool("setsid"), "-f", *_argv(node)],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        check=True,
+    )
     log.close()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -200,8 +232,10 @@ def start(node: T.Node, timeout: float = 60.0, *, keep_containers: bool = False)
             return True
         time.sleep(0.05)
     tail = node.dockerd_log.read_text(errors="replace")[-2000:]
-    raise LabError(f"dockerd for {node.name} did not answer on {node.docker_sock} within "
-                   f"{timeout:.0f}s; log {node.dockerd_log}:\n{tail}")
+    raise LabError(
+        f"dockerd for {node.name} did not answer on {node.docker_sock} within "
+        f"{timeout:.0f}s; log {node.dockerd_log}:\n{tail}"
+    )
 
 
 def remove_all_containers(node: T.Node) -> None:
@@ -224,7 +258,9 @@ def set_live_restore(node: T.Node, on: bool, timeout: float = 10.0) -> None:
         if status == 200 and json.loads(body).get("LiveRestoreEnabled") is on:
             return
         time.sleep(0.05)
-    raise LabError(f"dockerd for {node.name} did not reload live-restore={on} within {timeout:.0f}s")
+    raise LabError(
+        f"dockerd for {node.name} did not reload live-restore={on} within {timeout:.0f}s"
+    )
 
 
 def stop(node: T.Node, remove_containers: bool = True, *, keep_containers: bool = False) -> None:

@@ -1,4 +1,5 @@
 """The lab's one exception type; `exit_code` 2 means "fix the machine first"."""
+
 from __future__ import annotations
 
 

@@ -1,10 +1,11 @@
 """Images: the debootstrapped base (cached as a tarball), the emulator image built on
 node 0 and copied to the other engines with save|load, and the image-mismatch variant."""
+
 from __future__ import annotations
 
 import hashlib
-import os
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -26,8 +27,11 @@ def _source_files() -> list[Path]:
     files = []
     for root in (EMULATOR_DIR, IMAGE_DIR):
         if root.is_dir():
-            files += [p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                      and p.suffix not in (".pyc", ".pyo")]
+            files += [
+                p
+                for p in root.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+            ]
     return sorted(files)
 
 
@@ -73,14 +77,30 @@ def ensure_base_tarball() -> Path:
     work = Path(tempfile.mkdtemp(prefix="rootfs-", dir=T.CACHE_ROOT))
     try:
         p = subprocess.run(
-            [tool("debootstrap"), "--variant=minbase", "--include=" + ",".join(T.BASE_PACKAGES),
-             T.DEBIAN_SUITE, str(work), T.DEBIAN_MIRROR],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+            [
+                tool("debootstrap"),
+                "--variant=minbase",
+                "--include=" + ",".join(T.BASE_PACKAGES),
+                T.DEBIAN_SUITE,
+                str(work),
+                T.DEBIAN_MIRROR,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=900,
+        )
         if p.returncode != 0:
-            raise LabError(f"debootstrap failed (is {T.DEBIAN_MIRROR} reachable?):\n"
-                           + p.stdout.decode(errors="replace")[-3000:])
+            raise LabError(
+                f"debootstrap failed (is {T.DEBIAN_MIRROR} reachable?):\n"
+                + p.stdout.decode(errors="replace")[-3000:]
+            )
         # trim what a container never needs
-        for sub in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
+        for sub in (
+            "var/cache/apt/archives",
+            "var/lib/apt/lists",
+            "usr/share/doc",
+            "usr/share/man",
+        ):
             d = work / sub
             if d.is_dir():
                 for child in d.iterdir():
@@ -105,10 +125,22 @@ def ensure_base(node: T.Node) -> None:
         return
     tar = ensure_base_tarball()
     with open(tar, "rb") as f:
-        env_docker = [tool("docker"), "import", "--change", f"LABEL {T.BASE_PACKAGES_LABEL}={digest}",
-                      "-", T.BASE_IMAGE]
-        p = subprocess.run(env_docker, stdin=f, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           env=dict(os.environ, DOCKER_HOST=node.docker_host), timeout=600)
+        env_docker = [
+            tool("docker"),
+            "import",
+            "--change",
+            f"LABEL {T.BASE_PACKAGES_LABEL}={digest}",
+            "-",
+            T.BASE_IMAGE,
+        ]
+        p = subprocess.run(
+            env_docker,
+            stdin=f,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ, DOCKER_HOST=node.docker_host),
+            timeout=600,
+        )
     if p.returncode != 0:
         raise LabError(f"docker import of {tar} into {node.name} failed:\n{p.stderr.decode()}")
 
@@ -124,9 +156,20 @@ def build(node: T.Node, digest: str) -> str:
         else:
             (ctxp / "emulator").mkdir()
         shutil.copytree(IMAGE_DIR, ctxp / "image", ignore=ign)
-        dockerd.cli(node, "build", "-q", "--build-arg", f"BASE={T.BASE_IMAGE}",
-                    "--label", f"{T.IMAGE_HASH_LABEL}={digest}",
-                    "-t", T.IMAGE_TAG, "-f", str(ctxp / "image" / "Dockerfile"), str(ctxp))
+        dockerd.cli(
+            node,
+            "build",
+            "-q",
+            "--build-arg",
+            f"BASE={T.BASE_IMAGE}",
+            "--label",
+            f"{T.IMAGE_HASH_LABEL}={digest}",
+            "-t",
+            T.IMAGE_TAG,
+            "-f",
+            str(ctxp / "image" / "Dockerfile"),
+            str(ctxp),
+        )
     iid = image_id(node)
     if not iid:
         raise LabError(f"image build on {node.name} produced no {T.IMAGE_TAG}")
@@ -136,16 +179,27 @@ def build(node: T.Node, digest: str) -> str:
 def copy_image(src: T.Node, dst: T.Node, tag: str = T.IMAGE_TAG) -> None:
     """docker save | docker load between two engines."""
     docker = tool("docker")
-    save = subprocess.Popen([docker, "save", tag], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=dict(os.environ, DOCKER_HOST=src.docker_host))
-    load = subprocess.run([docker, "load", "-q"], stdin=save.stdout, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, env=dict(os.environ, DOCKER_HOST=dst.docker_host),
-                          timeout=600)
+    save = subprocess.Popen(
+        [docker, "save", tag],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, DOCKER_HOST=src.docker_host),
+    )
+    load = subprocess.run(
+        [docker, "load", "-q"],
+        stdin=save.stdout,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, DOCKER_HOST=dst.docker_host),
+        timeout=600,
+    )
     save.stdout.close()
     save.wait(timeout=60)
     if save.returncode != 0 or load.returncode != 0:
-        raise LabError(f"copying {tag} {src.name} -> {dst.name} failed: "
-                       f"{save.stderr.read().decode()} {load.stderr.decode()}")
+        raise LabError(
+            f"copying {tag} {src.name} -> {dst.name} failed: "
+            f"{save.stderr.read().decode()} {load.stderr.decode()}"
+        )
 
 
 def _drop_dangling(node: T.Node) -> None:
@@ -168,8 +222,12 @@ def ensure(nodes: list[T.Node], variant_node: int | None = None) -> str:
         iid = image_id(n)
         if iid == canonical:
             continue
-        if iid and _labels(inspect(n, T.IMAGE_TAG)).get(T.IMAGE_VARIANT_LABEL) and inspect(n, canonical):
-            dockerd.cli(n, "tag", canonical, T.IMAGE_TAG)   # a variant: put the original back
+        if (
+            iid
+            and _labels(inspect(n, T.IMAGE_TAG)).get(T.IMAGE_VARIANT_LABEL)
+            and inspect(n, canonical)
+        ):
+            dockerd.cli(n, "tag", canonical, T.IMAGE_TAG)  # a variant: put the original back
         else:
             copy_image(head, n)
         _drop_dangling(n)
@@ -214,9 +272,20 @@ def ensure_real(nodes: list[T.Node], venv: Path) -> str:
     digest = h.hexdigest()[:16]
     if _labels(inspect(head, real_engine.IMAGE_TAG)).get(T.IMAGE_HASH_LABEL) != digest:
         ensure_base(head)
-        dockerd.cli(head, "build", "-q", "--build-arg", f"BASE={T.BASE_IMAGE}",
-                    "--build-arg", f"VENV={venv}", "--label", f"{T.IMAGE_HASH_LABEL}={digest}",
-                    "-t", real_engine.IMAGE_TAG, str(real_engine.IMAGE_DIR))
+        dockerd.cli(
+            head,
+            "build",
+            "-q",
+            "--build-arg",
+            f"BASE={T.BASE_IMAGE}",
+            "--build-arg",
+            f"VENV={venv}",
+            "--label",
+            f"{T.IMAGE_HASH_LABEL}={digest}",
+            "-t",
+            real_engine.IMAGE_TAG,
+            str(real_engine.IMAGE_DIR),
+        )
         _drop_dangling(head)
     canonical = image_id(head, real_engine.IMAGE_TAG)
     if not canonical:

@@ -3,6 +3,7 @@
 Management: bridge sblab-mgmt (198.18.0.1/24 on the host) <-> enP7s7 in each node.
 Fabric:     bridge sblab-fab (no host address)           <-> enp1s0f1np1 in each node.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ def lab_node_indexes() -> list[int]:
     """Indexes of sblab<i> namespaces present on the host (also stale ones)."""
     idx = []
     for n in list_netns():
-        rest = n[len(T.NETNS_PREFIX):]
+        rest = n[len(T.NETNS_PREFIX) :]
         if rest.isdigit():
             idx.append(int(rest))
     return sorted(idx)
@@ -46,7 +47,9 @@ def addrs(netns: str) -> dict[str, list[str]]:
         return {}
     result: dict[str, list[str]] = {}
     for link in json.loads(p.stdout or b"[]"):
-        result[link["ifname"]] = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])]
+        result[link["ifname"]] = [
+            f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
+        ]
     return result
 
 
@@ -63,7 +66,10 @@ def ensure_bridge(name: str, addr: str | None) -> None:
     if not _link_exists(name):
         _ip("link", "add", name, "type", "bridge")
     # make the bridge forward immediately (no STP learning delay)
-    run(["ip", "link", "set", name, "type", "bridge", "forward_delay", "0", "stp_state", "0"], check=False)
+    run(
+        ["ip", "link", "set", name, "type", "bridge", "forward_delay", "0", "stp_state", "0"],
+        check=False,
+    )
     if addr:
         have = out(["ip", "-4", "-o", "addr", "show", "dev", name])
         if addr not in have:
@@ -89,8 +95,12 @@ def delete_bridges() -> None:
 def _fw_rules() -> list[list[str]]:
     rules = []
     for br in (T.MGMT_BRIDGE, T.FABRIC_BRIDGE):
-        rules.append(["FORWARD", "-i", br, "-j", "ACCEPT", "-m", "comment", "--comment", "spark-lab"])
-        rules.append(["FORWARD", "-o", br, "-j", "ACCEPT", "-m", "comment", "--comment", "spark-lab"])
+        rules.append(
+            ["FORWARD", "-i", br, "-j", "ACCEPT", "-m", "comment", "--comment", "spark-lab"]
+        )
+        rules.append(
+            ["FORWARD", "-o", br, "-j", "ACCEPT", "-m", "comment", "--comment", "spark-lab"]
+        )
     return rules
 
 
@@ -121,10 +131,10 @@ def _ensure_iface(node: T.Node, host_end: str, inner: str, bridge: str, addr: st
     created = False
     if not _link_exists(inner, ns):
         created = True
-        if _link_exists(host_end):          # stale host end whose peer is gone/elsewhere
+        if _link_exists(host_end):  # stale host end whose peer is gone/elsewhere
             _ip("link", "del", host_end, check=False)
         _ip("link", "add", host_end, "type", "veth", "peer", "name", inner, "netns", ns)
-    if not _link_exists(host_end):        # inner exists but is not a veth to us: recreate
+    if not _link_exists(host_end):  # inner exists but is not a veth to us: recreate
         created = True
         _ip("-n", ns, "link", "del", inner, check=False)
         _ip("link", "add", host_end, "type", "veth", "peer", "name", inner, "netns", ns)
@@ -158,7 +168,9 @@ def ensure_node(node: T.Node, with_mgmt: bool) -> bool:
         if _link_exists(node.mgmt_veth) or _link_exists(T.MGMT_IFNAME, node.netns):
             created = True
         _remove_iface(node, node.mgmt_veth, T.MGMT_IFNAME)
-    created |= _ensure_iface(node, node.fabric_veth, T.FABRIC_IFNAME, T.FABRIC_BRIDGE, node.fabric_ip)
+    created |= _ensure_iface(
+        node, node.fabric_veth, T.FABRIC_IFNAME, T.FABRIC_BRIDGE, node.fabric_ip
+    )
     return created
 
 
@@ -202,5 +214,8 @@ def stale_host_links() -> list[str]:
     """Host links that look like ours (sbm<i>/sbf<i>, bridges)."""
     p = run(["ip", "-j", "link", "show"], check=False)
     names = [l["ifname"] for l in json.loads(p.stdout or b"[]")]
-    return [n for n in names if n in (T.MGMT_BRIDGE, T.FABRIC_BRIDGE)
-            or (n[:3] in ("sbm", "sbf") and n[3:].isdigit())]
+    return [
+        n
+        for n in names
+        if n in (T.MGMT_BRIDGE, T.FABRIC_BRIDGE) or (n[:3] in ("sbm", "sbf") and n[3:].isdigit())
+    ]

@@ -1,4 +1,5 @@
 """Is this machine able to run the lab? Root and the system tools, else exit code 2."""
+
 from __future__ import annotations
 
 import os
@@ -29,15 +30,19 @@ def which(tool: str) -> str | None:
 
 def check() -> None:
     if os.geteuid() != 0:
-        raise LabError("the lab needs root (network namespaces, bridges, Docker engines): "
-                       "run it as root, e.g. `sudo .venv/bin/python -m lab up`", exit_code=2)
+        raise LabError(
+            "the lab needs root (network namespaces, bridges, Docker engines): "
+            "run it as root, e.g. `sudo .venv/bin/python -m lab up`",
+            exit_code=2,
+        )
     missing = {t: pkg for t, pkg in REQUIRED.items() if which(t) is None}
     if missing:
         pkgs = " ".join(sorted(set(missing.values())))
         raise LabError(
             f"missing system tools: {', '.join(sorted(missing))}. Install them with "
             f"`sudo scripts/bootstrap.sh` or `apt-get update && apt-get install -y {pkgs}`",
-            exit_code=2)
+            exit_code=2,
+        )
 
 
 def tool(name: str) -> str:

@@ -1,4 +1,5 @@
 """Small helpers around processes: run a command, check a pid, stop a daemon."""
+
 from __future__ import annotations
 
 import os
@@ -10,13 +11,22 @@ from pathlib import Path
 from .errors import LabError
 
 
-def run(cmd: list[str], *, check: bool = True, input: bytes | None = None,
-        env: dict | None = None, timeout: float | None = 120) -> subprocess.CompletedProcess:
-    p = subprocess.run(cmd, input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       env=env, timeout=timeout)
+def run(
+    cmd: list[str],
+    *,
+    check: bool = True,
+    input: bytes | None = None,
+    env: dict | None = None,
+    timeout: float | None = 120,
+) -> subprocess.CompletedProcess:
+    p = subprocess.run(
+        cmd, input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, timeout=timeout
+    )
     if check and p.returncode != 0:
-        raise LabError(f"command failed ({p.returncode}): {' '.join(cmd)}\n"
-                       f"{p.stderr.decode(errors='replace').strip()}")
+        raise LabError(
+            f"command failed ({p.returncode}): {' '.join(cmd)}\n"
+            f"{p.stderr.decode(errors='replace').strip()}"
+        )
     return p
 
 
@@ -45,7 +55,9 @@ def read_pidfile(path: Path) -> int | None:
 
 def pid_cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 

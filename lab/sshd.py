@@ -1,5 +1,6 @@
 """One OpenSSH sshd per node namespace: key-only root login, its own host key,
 SetEnv with the node's DOCKER_HOST and PATH; the client key and known_hosts."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,20 @@ def ensure_client_key() -> None:
     if not T.CLIENT_KEY.exists() or not T.CLIENT_KEY.with_suffix(".pub").exists():
         for p in (T.CLIENT_KEY, T.CLIENT_KEY.with_suffix(".pub")):
             p.unlink(missing_ok=True)
-        run([tool("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", "spark-lab",
-             "-f", str(T.CLIENT_KEY)])
+        run(
+            [
+                tool("ssh-keygen"),
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "spark-lab",
+                "-f",
+                str(T.CLIENT_KEY),
+            ]
+        )
     pub = T.CLIENT_KEY.with_suffix(".pub").read_text()
     if not T.AUTHORIZED_KEYS.exists() or T.AUTHORIZED_KEYS.read_text() != pub:
         T.AUTHORIZED_KEYS.write_text(pub)
@@ -31,8 +44,20 @@ def ensure_host_key(node: T.Node) -> None:
     if not node.host_key.exists() or not node.host_key.with_suffix(".pub").exists():
         node.host_key.unlink(missing_ok=True)
         node.host_key.with_suffix(".pub").unlink(missing_ok=True)
-        run([tool("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", node.name,
-             "-f", str(node.host_key)])
+        run(
+            [
+                tool("ssh-keygen"),
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                node.name,
+                "-f",
+                str(node.host_key),
+            ]
+        )
 
 
 def host_pubkey(node: T.Node) -> str:
@@ -65,7 +90,8 @@ def write_client_config(nodes: list[T.Node], isolated_workers: bool) -> None:
             + f"    User {T.SSH_USER}\n    Port {T.SSH_PORT}\n"
             f"    IdentityFile {T.CLIENT_KEY}\n    IdentitiesOnly yes\n"
             f"    UserKnownHostsFile {T.KNOWN_HOSTS}\n    StrictHostKeyChecking yes\n"
-            f"    BatchMode yes\n")
+            f"    BatchMode yes\n"
+        )
     text = "".join(parts)
     if not T.SSH_CONFIG.exists() or T.SSH_CONFIG.read_text() != text:
         T.SSH_CONFIG.write_text(text)
@@ -108,8 +134,10 @@ def write_profile(node: T.Node) -> None:
         base = Path("/etc/profile").read_text()
     except FileNotFoundError:
         base = ""
-    text = (base + f"\n# spark-lab {node.name}\nPATH={node.bin_dir}:$PATH\nexport PATH\n"
-            f"export DOCKER_HOST={node.docker_host}\n")
+    text = (
+        base + f"\n# spark-lab {node.name}\nPATH={node.bin_dir}:$PATH\nexport PATH\n"
+        f"export DOCKER_HOST={node.docker_host}\n"
+    )
     target = node.netns_etc / "profile"
     if not target.exists() or target.read_text() != text:
         target.write_text(text)
@@ -141,10 +169,21 @@ def start(node: T.Node) -> None:
     node.sshd_pidfile.unlink(missing_ok=True)
     sshd = tool("sshd")
     run([sshd, "-t", "-f", str(node.sshd_config)])
-    run(["ip", "netns", "exec", node.netns, sshd, "-f", str(node.sshd_config),
-         "-E", str(node.sshd_log)])
+    run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            node.netns,
+            sshd,
+            "-f",
+            str(node.sshd_config),
+            "-E",
+            str(node.sshd_log),
+        ]
+    )
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:       # pidfile is written after it listens
+    while time.monotonic() < deadline:  # pidfile is written after it listens
         if alive(node):
             return
         time.sleep(0.02)

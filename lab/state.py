@@ -1,4 +1,5 @@
 """What the last `up` made (node count, isolation, variant, canonical image ID)."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ class LabState:
     isolated_workers: bool = False
     variant_node: int | None = None
     canonical_image: str | None = None
-    engine: str = "emulated"         # or "real": the real-engine image is on every node too
+    engine: str = "emulated"  # or "real": the real-engine image is on every node too
     real_image: str | None = None
 
 

@@ -1,16 +1,16 @@
 """Each node's tool dir (/var/lib/spark-lab/node<i>/bin): nvidia-smi and ibdev2netdev
 run the emulator from this repo; `docker` points at the node's own engine."""
+
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from . import topology as T
-import shutil
-
 from .preflight import SBIN_PATH
 
-REPO_LAB_DIR = Path(__file__).resolve().parent       # contains the `emulator` package
+REPO_LAB_DIR = Path(__file__).resolve().parent  # contains the `emulator` package
 
 
 def _emulator_wrapper(node: T.Node, name: str) -> str:

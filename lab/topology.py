@@ -3,6 +3,7 @@
 Nothing here touches the system. Other parts of spark-bot (configs/lab.yaml,
 tests) code against these values, so change them only together with the contract.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,11 +13,11 @@ from pathlib import Path
 MGMT_BRIDGE = "sblab-mgmt"
 MGMT_HOST_IP = "198.18.0.1"
 MGMT_PREFIX = "198.18.0."
-FABRIC_BRIDGE = "sblab-fab"          # no address on the host
+FABRIC_BRIDGE = "sblab-fab"  # no address on the host
 FABRIC_PREFIX = "198.18.1."
 PREFIXLEN = 24
-MGMT_IFNAME = "enP7s7"               # inside the node's namespace
-FABRIC_IFNAME = "enp1s0f1np1"        # the real Spark RoCE netdev name
+MGMT_IFNAME = "enP7s7"  # inside the node's namespace
+FABRIC_IFNAME = "enp1s0f1np1"  # the real Spark RoCE netdev name
 NETNS_PREFIX = "sblab"
 MAX_NODES = 16
 
@@ -28,9 +29,9 @@ SSH_DIR = STATE_ROOT / "ssh"
 CLIENT_KEY = SSH_DIR / "id_ed25519"
 AUTHORIZED_KEYS = SSH_DIR / "authorized_keys"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
-SSH_CONFIG = SSH_DIR / "config"               # `ssh -F` this: Host spark-lab-<i>
+SSH_CONFIG = SSH_DIR / "config"  # `ssh -F` this: Host spark-lab-<i>
 STATE_FILE = STATE_ROOT / "state.json"
-BASE_TARBALL = CACHE_ROOT / "base-bookworm.tar"     # see image.base_tarball(): named by its packages
+BASE_TARBALL = CACHE_ROOT / "base-bookworm.tar"  # see image.base_tarball(): named by its packages
 
 # --- images -----------------------------------------------------------------
 BASE_IMAGE = "spark-lab/base:bookworm"
@@ -46,7 +47,7 @@ BASE_PACKAGES_LABEL = "spark-lab.base-packages"
 SSH_PORT = 22
 SSH_USER = "root"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-EMULATED_TOOLS = ("nvidia-smi", "ibdev2netdev")      # wrappers in each node's bin dir
+EMULATED_TOOLS = ("nvidia-smi", "ibdev2netdev")  # wrappers in each node's bin dir
 IMAGE_TOOLS = ("vllm", "ray", "nvidia-smi", "ibdev2netdev")  # wrappers in the image
 
 

@@ -11,8 +11,19 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PIP_AUDIT = [str(ROOT / ".venv/bin/pip-audit"), "-r", str(ROOT / "requirements.lock"), "--require-hashes",
-             "--disable-pip", "--vulnerability-service", "pypi", "--format", "json", "--progress-spinner", "off"]
+PIP_AUDIT = [
+    str(ROOT / ".venv/bin/pip-audit"),
+    "-r",
+    str(ROOT / "requirements.lock"),
+    "--require-hashes",
+    "--disable-pip",
+    "--vulnerability-service",
+    "pypi",
+    "--format",
+    "json",
+    "--progress-spinner",
+    "off",
+]
 
 
 def main() -> int:
@@ -20,8 +31,10 @@ def main() -> int:
     try:
         report = json.loads(run.stdout)
     except ValueError:
-        print(f"audit: pip-audit did not report (exit {run.returncode}): {run.stderr.strip()[-500:]}",
-              file=sys.stderr)
+        print(
+            f"audit: pip-audit did not report (exit {run.returncode}): {run.stderr.strip()[-500:]}",
+            file=sys.stderr,
+        )
         return 2
     status, lines = judge(report)
     for line in lines:
@@ -39,15 +52,21 @@ def judge(report: dict) -> tuple[int, list[str]]:
     for dependency in vulnerable:
         for vuln in dependency["vulns"]:
             fixed = ", ".join(vuln.get("fix_versions") or []) or "no fixed release yet"
-            lines.append(f"{dependency['name']} {dependency['version']}: {vuln['id']} (fixed in {fixed})")
+            lines.append(
+                f"{dependency['name']} {dependency['version']}: {vuln['id']} (fixed in {fixed})"
+            )
     audited = len(dependencies) - len(skipped)
     if skipped and not audited:
-        lines.append(f"NOTHING AUDITED: the advisory service answered for none of the {len(dependencies)} "
-                     "locked packages (PyPI's JSON API is out of reach from this machine)")
+        lines.append(
+            f"NOTHING AUDITED: the advisory service answered for none of the {len(dependencies)} "
+            "locked packages (PyPI's JSON API is out of reach from this machine)"
+        )
     elif skipped:
         lines.append(f"not audited ({len(skipped)}): {', '.join(d['name'] for d in skipped)}")
-    lines.append(f"{audited} of {len(dependencies)} locked packages audited, "
-                 f"{len(vulnerable)} with known vulnerabilities")
+    lines.append(
+        f"{audited} of {len(dependencies)} locked packages audited, "
+        f"{len(vulnerable)} with known vulnerabilities"
+    )
     return (1 if vulnerable else 0), lines
 
 

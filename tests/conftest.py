@@ -57,7 +57,11 @@ def no_planted_secret_reaches_slack(request, monkeypatch):
     yield
     if request.node.get_closest_marker("leaks_on_purpose"):
         return
-    leaks = [f"{name} in {where}" for stand_in in started for where, text in stand_in.sent_by_apps()
-             for name in planted_in(text)]
+    leaks = [
+        f"{name} in {where}"
+        for stand_in in started
+        for where, text in stand_in.sent_by_apps()
+        for name in planted_in(text)
+    ]
     if leaks:
         pytest.fail("a planted secret reached Slack: " + "; ".join(leaks[:10]), pytrace=False)

@@ -15,7 +15,9 @@ Behaviour = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def failing(request: web.Request) -> web.Response:
-    return web.json_response({"message": "write /var/lib/docker: no space left on device"}, status=500)
+    return web.json_response(
+        {"message": "write /var/lib/docker: no space left on device"}, status=500
+    )
 
 
 def hanging(reached: asyncio.Event) -> Behaviour:
@@ -30,7 +32,9 @@ def hanging(reached: asyncio.Event) -> Behaviour:
 
 
 @asynccontextmanager
-async def docker_standin(socket: Path, behaviour: Behaviour, *, hang_version: bool = False) -> AsyncIterator[Path]:
+async def docker_standin(
+    socket: Path, behaviour: Behaviour, *, hang_version: bool = False
+) -> AsyncIterator[Path]:
     """`behaviour` answers every call but /version (and /version too with `hang_version`)."""
 
     async def handle(request: web.Request) -> web.StreamResponse:

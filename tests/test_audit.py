@@ -13,9 +13,18 @@ spec.loader.exec_module(audit)
 
 
 def test_a_known_vulnerability_fails_and_names_the_fix():
-    status, lines = audit.judge({"dependencies": [
-        {"name": "aiohttp", "version": "3.9.0", "vulns": [{"id": "GHSA-xxxx", "fix_versions": ["3.9.2"]}]},
-        {"name": "pyyaml", "version": "6.0.2", "vulns": []}]})
+    status, lines = audit.judge(
+        {
+            "dependencies": [
+                {
+                    "name": "aiohttp",
+                    "version": "3.9.0",
+                    "vulns": [{"id": "GHSA-xxxx", "fix_versions": ["3.9.2"]}],
+                },
+                {"name": "pyyaml", "version": "6.0.2", "vulns": []},
+            ]
+        }
+    )
     assert status == 1 and "aiohttp 3.9.0: GHSA-xxxx (fixed in 3.9.2)" in lines
     assert lines[-1] == "2 of 2 locked packages audited, 1 with known vulnerabilities"
 
@@ -24,5 +33,7 @@ def test_packages_not_audited_are_named_and_nothing_audited_is_said_loudly():
     skipped = {"name": "aiodocker", "skip_reason": "Dependency not found on PyPI"}
     status, lines = audit.judge({"dependencies": [skipped]})
     assert status == 0 and lines[0].startswith("NOTHING AUDITED") and lines[-1].startswith("0 of 1")
-    status, lines = audit.judge({"dependencies": [skipped, {"name": "x", "version": "1", "vulns": []}]})
+    status, lines = audit.judge(
+        {"dependencies": [skipped, {"name": "x", "version": "1", "vulns": []}]}
+    )
     assert "not audited (1): aiodocker" in lines

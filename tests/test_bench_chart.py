@@ -12,9 +12,15 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 async def test_a_sweep_becomes_a_png_chart():
     with EmulatorServer("fast-test") as server:
-        events = [e async for e in run_bench(
-            server.base_url, server.served_name, BenchOptions(max_tokens=16, runs=1, concurrency=(1, 2, 4)),
-            make_fingerprint(server.served_name, {"profile": "fast-test"}))]
+        events = [
+            e
+            async for e in run_bench(
+                server.base_url,
+                server.served_name,
+                BenchOptions(max_tokens=16, runs=1, concurrency=(1, 2, 4)),
+                make_fingerprint(server.served_name, {"profile": "fast-test"}),
+            )
+        ]
     report = events[-1].report
     png = sweep_chart_png(report)
     assert png.startswith(PNG_SIGNATURE) and len(png) > 10_000

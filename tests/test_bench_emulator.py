@@ -26,9 +26,16 @@ def server():
 
 
 async def bench(server, options, history=None):
-    events = [e async for e in run_bench(server.base_url, server.served_name, options,
-                                         make_fingerprint(server.served_name, {"profile": "fast-test"}),
-                                         history=history)]
+    events = [
+        e
+        async for e in run_bench(
+            server.base_url,
+            server.served_name,
+            options,
+            make_fingerprint(server.served_name, {"profile": "fast-test"}),
+            history=history,
+        )
+    ]
     return events
 
 
@@ -56,7 +63,11 @@ async def test_single_stream_and_sweep_give_sane_figures_and_an_exact_cross_chec
     assert two.ttft_p50_s <= two.ttft_p90_s <= two.ttft_p99_s
     check = report.metrics_check
     assert check.available and check.matches, check.detail
-    assert check.client_tokens == check.server_tokens == single.warmup.completion_tokens + 2 * 64 + 64 + 128
+    assert (
+        check.client_tokens
+        == check.server_tokens
+        == single.warmup.completion_tokens + 2 * 64 + 64 + 128
+    )
     assert report.client.max_connections >= 2 and report.client.parse_share < 0.2
     assert report.sample is not None and report.sample.reasoning
     # JSON-lines round trip through the event union, and the text rendering.
@@ -73,7 +84,9 @@ async def test_second_run_is_compared_with_the_first(server, tmp_path):
     assert first.comparisons == [] and len(history.reports()) == 2
     names = [c.metric for c in second.comparisons]
     assert names == ["decode tok/s (1 stream)", "TTFT (1 stream)"]
-    assert abs(second.comparisons[0].change_pct) < 30  # same setup, same server: alike, even on a busy machine
+    assert (
+        abs(second.comparisons[0].change_pct) < 30
+    )  # same setup, same server: alike, even on a busy machine
 
 
 async def test_busy_server_is_refused(server):
@@ -91,7 +104,10 @@ async def test_busy_server_is_refused(server):
         await asyncio.wait_for(started.wait(), 10)
         events = await bench(server, BenchOptions(max_tokens=16, runs=1))
         assert len(events) == 1 and isinstance(events[0], Failed)
-        assert "refused to measure" in events[0].summary and "num_requests_running=1" in events[0].summary
+        assert (
+            "refused to measure" in events[0].summary
+            and "num_requests_running=1" in events[0].summary
+        )
         events = await bench(server, BenchOptions(max_tokens=16, runs=1, allow_busy=True))
         assert isinstance(events[-1], BenchResult)
         assert any("busy" in w for w in events[-1].report.warnings)
@@ -105,4 +121,6 @@ async def test_up_sample_uses_the_bench_parser(server):
     async with api_client(server.base_url) as client:
         sample = await sample_completion(client, server.served_name, max_tokens=200)
     assert sample.finish_reason == "stop" and sample.text and sample.reasoning
-    assert sample.decode_tps is not None and close(sample.decode_tps, FAST["per_stream_tok_s"], 0.10)
+    assert sample.decode_tps is not None and close(
+        sample.decode_tps, FAST["per_stream_tok_s"], 0.10
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -22,10 +22,20 @@ from cluster.bench.server_metrics import parse_counters
 from cluster.bench.stream import ChunkParser, _finish, measure_request
 
 
-def chunk(delta: dict | None = None, *, finish: str | None = None, usage: dict | None = None,
-          choices: bool = True) -> str:
-    body: dict = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                  "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}] if choices else []}
+def chunk(
+    delta: dict | None = None,
+    *,
+    finish: str | None = None,
+    usage: dict | None = None,
+    choices: bool = True,
+) -> str:
+    body: dict = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}] if choices else [],
+    }
     if usage is not None:
         body["usage"] = usage
     return "data: " + json.dumps(body) + "\n\n"
@@ -42,7 +52,9 @@ def tokenize_count(text: str) -> int:
 class FakeServer:
     """Answers /v1/chat/completions with the given SSE parts and /tokenize by counting words."""
 
-    def __init__(self, parts: list[str | Exception], status: int = 200, error_body: dict | None = None):
+    def __init__(
+        self, parts: list[str | Exception], status: int = 200, error_body: dict | None = None
+    ):
         self.parts = parts
         self.status = status
         self.error_body = error_body
@@ -58,16 +70,22 @@ class FakeServer:
         if request.url.path == "/tokenize":
             text = json.loads(request.content)["prompt"]
             self.tokenized.append(text)
-            return httpx.Response(200, json={"count": tokenize_count(text), "max_model_len": 100, "tokens": []})
+            return httpx.Response(
+                200, json={"count": tokenize_count(text), "max_model_len": 100, "tokens": []}
+            )
         assert request.url.path == "/v1/chat/completions"
         body = json.loads(request.content)
         assert body["stream"] is True and body["stream_options"]["include_usage"] is True
         if self.status != 200:
             return httpx.Response(self.status, json=self.error_body or {})
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=self._stream())
+        return httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, content=self._stream()
+        )
 
     def client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url="http://test", transport=httpx.MockTransport(self.handler))
+        return httpx.AsyncClient(
+            base_url="http://test", transport=httpx.MockTransport(self.handler)
+        )
 
 
 def feed(p: ChunkParser, event: str, now: float) -> bool:
@@ -81,6 +99,7 @@ async def run(server: FakeServer):
 
 
 # -- timing on a fed parser (times given, so the arithmetic is exact) ------------------------
+
 
 async def test_multi_token_chunks_are_not_tokens_and_tpot_uses_usage():
     p = ChunkParser(sent=100.0)
@@ -122,18 +141,21 @@ async def test_reasoning_under_both_names_counts_for_ttft_and_split_from_continu
 
 # -- whole requests over a mock transport ----------------------------------------------------
 
+
 async def test_keep_alive_lines_and_comments_are_ignored():
-    server = FakeServer([
-        ": keep-alive\n\n",
-        chunk({"role": "assistant", "content": ""}),
-        ": ping\n\n",
-        chunk({"content": " hello"}),
-        ":\n\n",
-        chunk({"content": " world"}, finish="stop"),
-        chunk(choices=False, usage=usage(2)),
-        ": keep-alive\n\n",
-        "data: [DONE]\n\n",
-    ])
+    server = FakeServer(
+        [
+            ": keep-alive\n\n",
+            chunk({"role": "assistant", "content": ""}),
+            ": ping\n\n",
+            chunk({"content": " hello"}),
+            ":\n\n",
+            chunk({"content": " world"}, finish="stop"),
+            chunk(choices=False, usage=usage(2)),
+            ": keep-alive\n\n",
+            "data: [DONE]\n\n",
+        ]
+    )
     m = (await run(server)).metrics
     assert m.ok and m.error is None
     assert (m.completion_tokens, m.token_chunks, m.prompt_tokens) == (2, 2, 7)
@@ -141,11 +163,13 @@ async def test_keep_alive_lines_and_comments_are_ignored():
 
 
 async def test_missing_usage_falls_back_to_tokenize_and_is_marked_approximate():
-    server = FakeServer([
-        chunk({"reasoning": "first I think"}),
-        chunk({"content": " then I answer clearly"}, finish="stop"),
-        "data: [DONE]\n\n",
-    ])
+    server = FakeServer(
+        [
+            chunk({"reasoning": "first I think"}),
+            chunk({"content": " then I answer clearly"}, finish="stop"),
+            "data: [DONE]\n\n",
+        ]
+    )
     measured = await run(server)
     m = measured.metrics
     assert m.ok and m.tokens_approximate and m.split_approximate
@@ -155,12 +179,14 @@ async def test_missing_usage_falls_back_to_tokenize_and_is_marked_approximate():
 
 
 async def test_reasoning_split_from_final_usage_only_uses_tokenize_approximately():
-    server = FakeServer([
-        chunk({"reasoning": "a b c"}),
-        chunk({"content": " d e"}, finish="stop"),
-        chunk(choices=False, usage=usage(5)),
-        "data: [DONE]\n\n",
-    ])
+    server = FakeServer(
+        [
+            chunk({"reasoning": "a b c"}),
+            chunk({"content": " d e"}, finish="stop"),
+            chunk(choices=False, usage=usage(5)),
+            "data: [DONE]\n\n",
+        ]
+    )
     m = (await run(server)).metrics
     assert m.completion_tokens == 5 and not m.tokens_approximate  # the total is from usage
     assert (m.reasoning_tokens, m.answer_tokens, m.split_approximate) == (3, 2, True)
@@ -168,20 +194,28 @@ async def test_reasoning_split_from_final_usage_only_uses_tokenize_approximately
 
 async def test_reasoning_tokens_from_usage_details_are_exact():
     detail = dict(usage(5), completion_tokens_details={"reasoning_tokens": 2})
-    server = FakeServer([chunk({"reasoning": "a b"}), chunk({"content": " c d e"}, finish="stop"),
-                         chunk(choices=False, usage=detail), "data: [DONE]\n\n"])
+    server = FakeServer(
+        [
+            chunk({"reasoning": "a b"}),
+            chunk({"content": " c d e"}, finish="stop"),
+            chunk(choices=False, usage=detail),
+            "data: [DONE]\n\n",
+        ]
+    )
     m = (await run(server)).metrics
     assert (m.reasoning_tokens, m.answer_tokens, m.split_approximate) == (2, 3, False)
     assert server.tokenized == []
 
 
 async def test_server_error_event_mid_stream_is_reported_not_raised():
-    server = FakeServer([
-        chunk({"content": " partial"}),
-        'data: {"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", '
-        '"code": 500}}\n\n',
-        "data: [DONE]\n\n",
-    ])
+    server = FakeServer(
+        [
+            chunk({"content": " partial"}),
+            'data: {"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", '
+            '"code": 500}}\n\n',
+            "data: [DONE]\n\n",
+        ]
+    )
     m = (await run(server)).metrics
     assert not m.ok
     assert "server error mid-stream" in m.error and "EngineCore encountered an issue." in m.error
@@ -189,20 +223,33 @@ async def test_server_error_event_mid_stream_is_reported_not_raised():
 
 
 async def test_connection_lost_mid_stream_is_reported_not_raised():
-    server = FakeServer([chunk({"content": " partial"}), httpx.ReadError("connection reset by peer")])
+    server = FakeServer(
+        [chunk({"content": " partial"}), httpx.ReadError("connection reset by peer")]
+    )
     m = (await run(server)).metrics
     assert not m.ok and "ReadError" in m.error
 
 
 async def test_http_error_before_the_stream_is_reported_with_the_server_message():
-    server = FakeServer([], status=404, error_body={"error": {"message": "The model `m` does not exist.",
-                                                              "type": "NotFoundError", "code": 404}})
+    server = FakeServer(
+        [],
+        status=404,
+        error_body={
+            "error": {
+                "message": "The model `m` does not exist.",
+                "type": "NotFoundError",
+                "code": 404,
+            }
+        },
+    )
     m = (await run(server)).metrics
     assert not m.ok and m.error == "HTTP 404: The model `m` does not exist."
 
 
 async def test_stream_without_done_is_an_error():
-    m = (await run(FakeServer([chunk({"content": " a"}), chunk(choices=False, usage=usage(1))]))).metrics
+    m = (
+        await run(FakeServer([chunk({"content": " a"}), chunk(choices=False, usage=usage(1))]))
+    ).metrics
     assert not m.ok and "without [DONE]" in m.error
 
 
@@ -239,18 +286,28 @@ def _report(at: datetime, decode: float, fingerprint_serve: dict) -> BenchReport
     fp = make_fingerprint("qwen", fingerprint_serve, image_id="sha256:abc")
     metrics = RequestMetrics(ok=True, decode_tok_s=decode, ttft_s=0.5)
     return BenchReport(
-        at=at, base_url="http://x", model="qwen", fingerprint=fp, setup_key=setup_key(fp, "p", 64),
+        at=at,
+        base_url="http://x",
+        model="qwen",
+        fingerprint=fp,
+        setup_key=setup_key(fp, "p", 64),
         settings=BenchSettings(prompt="p", max_tokens=64, runs=1),
         single=BenchRun(warmup=metrics, runs=[metrics], decode_tok_s=decode, ttft_s=0.5),
         metrics_check=MetricsCheck(available=False),
-        client=ClientOverhead(max_connections=3, loop_lag_max_ms=0, loop_lag_p99_ms=0, parse_s=0,
-                              parse_share=0, chunks=0),
+        client=ClientOverhead(
+            max_connections=3,
+            loop_lag_max_ms=0,
+            loop_lag_p99_ms=0,
+            parse_s=0,
+            parse_share=0,
+            chunks=0,
+        ),
     )
 
 
 async def test_history_compares_with_the_previous_run_of_the_same_setup(tmp_path):
     history = JsonLinesHistory(tmp_path / "h" / "bench.jsonl")
-    t0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2025, 1, 1, tzinfo=UTC)
     await history.record(_report(t0, 27.3, {"tp": 2}))
     await history.record(_report(t0 + timedelta(hours=1), 40.0, {"tp": 1}))  # another setup
     current = _report(t0 + timedelta(hours=2), 27.1, {"tp": 2})
@@ -259,4 +316,6 @@ async def test_history_compares_with_the_previous_run_of_the_same_setup(tmp_path
     (decode, ttft) = compare(current, previous)
     assert decode.describe() == "27.1 tok/s, previous 27.3, -0.7%"
     assert ttft.change_pct == 0.0
-    assert make_fingerprint("q", {"a": 1, "b": 2}).hash == make_fingerprint("q", {"b": 2, "a": 1}).hash
+    assert (
+        make_fingerprint("q", {"a": 1, "b": 2}).hash == make_fingerprint("q", {"b": 2, "a": 1}).hash
+    )

@@ -76,7 +76,9 @@ def test_secrets_are_resolved_from_the_environment_and_redacted():
     cluster = load_config(CONFIGS / "sparks.example.yaml").cluster
     with pytest.raises(ConfigError, match="HF_TOKEN, SPARK_API_KEY"):
         resolve_secrets(cluster, {})
-    secrets = resolve_secrets(cluster, {"HF_TOKEN": "hf_supersecret", "SPARK_API_KEY": "plain-key-12"})
+    secrets = resolve_secrets(
+        cluster, {"HF_TOKEN": "hf_supersecret", "SPARK_API_KEY": "plain-key-12"}
+    )
     assert secrets.container_env() == {"HF_TOKEN": "hf_supersecret", "VLLM_API_KEY": "plain-key-12"}
     assert secrets.api_key == "plain-key-12"
     assert secrets.redact("token=hf_supersecret key=plain-key-12") == "token=*** key=***"
@@ -95,20 +97,33 @@ def test_check_config_prints_resolved_config_with_secrets_masked(capsys, monkeyp
 def test_check_config_masks_env_values_by_name_and_by_shape(tmp_path, capsys):
     seed = (CONFIGS / "sparks.example.yaml").read_text()
     wandb = "0123456789abcdef0123456789abcdef01234567"  # hex: only its name says it is a key
-    text = seed.replace('RAY_memory_monitor_refresh_ms: "0"', "\n      ".join([
+    text = seed.replace(
         'RAY_memory_monitor_refresh_ms: "0"',
-        "HF_HUB_AUTH: hubAuthValue1",
-        f"WANDB_KEY: {wandb}",
-        "STORAGE_KEY: /run/secrets/db",
-        "EXTRA_SETTING: hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
-    ])).replace("served_model_name: qwen35", "served_model_name: qwen35\n"
-                "    extra_args: [--api-key=sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf6hIj9k]")
+        "\n      ".join(
+            [
+                'RAY_memory_monitor_refresh_ms: "0"',
+                "HF_HUB_AUTH: hubAuthValue1",
+                f"WANDB_KEY: {wandb}",
+                "STORAGE_KEY: /run/secrets/db",
+                "EXTRA_SETTING: hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
+            ]
+        ),
+    ).replace(
+        "served_model_name: qwen35",
+        "served_model_name: qwen35\n"
+        "    extra_args: [--api-key=sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf6hIj9k]",
+    )
     assert main(["check-config", str(_write(tmp_path, text))]) == 0
     out = capsys.readouterr().out
     for secret in ["hubAuthValue1", wandb, "/run/secrets/db", "hf_AbCdEf", "sk-proj-Ab3d"]:
         assert secret not in out
-    for masked in ["HF_HUB_AUTH: '***'", "WANDB_KEY: '***'", "STORAGE_KEY: '***'", "EXTRA_SETTING: '***'",
-                   "- --api-key=***"]:
+    for masked in [
+        "HF_HUB_AUTH: '***'",
+        "WANDB_KEY: '***'",
+        "STORAGE_KEY: '***'",
+        "EXTRA_SETTING: '***'",
+        "- --api-key=***",
+    ]:
         assert masked in out, out
     assert "PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True" in out, "ordinary values are shown"
 
@@ -127,7 +142,7 @@ def test_a_pasted_secret_is_refused_without_being_echoed(tmp_path):
         load_config(_write(tmp_path, pasted))
     assert "cluster.container.secret_env.HF_TOKEN" in str(err.value)
     assert "hf_pastedsecretvalue123" not in str(err.value)
-    in_env = seed.replace("RAY_memory_monitor_refresh_ms: \"0\"", "WANDB_API_KEY: abc123secret")
+    in_env = seed.replace('RAY_memory_monitor_refresh_ms: "0"', "WANDB_API_KEY: abc123secret")
     with pytest.raises(ConfigError) as err:
         load_config(_write(tmp_path, in_env))
     assert "looks like a secret: move it to secret_env" in str(err.value)
@@ -137,31 +152,57 @@ def test_a_pasted_secret_is_refused_without_being_echoed(tmp_path):
 TOKEN = "xoxb-1234567890-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
 
 
-@pytest.mark.parametrize(("planted", "secret"), [
-    # a value with no token shape, on the line the parser stops at: str(yaml error) quotes that line
-    ('HF_TOKEN: HF_TOKEN\n      WANDB_KEY: "correct horse battery', "correct horse"),
-    (f"HF_TOKEN: HF_TOKEN\n\tSLACK: {TOKEN}", TOKEN),
-    (f"HF_TOKEN: HF_TOKEN\n      SLACK: [{TOKEN}, ", TOKEN),
-], ids=["unclosed-quote", "tab", "unclosed-list"])
+@pytest.mark.parametrize(
+    ("planted", "secret"),
+    [
+        # a value with no token shape, on the line the parser stops at: str(yaml error) quotes that line
+        ('HF_TOKEN: HF_TOKEN\n      WANDB_KEY: "correct horse battery', "correct horse"),
+        (f"HF_TOKEN: HF_TOKEN\n\tSLACK: {TOKEN}", TOKEN),
+        (f"HF_TOKEN: HF_TOKEN\n      SLACK: [{TOKEN}, ", TOKEN),
+    ],
+    ids=["unclosed-quote", "tab", "unclosed-list"],
+)
 def test_a_yaml_syntax_error_says_where_without_echoing_the_line(tmp_path, capsys, planted, secret):
     seed = (CONFIGS / "sparks.example.yaml").read_text()
     path = _write(tmp_path, seed.replace("HF_TOKEN: HF_TOKEN", planted))
-    planted_line = next(n for n, line in enumerate(seed.splitlines(), 1) if "HF_TOKEN: HF_TOKEN" in line) + 1
+    planted_line = (
+        next(n for n, line in enumerate(seed.splitlines(), 1) if "HF_TOKEN: HF_TOKEN" in line) + 1
+    )
     assert main(["check-config", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}: not valid YAML: " in err and f"(line {planted_line}, column" in err, err
     assert secret not in err and "xoxb-" not in err, err
 
 
-@pytest.mark.parametrize(("old", "new", "secret", "field"), [
-    ("backend: ray", f"backend: {TOKEN}", TOKEN, "cluster.serve.backend"),
-    ("served_model_name: qwen35", "served_model_name: qwen35\n    extra_args: ['--hf-token=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123;']",
-     "hf_AbCdEfGhIjKlMnOp", "cluster.serve.extra_args.0"),
-    ('RAY_memory_monitor_refresh_ms: "0"', 'WANDB_KEY: "0123456789abcdef!"', "0123456789abcdef", "cluster.container.env"),
-    ('RAY_memory_monitor_refresh_ms: "0"', f'EXTRA: "{TOKEN}!"', TOKEN, "cluster.container.env"),
-    ("user: aurora", f"user: {TOKEN}", TOKEN, "cluster.nodes.0.ssh.user"),
-], ids=["literal", "extra_args", "env-secret-name", "env-token-shape", "ssh-user"])
-def test_a_validation_error_names_the_field_without_echoing_a_secret(tmp_path, capsys, old, new, secret, field):
+@pytest.mark.parametrize(
+    ("old", "new", "secret", "field"),
+    [
+        ("backend: ray", f"backend: {TOKEN}", TOKEN, "cluster.serve.backend"),
+        (
+            "served_model_name: qwen35",
+            "served_model_name: qwen35\n    extra_args: ['--hf-token=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123;']",
+            "hf_AbCdEfGhIjKlMnOp",
+            "cluster.serve.extra_args.0",
+        ),
+        (
+            'RAY_memory_monitor_refresh_ms: "0"',
+            'WANDB_KEY: "0123456789abcdef!"',
+            "0123456789abcdef",
+            "cluster.container.env",
+        ),
+        (
+            'RAY_memory_monitor_refresh_ms: "0"',
+            f'EXTRA: "{TOKEN}!"',
+            TOKEN,
+            "cluster.container.env",
+        ),
+        ("user: aurora", f"user: {TOKEN}", TOKEN, "cluster.nodes.0.ssh.user"),
+    ],
+    ids=["literal", "extra_args", "env-secret-name", "env-token-shape", "ssh-user"],
+)
+def test_a_validation_error_names_the_field_without_echoing_a_secret(
+    tmp_path, capsys, old, new, secret, field
+):
     seed = (CONFIGS / "sparks.example.yaml").read_text()
     assert old in seed
     assert main(["check-config", str(_write(tmp_path, seed.replace(old, new, 1)))]) == 2
@@ -172,23 +213,36 @@ def test_a_validation_error_names_the_field_without_echoing_a_secret(tmp_path, c
 def test_an_ordinary_bad_env_value_is_still_quoted(tmp_path):
     seed = (CONFIGS / "sparks.example.yaml").read_text()
     with pytest.raises(ConfigError, match=r"env NCCL_DEBUG='INFO;': values may hold"):
-        load_config(_write(tmp_path, seed.replace('RAY_memory_monitor_refresh_ms: "0"', 'NCCL_DEBUG: "INFO;"')))
+        load_config(
+            _write(
+                tmp_path, seed.replace('RAY_memory_monitor_refresh_ms: "0"', 'NCCL_DEBUG: "INFO;"')
+            )
+        )
 
 
 def test_a_knowledge_file_named_in_the_config_is_loaded_relative_to_it(tmp_path):
     (tmp_path / "k.yaml").write_text((CONFIGS / "knowledge.example.yaml").read_text())
     config = tmp_path / "sparks.yaml"
-    config.write_text((CONFIGS / "lab-real.yaml").read_text().replace(
-        "cluster:\n", "cluster:\n  knowledge: k.yaml\n", 1))
+    config.write_text(
+        (CONFIGS / "lab-real.yaml")
+        .read_text()
+        .replace("cluster:\n", "cluster:\n  knowledge: k.yaml\n", 1)
+    )
     knowledge = load_config(config).cluster.knowledge
     assert [row.id for row in knowledge.signatures] == ["example_moe_kernel_missing"]
     assert "engine ready in" in knowledge.checkpoints["engine"][0].pattern
 
 
 def test_a_bad_knowledge_file_names_itself_the_line_and_the_field(tmp_path):
-    (tmp_path / "k.yaml").write_text("checkpoints:\n  weights:\n    - pattern: ok\n  warmup:\n    - pattern: x\n")
+    (tmp_path / "k.yaml").write_text(
+        "checkpoints:\n  weights:\n    - pattern: ok\n  warmup:\n    - pattern: x\n"
+    )
     config = tmp_path / "sparks.yaml"
-    config.write_text((CONFIGS / "lab.yaml").read_text().replace("cluster:\n", "cluster:\n  knowledge: k.yaml\n", 1))
+    config.write_text(
+        (CONFIGS / "lab.yaml")
+        .read_text()
+        .replace("cluster:\n", "cluster:\n  knowledge: k.yaml\n", 1)
+    )
     with pytest.raises(ConfigError) as error:
         load_config(config)
     assert f"{tmp_path / 'k.yaml'}: 1 invalid setting(s)" in str(error.value)

@@ -21,9 +21,14 @@ PLACEHOLDER = re.compile(r"\{(\w+)\}")
 # passes: a new row needs its call site's values here.
 CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "nccl_init_hang": cluster_words(2, 2),
-    "ranks_not_joined": {**cluster_words(2, 2), "phase": "weights", "idle": "5 min",
-                         **RANK0_INIT.search("world_size=2 rank=0 local_rank=0 "
-                                             "distributed_init_method=tcp://10.0.0.1:29501").groupdict()},
+    "ranks_not_joined": {
+        **cluster_words(2, 2),
+        "phase": "weights",
+        "idle": "5 min",
+        **RANK0_INIT.search(
+            "world_size=2 rank=0 local_rank=0 distributed_init_method=tcp://10.0.0.1:29501"
+        ).groupdict(),
+    },
     "stalled": {**cluster_words(2, 2), "phase": "weights", "idle": "5 min"},
     "unrecognised": {"where": "weights on spark-a", "first_error": "`OSError: boom` (line 3)"},
     "image_missing": {"image": "vllm:1", "missing": "spark-b"},
@@ -31,17 +36,31 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "interfaces_unexpected": {"node": "spark-b", "problem": "no interface has 10.0.0.2"},
     "memory_short": {"short": "spark-a", "memory": "spark-a: MemAvailable 3.0 GiB", "need": "80"},
     "stale_container": {"container": "vllm", "listing": "spark-a: running"},
-    "foreign_container": {"container": "vllm", "node": "spark-b", "state": "running, not started by spark-bot"},
+    "foreign_container": {
+        "container": "vllm",
+        "node": "spark-b",
+        "state": "running, not started by spark-bot",
+    },
     "ss_failed": {"node": "spark-a", "status": "127", "stderr": ""},
     "port_taken": {"ports": "8000, 6379", "node": "spark-a"},
     "docker_refused": {"node": "spark-a", "message": "could not select device driver"},
     "ray_incomplete": {"active_nodes": "1", "want_nodes": "2", "ray_gpus": "1", "want_gpus": "2"},
     "api_unexpected": {"checkpoint": "API healthy", "evidence": "GET /health -> 503"},
     "phase_timeout": {"phase": "weights", "checkpoint": "Weights loaded", "limit": "1800"},
-    "stopped_on_request": {"checkpoint": "Weights loaded", "how": "the container on spark-a was sent SIGTERM"},
+    "stopped_on_request": {
+        "checkpoint": "Weights loaded",
+        "how": "the container on spark-a was sent SIGTERM",
+    },
     "follow_lost": {"reason": "Docker event stream ended", "checkpoint": "Weights loaded"},
-    "container_removed": {"reason": "container vllm no longer exists on spark-a", "checkpoint": "Serving"},
-    "container_not_running": {"container": "vllm", "node": "spark-b", "state": "exited (exit code 1)"},
+    "container_removed": {
+        "reason": "container vllm no longer exists on spark-a",
+        "checkpoint": "Serving",
+    },
+    "container_not_running": {
+        "container": "vllm",
+        "node": "spark-b",
+        "state": "exited (exit code 1)",
+    },
     "container_images_differ": {"listing": "spark-a: sha256:1; spark-b: sha256:2"},
     "ray_node_left": {"active_nodes": "1", "want_nodes": "2", "ray_gpus": "1", "want_gpus": "2"},
     "api_unhealthy": {"detail": "GET /health -> 503"},
@@ -49,8 +68,11 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "wrong_model": {"served": "['other']", "model": "qwen"},
     "engine_not_answering": {"error": "ReadTimeout"},
     "api_down": {"detail": "GET /health -> 503"},
-    "api_down_node_lost": {"detail": "GET /health -> 503", "node": "spark-b",
-                           "lost": "log stream broke: lost the connection to the Docker engine"},
+    "api_down_node_lost": {
+        "detail": "GET /health -> 503",
+        "node": "spark-b",
+        "lost": "log stream broke: lost the connection to the Docker engine",
+    },
     "cluster_not_up": {"container": "vllm", "node": "spark-a"},
     "engine_busy": {"busy": "the server is busy: vllm:num_requests_running=1, waiting=0"},
 }
@@ -87,17 +109,24 @@ def test_a_log_rows_names_are_its_patterns_groups_or_the_cluster_words(sig: Fail
 
 
 def test_report_known_makes_the_failure_from_the_row():
-    failed = Reporter().known(BY_ID["image"], failures.IMAGE_MISSING, CALL_SITE_VALUES["image_missing"],
-                            node="spark-b")
+    failed = Reporter().known(
+        BY_ID["image"], failures.IMAGE_MISSING, CALL_SITE_VALUES["image_missing"], node="spark-b"
+    )
     assert failed.summary == failed.evidence == "image vllm:1 is not on spark-b"
     assert failed.cause == failures.IMAGE_MISSING.cause
     assert failed.fix.startswith("on each of spark-b: `docker pull vllm:1`")
-    assert failed.signature == "image_missing" and failed.node == "spark-b" and failed.checkpoint == "image"
+    assert (
+        failed.signature == "image_missing"
+        and failed.node == "spark-b"
+        and failed.checkpoint == "image"
+    )
 
 
 def _literal_texts(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Constant) and isinstance(n.value, str))
-               for n in ast.walk(node))
+    return any(
+        isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+        for n in ast.walk(node)
+    )
 
 
 def test_no_module_but_the_table_writes_a_cause_or_fix_for_a_failure():
@@ -109,10 +138,21 @@ def test_no_module_but_the_table_writes_a_cause_or_fix_for_a_failure():
             continue
         where = path.relative_to(CLUSTER)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "failed":
-                written += [f"{where}:{node.lineno} {kw.arg}="
-                            for kw in node.keywords if kw.arg in ("cause", "fix") and _literal_texts(kw.value)]
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "failed"
+            ):
+                written += [
+                    f"{where}:{node.lineno} {kw.arg}="
+                    for kw in node.keywords
+                    if kw.arg in ("cause", "fix") and _literal_texts(kw.value)
+                ]
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
-                written += [f"{where}:{node.lineno} {node.name}(cause)" for a in arguments if a.arg == "cause"]
+                written += [
+                    f"{where}:{node.lineno} {node.name}(cause)"
+                    for a in arguments
+                    if a.arg == "cause"
+                ]
     assert not written

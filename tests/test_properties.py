@@ -21,20 +21,38 @@ from handlers.specs import SPECS, parse_command
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 CLUSTER = load_config(CONFIGS / "lab.yaml").cluster
-COMMANDS = CommandsConfig.model_validate({
-    "overrides": {"max_model_len": {"min": 1024, "max": 32768},
-                  "gpu_memory_utilization": {"min": 0.5, "max": 0.95}},
-    "presets": {"long": {"max_model_len": 32768}},
-})
+COMMANDS = CommandsConfig.model_validate(
+    {
+        "overrides": {
+            "max_model_len": {"min": 1024, "max": 32768},
+            "gpu_memory_utilization": {"min": 0.5, "max": 0.95},
+        },
+        "presets": {"long": {"max_model_len": 32768}},
+    }
+)
 SAFE = re.compile(r"^[A-Za-z0-9_ .=,:-]*$")  # what a parsed command's canonical text may hold
 
 words = st.one_of(
     st.sampled_from([*SPECS, "long", "head", "worker", "spark-lab-1", "200", "0", "-1"]),
-    st.builds(lambda k, v: f"{k}={v}",
-              st.sampled_from(["max_model_len", "gpu_memory_utilization", "concurrency", "max_tokens",
-                               "runs", "max_num_seqs", "x"]),
-              st.one_of(st.integers(-10**12, 10**12).map(str), st.floats(allow_nan=True).map(repr),
-                        st.text(max_size=12))),
+    st.builds(
+        lambda k, v: f"{k}={v}",
+        st.sampled_from(
+            [
+                "max_model_len",
+                "gpu_memory_utilization",
+                "concurrency",
+                "max_tokens",
+                "runs",
+                "max_num_seqs",
+                "x",
+            ]
+        ),
+        st.one_of(
+            st.integers(-(10**12), 10**12).map(str),
+            st.floats(allow_nan=True).map(repr),
+            st.text(max_size=12),
+        ),
+    ),
     st.text(max_size=20),
 )
 command_texts = st.one_of(st.text(max_size=200), st.lists(words, max_size=6).map(" ".join))
@@ -50,7 +68,9 @@ def test_any_chat_text_is_a_command_or_a_clear_error(text):
         return
     canonical = command.text()
     assert SAFE.match(canonical), canonical
-    assert parse_command(canonical, CLUSTER, COMMANDS) == command, "a confirmation runs what was asked"
+    assert parse_command(canonical, CLUSTER, COMMANDS) == command, (
+        "a confirmation runs what was asked"
+    )
 
 
 @settings(max_examples=400, deadline=None)
@@ -62,8 +82,13 @@ def test_escaped_text_cannot_break_out_or_mention(text):
     assert unescape(shown) == redact(text)
 
 
-TOKENS = st.sampled_from(["xoxb-1234567890-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
-                          "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"])
+TOKENS = st.sampled_from(
+    [
+        "xoxb-1234567890-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+        "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345",
+        "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -87,8 +112,14 @@ def _leaves(node, path=()):
 
 
 LEAVES = list(_leaves(SEED))
-values = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**9), st.floats(allow_nan=True),
-                   st.text(max_size=40), st.lists(st.text(max_size=5), max_size=3))
+values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**9),
+    st.floats(allow_nan=True),
+    st.text(max_size=40),
+    st.lists(st.text(max_size=5), max_size=3),
+)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -90,7 +90,9 @@ def test_evidence_and_ordinary_text_are_shown_as_they_are(text):
     assert not looks_secret(text)
 
 
-@pytest.mark.parametrize("log", sorted((REPO / "tests" / "data" / "logs").glob("*.log")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "log", sorted((REPO / "tests" / "data" / "logs").glob("*.log")), ids=lambda p: p.name
+)
 def test_recorded_vllm_logs_pass_through_unchanged(log):
     for line in log.read_text().splitlines():
         assert redact(line) == line
@@ -98,16 +100,31 @@ def test_recorded_vllm_logs_pass_through_unchanged(log):
 
 def test_known_values_are_masked_even_without_a_shape():
     assert redact("password is correct-horse, ok", ["correct-horse"]) == "password is ***, ok"
-    assert redact("a 1 b", ["1"]) == "a 1 b", "values shorter than 4 characters would mask ordinary text"
+    assert redact("a 1 b", ["1"]) == "a 1 b", (
+        "values shorter than 4 characters would mask ordinary text"
+    )
     secrets = Secrets({"HF_TOKEN": "plainpassword", "OTHER": "x"})
-    assert secrets.redact("login plainpassword with hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567") == "login *** with ***"
+    assert (
+        secrets.redact("login plainpassword with hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567")
+        == "login *** with ***"
+    )
 
 
-@pytest.mark.parametrize(("name", "secret"), [
-    ("HF_HUB_AUTH", True), ("WANDB_KEY", True), ("WANDB_API_KEY", True), ("SLACK_SIGNING_SECRET", True),
-    ("DB_PASSWORD", True), ("GOOGLE_APPLICATION_CREDENTIALS", True), ("HF_TOKEN", True),
-    ("NCCL_SOCKET_IFNAME", False), ("PYTORCH_CUDA_ALLOC_CONF", False), ("VLLM_HOST_IP", False),
-])
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("HF_HUB_AUTH", True),
+        ("WANDB_KEY", True),
+        ("WANDB_API_KEY", True),
+        ("SLACK_SIGNING_SECRET", True),
+        ("DB_PASSWORD", True),
+        ("GOOGLE_APPLICATION_CREDENTIALS", True),
+        ("HF_TOKEN", True),
+        ("NCCL_SOCKET_IFNAME", False),
+        ("PYTORCH_CUDA_ALLOC_CONF", False),
+        ("VLLM_HOST_IP", False),
+    ],
+)
 def test_secret_names(name, secret):
     assert secret_name(name) is secret
 
@@ -145,5 +162,9 @@ def test_the_bot_logs_through_the_filter_with_the_environment_secrets_known():
         "'signed with ' + os.environ['SLACK_SIGNING_SECRET'])\n"
     )
     env = {**os.environ, "SLACK_SIGNING_SECRET": "plain-words-secret", "TOKEN_IN_LOG": token}
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert "WARNING handlers.dispatch: job failed: ***, signed with ***" in result.stderr, result.stderr
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert "WARNING handlers.dispatch: job failed: ***, signed with ***" in result.stderr, (
+        result.stderr
+    )

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.logtext import clean_line, is_nccl_line, strip_prefixes
 from cluster.diagnosis import Diagnosis, LogDiagnoser, diagnose, match_line, unrecognised
 from cluster.failures import NCCL_INIT_HANG, SIGNATURES, FailureSignature, cluster_words
+from cluster.logtext import clean_line, is_nccl_line, strip_prefixes
 
 LOGS = Path(__file__).parent / "data" / "logs"
 E = "\x1b"
@@ -164,7 +164,9 @@ SAMPLES: dict[str, str | list[str]] = {
         ENGINE + vllm("ERROR", "TimeoutError"),
     ],
     "shm_broadcast_timeout_rpc": ENGINE
-    + vllm("ERROR", "TimeoutError: RPC call to execute_model timed out.", "multiproc_executor.py:240"),
+    + vllm(
+        "ERROR", "TimeoutError: RPC call to execute_model timed out.", "multiproc_executor.py:240"
+    ),
     "shm_broadcast_waiting": ENGINE
     + vllm(
         "WARNING",
@@ -178,7 +180,10 @@ SAMPLES: dict[str, str | list[str]] = {
         "ERROR",
         "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
     ),
-    "engine_start_failed": ENGINE + f"{E}[31m" + vllm("ERROR", "EngineCore failed to start.") + f"{E}[0m",
+    "engine_start_failed": ENGINE
+    + f"{E}[31m"
+    + vllm("ERROR", "EngineCore failed to start.")
+    + f"{E}[0m",
     "engine_dead": API
     + "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
     "trace (above) for the root cause.",
@@ -188,22 +193,48 @@ SAMPLES: dict[str, str | list[str]] = {
 VARIANTS = [
     ("engine_dead", ENGINE + vllm("ERROR", "EngineCore encountered a fatal error.", "core.py:720")),
     ("engine_dead", API + vllm("ERROR", "AsyncLLM output_handler failed.", "async_llm.py:480")),
-    ("engine_start_failed", API + "RuntimeError: Engine core initialization failed. See root cause above."),
+    (
+        "engine_start_failed",
+        API + "RuntimeError: Engine core initialization failed. See root cause above.",
+    ),
     ("ray_actor_died", RAY + "The actor died unexpectedly before finishing this task."),
-    ("ray_worker_crashed", "(raylet, ip=10.0.0.2) A worker died or was killed while executing a task by an unexpected system error."),
-    ("cuda_oom", "[rank0]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
-    ("hf_gated_repo", API + "OSError: You are trying to access a gated repo.\\nCannot access gated repo for url"),
+    (
+        "ray_worker_crashed",
+        "(raylet, ip=10.0.0.2) A worker died or was killed while executing a task by an unexpected system error.",
+    ),
+    (
+        "cuda_oom",
+        "[rank0]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    ),
+    (
+        "hf_gated_repo",
+        API + "OSError: You are trying to access a gated repo.\\nCannot access gated repo for url",
+    ),
     ("nccl_net_socket", "spark1:89:120 [0] NCCL INFO Using network Socket"),
-    ("dist_store_timeout", "ERROR:root:Timed out after 600 seconds waiting for clients. 1/2 clients joined."),
+    (
+        "dist_store_timeout",
+        "ERROR:root:Timed out after 600 seconds waiting for clients. 1/2 clients joined.",
+    ),
     (
         "kv_cache_too_small",
-        ENGINE + vllm("ERROR", "ValueError: To serve at least one request with the models's max seq "
-                      "len (32768), (4.00 GiB KV cache is needed, which is larger than the available "
-                      "KV cache memory (2.10 GiB)."),
+        ENGINE
+        + vllm(
+            "ERROR",
+            "ValueError: To serve at least one request with the models's max seq "
+            "len (32768), (4.00 GiB KV cache is needed, which is larger than the available "
+            "KV cache memory (2.10 GiB).",
+        ),
     ),
     ("port_in_use", ENGINE + "OSError: [Errno 98] Address already in use"),
-    ("ray_placement_group_timeout", ENGINE + "ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement group."),
-    ("nccl_unhandled_system_error", "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../NCCLUtils.hpp:317, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5"),
+    (
+        "ray_placement_group_timeout",
+        ENGINE
+        + "ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement group.",
+    ),
+    (
+        "nccl_unhandled_system_error",
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../NCCLUtils.hpp:317, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+    ),
 ]
 
 _PLACEHOLDER = re.compile(r"\{\w+\}")
@@ -398,7 +429,8 @@ def test_healthy_startup_has_no_diagnosis_and_no_false_positives():
 
 def test_symptom_alone_is_reported_when_no_cause():
     lines = [
-        API + vllm("INFO", "Starting vLLM API server 0 on http://0.0.0.0:8000", "api_server.py:1634"),
+        API
+        + vllm("INFO", "Starting vLLM API server 0 on http://0.0.0.0:8000", "api_server.py:1634"),
         API + "Traceback (most recent call last):",
         API + "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
     ]
@@ -434,7 +466,8 @@ NCCL_TAIL = [
     ENGINE + vllm("INFO", "vLLM is using nccl==2.28.3", "pynccl.py:104"),
     "spark1:89:89 [0] NCCL INFO Bootstrap : Using enp1s0f1np1:10.0.0.1<0>",
     "spark1:89:89 [0] NCCL INFO NCCL version 2.28.3+cuda13.0",
-    RAY + "spark2:4009:4102 [0] NCCL INFO NET/IB : Using [0]rocep1s0f1:1/RoCE; OOB enp1s0f1np1:10.0.0.2<0>",
+    RAY
+    + "spark2:4009:4102 [0] NCCL INFO NET/IB : Using [0]rocep1s0f1:1/RoCE; OOB enp1s0f1np1:10.0.0.2<0>",
     "spark1:89:120 [0] NCCL INFO NET/IB : Made virtual device [0] name=rocep1s0f1 speed=200000",
     "spark1:89:120 [0] NCCL INFO ncclCommInitRank comm 0xaaab1234 rank 0 nranks 2 cudaDev 0 - Init START",
     "",
@@ -459,7 +492,12 @@ def test_stall_after_nccl_lines_is_nccl_init_hang():
 def test_stall_otherwise_is_generic():
     ld = LogDiagnoser()
     for line in NCCL_TAIL + [
-        ENGINE + vllm("INFO", "Starting to load model Qwen/Qwen3.5-122B-A10B-FP8...", "gpu_model_runner.py:1890")
+        ENGINE
+        + vllm(
+            "INFO",
+            "Starting to load model Qwen/Qwen3.5-122B-A10B-FP8...",
+            "gpu_model_runner.py:1890",
+        )
     ]:
         ld.feed(line)
     d = ld.diagnose_stall("weight loading", 90)
@@ -488,7 +526,9 @@ def test_streaming_returns_none_until_the_fatal_line():
 
 def test_memory_is_bounded_for_long_logs():
     ld = LogDiagnoser(keep_lines=300)
-    info = ENGINE + vllm("INFO", "Engine 000: Avg prompt throughput: 0.0 tokens/s", "loggers.py:123")
+    info = ENGINE + vllm(
+        "INFO", "Engine 000: Avg prompt throughput: 0.0 tokens/s", "loggers.py:123"
+    )
     for i in range(20_000):
         ld.feed(info)
         ld.feed(SAMPLES["nccl_net_socket"])  # repeated findings are kept once
@@ -507,24 +547,32 @@ def test_unrecognised_says_where_and_attaches_last_lines():
     assert d.signature_id == "unrecognised"
     assert "vLLM on the head node (spark1)" in d.title
     assert "no known failure signature" in d.cause and "the last line is attached" in d.cause
-    assert "failures.py" not in d.fix and "spark-bot diagnose FILE" in d.fix, "never: edit the source"
+    assert "failures.py" not in d.fix and "spark-bot diagnose FILE" in d.fix, (
+        "never: edit the source"
+    )
     assert d.evidence == "Segmentation fault (core dumped)" and d.line_number == 51
     assert d.context == [f"line {i}" for i in range(31, 51)]
     assert unrecognised([], "ray start").line_number is None
 
 
 def test_unrecognised_names_the_first_exception_line_as_the_likely_cause():
-    lines = ["INFO starting", "(Worker pid=3) WARNING 12-01 06:15:21 [x.py:1] slow",
-             "(Worker pid=3) ERROR 12-01 06:15:22 [y.py:9] Traceback (most recent call last):",
-             '(Worker pid=3) ERROR 12-01 06:15:22 [y.py:9]   File "a.py", line 3, in f',
-             "(Worker pid=3) ERROR 12-01 06:15:22 [y.py:9]     raise ValueError('not this')",
-             "(Worker pid=3) ERROR 12-01 06:15:22 [y.py:9] torch._inductor.exc.InductorError: "
-             "InvalidCxxCompiler: No working C++ compiler found",
-             "json.decoder.JSONDecodeError: later, not first", "exit"]
+    lines = [
+        "INFO starting",
+        "(Worker pid=3) WARNING 12-01 06:15:21 [x.py:1] slow",
+        "(Worker pid=3) ERROR 12-01 06:15:22 [y.py:9] Traceback (most recent call last):",
+        '(Worker pid=3) ERROR 12-01 06:15:22 [y.py:9]   File "a.py", line 3, in f',
+        "(Worker pid=3) ERROR 12-01 06:15:22 [y.py:9]     raise ValueError('not this')",
+        "(Worker pid=3) ERROR 12-01 06:15:22 [y.py:9] torch._inductor.exc.InductorError: "
+        "InvalidCxxCompiler: No working C++ compiler found",
+        "json.decoder.JSONDecodeError: later, not first",
+        "exit",
+    ]
     d = unrecognised(lines, "weights on spark-lab-0")
     assert d.line_number == 6 and "InvalidCxxCompiler" in d.evidence
     assert "Likely cause" in d.cause and "No working C++ compiler found` (line 6)" in d.cause
-    only_error_level = unrecognised(["ok", "2026-12-01 06:18:28,593\tERROR worker.py:1 -- the GCS died", "bye"], "x")
+    only_error_level = unrecognised(
+        ["ok", "2026-12-01 06:18:28,593\tERROR worker.py:1 -- the GCS died", "bye"], "x"
+    )
     assert only_error_level.line_number == 2
 
 
@@ -560,7 +608,7 @@ def test_clean_line():
             "ERROR 11-30 05:42:03 [worker_base.py:620] hello",
             "hello",
         ),
-        ("(APIServer pid=1)   File \"x.py\", line 3, in f", '  File "x.py", line 3, in f'),
+        ('(APIServer pid=1)   File "x.py", line 3, in f', '  File "x.py", line 3, in f'),
         ("(not a prefix) hello", "(not a prefix) hello"),
         ("Detected IB_IF: rocep1s0f1", "Detected IB_IF: rocep1s0f1"),
     ],
@@ -587,5 +635,7 @@ def test_texts_speak_of_this_clusters_nodes_and_gpus():
     general = diagnose([line])
     assert "it must list every node and TP x PP GPUs" in general.fix
     assert "{" not in general.fix + general.cause
-    hca = diagnose(["ibv_modify_qp failed with 110 (Connection timed out)"], words=cluster_words(3, 3))
+    hca = diagnose(
+        ["ibv_modify_qp failed with 110 (Connection timed out)"], words=cluster_words(3, 3)
+    )
     assert "all 3 nodes" in hca.fix and "both nodes" not in hca.fix

@@ -28,7 +28,9 @@ def make_fingerprint(
 ) -> Fingerprint:
     """A stable hash of what decides performance: image (ID when known, else tag), model, serve."""
     hashed = {"image": image_id or image, "model": model, "serve": serve}
-    return Fingerprint(image_id=image_id, image=image, model=model, serve=serve, hash=_digest(hashed))
+    return Fingerprint(
+        image_id=image_id, image=image, model=model, serve=serve, hash=_digest(hashed)
+    )
 
 
 def setup_key(fingerprint: Fingerprint, prompt: str, max_tokens: int) -> str:
@@ -95,12 +97,23 @@ def compare(current: BenchReport, previous: BenchReport | None) -> list[Comparis
         old = earlier.get(level.concurrency)
         if old is not None:
             pairs += [
-                (f"output tok/s @{level.concurrency}", "tok/s", level.output_tok_s, old.output_tok_s),
+                (
+                    f"output tok/s @{level.concurrency}",
+                    "tok/s",
+                    level.output_tok_s,
+                    old.output_tok_s,
+                ),
                 (f"TTFT p50 @{level.concurrency}", "s", level.ttft_p50_s, old.ttft_p50_s),
             ]
     return [
-        Comparison(metric=name, unit=unit, current=now, previous=then,
-                   change_pct=(now - then) / then * 100.0, previous_at=previous.at)
+        Comparison(
+            metric=name,
+            unit=unit,
+            current=now,
+            previous=then,
+            change_pct=(now - then) / then * 100.0,
+            previous_at=previous.at,
+        )
         for name, unit, now, then in pairs
         if now is not None and then
     ]
@@ -114,4 +127,6 @@ def cluster_fingerprint(config: ClusterConfig, image_id: str | None) -> Fingerpr
     serve = config.serve.model_dump(mode="json", exclude=_NOT_PERFORMANCE)
     serve["nodes"] = len(config.nodes)
     serve["env"] = dict(sorted(config.container.env.items()))
-    return make_fingerprint(config.serve.api_model_name, serve, image_id=image_id, image=config.container.image)
+    return make_fingerprint(
+        config.serve.api_model_name, serve, image_id=image_id, image=config.container.image
+    )

@@ -25,12 +25,16 @@ class RequestMetrics(_Model):
     """One streamed chat completion, timed on the client."""
 
     ok: bool
-    error: str | None = Field(None, description="HTTP status, server error event or transport error")
+    error: str | None = Field(
+        None, description="HTTP status, server error event or transport error"
+    )
     start_s: float = Field(0.0, description="send time, seconds after the level (or run) started")
     ttft_s: float | None = None
     e2e_s: float | None = Field(None, description="last token chunk minus send time")
     prompt_tokens: int | None = None
-    completion_tokens: int | None = Field(None, description="every generated token, reasoning included")
+    completion_tokens: int | None = Field(
+        None, description="every generated token, reasoning included"
+    )
     reasoning_tokens: int | None = None
     answer_tokens: int | None = None
     tokens_approximate: bool = Field(
@@ -39,7 +43,9 @@ class RequestMetrics(_Model):
     split_approximate: bool = Field(
         False, description="reasoning/answer split from /tokenize on each text, not from usage"
     )
-    token_chunks: int = Field(0, description="SSE chunks that carried tokens (never counted as tokens)")
+    token_chunks: int = Field(
+        0, description="SSE chunks that carried tokens (never counted as tokens)"
+    )
     finish_reason: str | None = None
     tpot_s: float | None = None
     decode_tok_s: float | None = Field(None, description="1 / TPOT: excludes TTFT")
@@ -82,12 +88,16 @@ class ConcurrencyLevel(_Model):
     errors: list[str] = Field(default_factory=list)
     wall_s: float = Field(description="first send to last token")
     total_tokens: int
-    output_tok_s: float = Field(description="sum of tokens / wall time (includes TTFT and queueing)")
+    output_tok_s: float = Field(
+        description="sum of tokens / wall time (includes TTFT and queueing)"
+    )
     aggregate_decode_tok_s: float | None = Field(
         None, description="concurrency x mean per-stream decode tok/s (excludes TTFT)"
     )
     per_stream_decode_tok_s: float | None = Field(None, description="median 1/TPOT over requests")
-    per_stream_e2e_tok_s: float | None = Field(None, description="median tokens/e2e (includes TTFT)")
+    per_stream_e2e_tok_s: float | None = Field(
+        None, description="median tokens/e2e (includes TTFT)"
+    )
     ttft_p50_s: float | None = None
     ttft_p90_s: float | None = None
     ttft_p99_s: float | None = None
@@ -125,7 +135,9 @@ class Fingerprint(_Model):
     model: str
     serve: dict[str, object] = Field(default_factory=dict)
     hash: str = Field(description="stable hash of the fields above")
-    vllm_version: str | None = Field(None, description="the server's GET /version (the image decides it)")
+    vllm_version: str | None = Field(
+        None, description="the server's GET /version (the image decides it)"
+    )
 
 
 class BenchSettings(_Model):
@@ -133,7 +145,9 @@ class BenchSettings(_Model):
     max_tokens: int
     runs: int
     concurrency: list[int] = Field(default_factory=list)
-    requests_per_level: int | None = Field(None, description="None: as many as the concurrency (one wave)")
+    requests_per_level: int | None = Field(
+        None, description="None: as many as the concurrency (one wave)"
+    )
     ignore_eos: bool = True
 
 
@@ -148,7 +162,9 @@ class Comparison(_Model):
     def describe(self) -> str:
         if self.unit == "s":
             return f"{self.current * 1000:.0f} ms, previous {self.previous * 1000:.0f}, {self.change_pct:+.1f}%"
-        return f"{self.current:.1f} {self.unit}, previous {self.previous:.1f}, {self.change_pct:+.1f}%"
+        return (
+            f"{self.current:.1f} {self.unit}, previous {self.previous:.1f}, {self.change_pct:+.1f}%"
+        )
 
 
 class BenchReport(_Model):
@@ -156,7 +172,9 @@ class BenchReport(_Model):
     base_url: str
     model: str
     fingerprint: Fingerprint
-    setup_key: str = Field(description="fingerprint + prompt + max_tokens: what comparisons match on")
+    setup_key: str = Field(
+        description="fingerprint + prompt + max_tokens: what comparisons match on"
+    )
     settings: BenchSettings
     single: BenchRun | None = None
     sweep: list[ConcurrencyLevel] = Field(default_factory=list)

@@ -9,7 +9,7 @@ import statistics
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 
@@ -69,18 +69,27 @@ class BenchOptions:
         if not self.prompt.strip():
             raise ValueError("the prompt is empty")
         if not 2 <= self.max_tokens <= limits.max_tokens:
-            raise ValueError(f"max_tokens must be between 2 and {limits.max_tokens}, not {self.max_tokens}")
+            raise ValueError(
+                f"max_tokens must be between 2 and {limits.max_tokens}, not {self.max_tokens}"
+            )
         if not 1 <= self.runs <= limits.max_runs:
             raise ValueError(f"runs must be between 1 and {limits.max_runs}, not {self.runs}")
         for c in self.concurrency:
             if not 1 <= c <= limits.max_concurrency:
-                raise ValueError(f"each concurrency level must be between 1 and {limits.max_concurrency}, not {c}")
+                raise ValueError(
+                    f"each concurrency level must be between 1 and {limits.max_concurrency}, not {c}"
+                )
         repeated = sorted({c for c in self.concurrency if list(self.concurrency).count(c) > 1})
         if repeated:
             raise ValueError(f"concurrency level {repeated[0]} appears twice")
-        if self.requests_per_level is not None and not 1 <= self.requests_per_level <= limits.max_requests:
-            raise ValueError(f"requests per level must be between 1 and {limits.max_requests}, "
-                             f"not {self.requests_per_level}")
+        if (
+            self.requests_per_level is not None
+            and not 1 <= self.requests_per_level <= limits.max_requests
+        ):
+            raise ValueError(
+                f"requests per level must be between 1 and {limits.max_requests}, "
+                f"not {self.requests_per_level}"
+            )
         if not self.single and not self.concurrency:
             raise ValueError("nothing to measure: no single stream and no concurrency levels")
 
@@ -165,7 +174,9 @@ def _int_median(values: Sequence[int | None]) -> int | None:
     return None if m is None else int(round(m))
 
 
-def summarize_level(concurrency: int, measured: list[Measured], first_send: float) -> ConcurrencyLevel:
+def summarize_level(
+    concurrency: int, measured: list[Measured], first_send: float
+) -> ConcurrencyLevel:
     metrics = [m.metrics for m in measured]
     good = [m for m in metrics if m.ok]
     ends = [m.end for m in measured if m.end is not None]
@@ -183,7 +194,9 @@ def summarize_level(concurrency: int, measured: list[Measured], first_send: floa
         wall_s=wall,
         total_tokens=tokens,
         output_tok_s=tokens / wall if wall > 0 else 0.0,
-        aggregate_decode_tok_s=min(concurrency, len(good)) * statistics.fmean(decode) if decode else None,
+        aggregate_decode_tok_s=min(concurrency, len(good)) * statistics.fmean(decode)
+        if decode
+        else None,
         per_stream_decode_tok_s=_median(decode),
         per_stream_e2e_tok_s=_median([m.e2e_tok_s for m in good]),
         ttft_p50_s=percentile(ttfts, 50),
@@ -210,9 +223,16 @@ async def run_level(
 
     async def one() -> Measured:
         async with gate:
-            return tally.add(await measure_request(
-                client, model, options.prompt, options.max_tokens, ignore_eos=True, origin=first_send
-            ))
+            return tally.add(
+                await measure_request(
+                    client,
+                    model,
+                    options.prompt,
+                    options.max_tokens,
+                    ignore_eos=True,
+                    origin=first_send,
+                )
+            )
 
     measured = await asyncio.gather(*(one() for _ in range(requests)))
     return summarize_level(concurrency, list(measured), first_send)
@@ -226,10 +246,16 @@ async def _counters(client: httpx.AsyncClient, model: str) -> tuple[ServerCounte
 
 
 async def _metrics_check(
-    client: httpx.AsyncClient, model: str, before: ServerCounters | None, tally: _Tally, settle_s: float
+    client: httpx.AsyncClient,
+    model: str,
+    before: ServerCounters | None,
+    tally: _Tally,
+    settle_s: float,
 ) -> MetricsCheck:
     if before is None:
-        return MetricsCheck(available=False, client_tokens=tally.tokens, detail="no /metrics before the run")
+        return MetricsCheck(
+            available=False, client_tokens=tally.tokens, detail="no /metrics before the run"
+        )
     deadline = time.monotonic() + settle_s
     while True:
         after, problem = await _counters(client, model)
@@ -240,10 +266,17 @@ async def _metrics_check(
             break
         await asyncio.sleep(0.1)  # the server's counters may trail the last [DONE] by a step
     matches = delta == tally.tokens and tally.all_counted
-    detail = (f"client counted {tally.tokens} tokens, vllm:generation_tokens_total rose by {delta:g}"
-              + ("" if tally.all_counted else " (some counts approximate or missing)"))
-    return MetricsCheck(available=True, client_tokens=tally.tokens, server_tokens=delta,
-                        matches=matches, detail=detail)
+    detail = (
+        f"client counted {tally.tokens} tokens, vllm:generation_tokens_total rose by {delta:g}"
+        + ("" if tally.all_counted else " (some counts approximate or missing)")
+    )
+    return MetricsCheck(
+        available=True,
+        client_tokens=tally.tokens,
+        server_tokens=delta,
+        matches=matches,
+        detail=detail,
+    )
 
 
 async def run_bench(
@@ -263,8 +296,9 @@ async def run_bench(
     warnings: list[str] = []
     tally = _Tally()
     started = time.perf_counter()
-    async with api_client(base_url, read_timeout=options.read_timeout, connections=connections,
-                          api_key=api_key) as client:
+    async with api_client(
+        base_url, read_timeout=options.read_timeout, connections=connections, api_key=api_key
+    ) as client:
         version = await vllm_version(client)
         if version and not fingerprint.vllm_version:
             fingerprint = fingerprint.model_copy(update={"vllm_version": version})
@@ -272,38 +306,63 @@ async def run_bench(
         if before is None:
             warnings.append(f"{problem}: busy check and token cross-check skipped")
         elif before.busy:
-            busy = (f"the server is busy: vllm:num_requests_running={before.running:g}, "
-                    f"waiting={before.waiting:g}")
+            busy = (
+                f"the server is busy: vllm:num_requests_running={before.running:g}, "
+                f"waiting={before.waiting:g}"
+            )
             if not options.allow_busy:
                 yield reporter.known(BENCH, ENGINE_BUSY, {"busy": busy}, evidence=busy)
                 return
-            warnings.append(f"{busy}: figures are lower than on an idle server; cross-check unreliable")
+            warnings.append(
+                f"{busy}: figures are lower than on an idle server; cross-check unreliable"
+            )
         single = sample = None
         with LoopLag() as lag:
             if options.single:
                 await _warm_connections(client, 1)
-                yield Progress(elapsed_s=reporter.elapsed(), phase="bench",
-                               message="single stream: warm-up (natural end, its answer is the sample)")
-                warm = tally.add(await measure_request(client, model, options.prompt, options.max_tokens))
+                yield Progress(
+                    elapsed_s=reporter.elapsed(),
+                    phase="bench",
+                    message="single stream: warm-up (natural end, its answer is the sample)",
+                )
+                warm = tally.add(
+                    await measure_request(client, model, options.prompt, options.max_tokens)
+                )
                 sample = sample_answer(warm)
                 runs = []
                 for i in range(options.runs):
-                    m = tally.add(await measure_request(
-                        client, model, options.prompt, options.max_tokens, ignore_eos=True))
+                    m = tally.add(
+                        await measure_request(
+                            client, model, options.prompt, options.max_tokens, ignore_eos=True
+                        )
+                    )
                     runs.append(m.metrics)
-                    rate = f"{m.metrics.decode_tok_s:.1f} tok/s" if m.metrics.decode_tok_s else m.metrics.error
-                    yield Progress(elapsed_s=reporter.elapsed(), phase="bench",
-                                   message=f"single stream run {i + 1}/{options.runs}: {rate}")
+                    rate = (
+                        f"{m.metrics.decode_tok_s:.1f} tok/s"
+                        if m.metrics.decode_tok_s
+                        else m.metrics.error
+                    )
+                    yield Progress(
+                        elapsed_s=reporter.elapsed(),
+                        phase="bench",
+                        message=f"single stream run {i + 1}/{options.runs}: {rate}",
+                    )
                 single = summarize_single(warm.metrics, runs)
             sweep = []
             for c in levels:
-                yield Progress(elapsed_s=reporter.elapsed(), phase="bench",
-                               message=f"concurrency {c}: {options.requests_per_level or c} requests")
+                yield Progress(
+                    elapsed_s=reporter.elapsed(),
+                    phase="bench",
+                    message=f"concurrency {c}: {options.requests_per_level or c} requests",
+                )
                 level = await run_level(client, model, options, c, tally)
                 sweep.append(level)
-                yield Progress(elapsed_s=reporter.elapsed(), phase="bench",
-                               message=f"concurrency {c}: {level.output_tok_s:.1f} tok/s output, "
-                               f"{level.ok}/{level.requests} ok")
+                yield Progress(
+                    elapsed_s=reporter.elapsed(),
+                    phase="bench",
+                    message=f"concurrency {c}: {level.output_tok_s:.1f} tok/s output, "
+                    f"{level.ok}/{level.requests} ok",
+                )
         check = await _metrics_check(client, model, before, tally, options.metrics_settle_s)
     wall = time.perf_counter() - started
     if tally.failed:
@@ -311,16 +370,34 @@ async def run_bench(
     if check.matches is False:
         warnings.append(f"token cross-check mismatch: {check.detail}")
     lags_ms = [x * 1000 for x in lag.lags] or [0.0]
-    settings = BenchSettings(prompt=options.prompt, max_tokens=options.max_tokens, runs=options.runs,
-                             concurrency=levels, requests_per_level=options.requests_per_level)
+    settings = BenchSettings(
+        prompt=options.prompt,
+        max_tokens=options.max_tokens,
+        runs=options.runs,
+        concurrency=levels,
+        requests_per_level=options.requests_per_level,
+    )
     report = BenchReport(
-        at=datetime.now(timezone.utc), base_url=base_url, model=model, fingerprint=fingerprint,
-        setup_key=setup_key(fingerprint, options.prompt, options.max_tokens), settings=settings,
-        single=single, sweep=sweep, sample=sample, metrics_check=check,
-        client=ClientOverhead(max_connections=connections, loop_lag_max_ms=max(lags_ms),
-                              loop_lag_p99_ms=percentile(lags_ms, 99) or 0.0, parse_s=tally.parse_s,
-                              parse_share=tally.parse_s / wall if wall > 0 else 0.0, chunks=tally.chunks),
-        warnings=warnings, duration_s=wall,
+        at=datetime.now(UTC),
+        base_url=base_url,
+        model=model,
+        fingerprint=fingerprint,
+        setup_key=setup_key(fingerprint, options.prompt, options.max_tokens),
+        settings=settings,
+        single=single,
+        sweep=sweep,
+        sample=sample,
+        metrics_check=check,
+        client=ClientOverhead(
+            max_connections=connections,
+            loop_lag_max_ms=max(lags_ms),
+            loop_lag_p99_ms=percentile(lags_ms, 99) or 0.0,
+            parse_s=tally.parse_s,
+            parse_share=tally.parse_s / wall if wall > 0 else 0.0,
+            chunks=tally.chunks,
+        ),
+        warnings=warnings,
+        duration_s=wall,
     )
     if history is not None:
         previous = await history.previous(report.setup_key)

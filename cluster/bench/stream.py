@@ -257,7 +257,8 @@ def sample_answer(measured: Measured) -> SampleAnswer:
         text=measured.text,
         reasoning=measured.reasoning,
         finish_reason=m.finish_reason,
-        budget_spent_in_reasoning=bool(measured.reasoning) and not measured.text.strip()
+        budget_spent_in_reasoning=bool(measured.reasoning)
+        and not measured.text.strip()
         and m.finish_reason == "length",
     )
 

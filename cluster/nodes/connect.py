@@ -40,8 +40,11 @@ class ClusterConnection:
         if node.ssh is not None and node.ssh.jump is not None:
             via = self.nodes.get(node.ssh.jump)
             if via is None:
-                raise NodeUnreachable(name, f"unreachable through {node.ssh.jump}",
-                                      f"check that {node.ssh.jump} is up and reachable over SSH")
+                raise NodeUnreachable(
+                    name,
+                    f"unreachable through {node.ssh.jump}",
+                    f"check that {node.ssh.jump} is up and reachable over SSH",
+                )
         opened = await _connect_one(node, self.config.timeouts, via)
         if name in self.nodes:
             self.replaced.append(self.nodes[name])
@@ -54,10 +57,18 @@ async def _connect_one(
     config: NodeConfig, timeouts: Timeouts, via: NodeConnection | None
 ) -> NodeConnection:
     if config.driver == "local":
-        return await LocalNode.connect(config, timeout=timeouts.connect, call_timeout=timeouts.docker)
+        return await LocalNode.connect(
+            config, timeout=timeouts.connect, call_timeout=timeouts.docker
+        )
     if via is not None and not isinstance(via, SSHNode):
-        raise NodeError(config.name, f"jump node {via.name} uses the local driver", "Give the jump node driver: ssh.")
-    return await SSHNode.connect(config, timeout=timeouts.connect, call_timeout=timeouts.docker, via=via)
+        raise NodeError(
+            config.name,
+            f"jump node {via.name} uses the local driver",
+            "Give the jump node driver: ssh.",
+        )
+    return await SSHNode.connect(
+        config, timeout=timeouts.connect, call_timeout=timeouts.docker, via=via
+    )
 
 
 @asynccontextmanager
@@ -86,8 +97,12 @@ async def connect_cluster(config: ClusterConfig) -> AsyncIterator[ClusterConnect
                 result.nodes[node.name] = outcome
         yield result
     finally:
-        originals = [task.result() for task in opened.values() if task.done() and not task.cancelled()]
-        reopened = [result.nodes.get(node.name) for node in reversed(config.nodes)] + result.replaced[::-1]
+        originals = [
+            task.result() for task in opened.values() if task.done() and not task.cancelled()
+        ]
+        reopened = [
+            result.nodes.get(node.name) for node in reversed(config.nodes)
+        ] + result.replaced[::-1]
         for node_connection in reopened:
             if node_connection is not None and all(node_connection is not o for o in originals):
                 await node_connection.aclose()

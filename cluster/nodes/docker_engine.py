@@ -32,8 +32,9 @@ class DockerEngine:
         self._client = client
 
     @classmethod
-    async def open(cls, config: NodeConfig, url: str, *, connect_timeout: float,
-                   call_timeout: float) -> DockerEngine:
+    async def open(
+        cls, config: NodeConfig, url: str, *, connect_timeout: float, call_timeout: float
+    ) -> DockerEngine:
         """A client for the engine at `url`, proven to answer `/version`."""
         client = aiodocker.Docker(url=url)
         try:
@@ -48,8 +49,15 @@ class DockerEngine:
     async def close(self) -> None:
         await self._client.close()
 
-    async def _bounded(self, doing: str, call, *, container: str | None = None,
-                       image: str | None = None, extra_s: float = 0.0) -> Any:
+    async def _bounded(
+        self,
+        doing: str,
+        call,
+        *,
+        container: str | None = None,
+        image: str | None = None,
+        extra_s: float = 0.0,
+    ) -> Any:
         timeout = self.call_timeout + extra_s
         with docker_errors(self.node, doing, timeout=timeout, container=container, image=image):
             async with asyncio.timeout(timeout):
@@ -60,8 +68,9 @@ class DockerEngine:
 
     async def inspect_container(self, name: str) -> dict:
         """`docker inspect` of a container; ContainerMissing if there is none by that name."""
-        return await self._bounded(f"inspecting container {name}",
-                                   self._container(name).show(), container=name)
+        return await self._bounded(
+            f"inspecting container {name}", self._container(name).show(), container=name
+        )
 
     async def find_container(self, name: str) -> dict | None:
         try:
@@ -72,8 +81,11 @@ class DockerEngine:
     async def image_id(self, reference: str) -> str | None:
         """The ID of the image `reference` on this node, None when the node does not have it."""
         try:
-            info = await self._bounded(f"inspecting image {reference}",
-                                       self._client.images.inspect(reference), image=reference)
+            info = await self._bounded(
+                f"inspecting image {reference}",
+                self._client.images.inspect(reference),
+                image=reference,
+            )
         except ImageMissing:
             return None
         return info["Id"]
@@ -88,22 +100,29 @@ class DockerEngine:
 
     async def stop(self, name: str, *, grace_s: int) -> None:
         """SIGTERM, then SIGKILL after `grace_s` seconds."""
-        await self._bounded(f"stopping container {name}", self._container(name).stop(t=grace_s),
-                            container=name, extra_s=grace_s)
+        await self._bounded(
+            f"stopping container {name}",
+            self._container(name).stop(t=grace_s),
+            container=name,
+            extra_s=grace_s,
+        )
 
     async def remove(self, name: str) -> None:
-        await self._bounded(f"removing container {name}", self._container(name).delete(force=True),
-                            container=name)
+        await self._bounded(
+            f"removing container {name}", self._container(name).delete(force=True), container=name
+        )
 
     async def log_tail(self, name: str, lines: int) -> str:
         chunks = await self._bounded(
             f"reading container {name}'s log",
-            self._container(name).log(stdout=True, stderr=True, tail=str(lines)), container=name,
+            self._container(name).log(stdout=True, stderr=True, tail=str(lines)),
+            container=name,
         )
         return "".join(chunks)
 
     async def exec_output(self, name: str, argv: list[str], *, timeout: float) -> str:
         """What `argv`, run inside container `name`, printed; NodeTimedOut after `timeout`."""
+
         async def run() -> str:
             execution = await self._container(name).exec(argv)
             chunks = []
@@ -112,8 +131,12 @@ class DockerEngine:
                     chunks.append(message.data.decode(errors="replace"))
             return "".join(chunks)
 
-        return await self._bounded(f"running `{argv[0]}` in container {name}", run(), container=name,
-                                   extra_s=max(0.0, timeout - self.call_timeout))
+        return await self._bounded(
+            f"running `{argv[0]}` in container {name}",
+            run(),
+            container=name,
+            extra_s=max(0.0, timeout - self.call_timeout),
+        )
 
     async def exec_detached(self, name: str, argv: list[str]) -> None:
         async def start() -> None:
@@ -122,8 +145,9 @@ class DockerEngine:
 
         await self._bounded(f"starting `{argv[0]}` in container {name}", start(), container=name)
 
-    async def follow_log(self, name: str, *, backlog: int | str, timestamps: bool,
-                         since: datetime | None = None) -> AsyncIterator[str]:
+    async def follow_log(
+        self, name: str, *, backlog: int | str, timestamps: bool, since: datetime | None = None
+    ) -> AsyncIterator[str]:
         """The container's log as it is written, from `backlog` lines back (none older than
         `since`), until it stops."""
         info = await self.inspect_container(name)
@@ -133,10 +157,17 @@ class DockerEngine:
             # is never released when the follower stops early (Python then warns of an
             # unclosed connection); this one is closed on every way out.
             response = await self._client._do_query(
-                f"containers/{name}/logs", method="GET", timeout=_UNBOUNDED,
-                params={"stdout": True, "stderr": True, "follow": True, "tail": str(backlog),
-                        "timestamps": timestamps,
-                        **({"since": f"{since.timestamp():.6f}"} if since is not None else {})},
+                f"containers/{name}/logs",
+                method="GET",
+                timeout=_UNBOUNDED,
+                params={
+                    "stdout": True,
+                    "stderr": True,
+                    "follow": True,
+                    "tail": str(backlog),
+                    "timestamps": timestamps,
+                    **({"since": f"{since.timestamp():.6f}"} if since is not None else {}),
+                },
             )
             try:
                 stream = multiplexed_result_stream(response, is_tty=bool(info["Config"].get("Tty")))

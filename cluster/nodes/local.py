@@ -17,8 +17,12 @@ class LocalNode(NodeConnection):
     @classmethod
     async def connect(cls, config: NodeConfig, *, timeout: float, call_timeout: float) -> LocalNode:
         started = time.monotonic()
-        docker = await DockerEngine.open(config, f"unix://{config.docker_socket}",
-                                         connect_timeout=timeout, call_timeout=call_timeout)
+        docker = await DockerEngine.open(
+            config,
+            f"unix://{config.docker_socket}",
+            connect_timeout=timeout,
+            call_timeout=call_timeout,
+        )
         return cls(config, docker, time.monotonic() - started)
 
     async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
@@ -37,12 +41,14 @@ class LocalNode(NodeConnection):
                 process.kill()
                 await process.wait()
                 raise
-        return CommandResult(process.returncode or 0, stdout.decode(errors="replace"),
-                             stderr.decode(errors="replace"))
+        return CommandResult(
+            process.returncode or 0,
+            stdout.decode(errors="replace"),
+            stderr.decode(errors="replace"),
+        )
 
     async def api_base_url(self, port: int) -> str:
         return f"http://127.0.0.1:{port}"
 
     async def aclose(self) -> None:
         await self.docker.close()
-

@@ -33,12 +33,20 @@ _DOCKER_ERRORS = (aiodocker.DockerError, aiohttp.ClientError, OSError, TimeoutEr
 _SSH_ERRORS = (asyncssh.Error, OSError, TimeoutError)
 
 
-def docker_error(node: str, doing: str, error: BaseException, *, timeout: float | None,
-                 container: str | None = None, image: str | None = None) -> NodeError:
+def docker_error(
+    node: str,
+    doing: str,
+    error: BaseException,
+    *,
+    timeout: float | None,
+    container: str | None = None,
+    image: str | None = None,
+) -> NodeError:
     """What a library error met while `doing` something with `node`'s Docker engine means."""
     if isinstance(error, TimeoutError):
         return NodeTimedOut(
-            node, f"the Docker engine did not finish {doing} within {timeout:g} s",
+            node,
+            f"the Docker engine did not finish {doing} within {timeout:g} s",
             f"check that dockerd on {node} is responsive (`docker info`, `journalctl -u docker`); "
             "if the node is merely slow, raise timeouts.docker in the config",
         )
@@ -48,26 +56,36 @@ def docker_error(node: str, doing: str, error: BaseException, *, timeout: float 
         if error.status == 404 and image is not None:
             return ImageMissing(node, image)
         return DockerRefused(
-            node, f"the Docker engine refused {doing}: {error.message}",
+            node,
+            f"the Docker engine refused {doing}: {error.message}",
             f"check `docker info` and `journalctl -u docker` on {node}, then try again",
-            status=error.status, message=str(error.message),
+            status=error.status,
+            message=str(error.message),
         )
     return DockerUnavailable(
-        node, f"lost the connection to the Docker engine while {doing} ({_reason(error)})",
+        node,
+        f"lost the connection to the Docker engine while {doing} ({_reason(error)})",
         f"check `systemctl status docker` and SSH on {node}, then try again",
     )
 
 
 @contextmanager
-def docker_errors(node: str, doing: str, *, timeout: float | None,
-                  container: str | None = None, image: str | None = None) -> Iterator[None]:
+def docker_errors(
+    node: str,
+    doing: str,
+    *,
+    timeout: float | None,
+    container: str | None = None,
+    image: str | None = None,
+) -> Iterator[None]:
     """Run a Docker API call about `container` or `image`; its library errors leave as
     NodeErrors (see `docker_error`)."""
     try:
         yield
     except _DOCKER_ERRORS as error:
-        raise docker_error(node, doing, error, timeout=timeout, container=container,
-                           image=image) from error
+        raise docker_error(
+            node, doing, error, timeout=timeout, container=container, image=image
+        ) from error
 
 
 def engine_unavailable(config: NodeConfig, error: BaseException) -> DockerUnavailable:
@@ -88,13 +106,21 @@ def opening_engine(config: NodeConfig) -> Iterator[None]:
         raise engine_unavailable(config, error) from error
 
 
-def command_error(node: str, argv: Sequence[str], timeout: float, error: BaseException) -> NodeError:
+def command_error(
+    node: str, argv: Sequence[str], timeout: float, error: BaseException
+) -> NodeError:
     """A command that could not run on the node (a timeout, a broken connection)."""
     if isinstance(error, TimeoutError):
-        return NodeTimedOut(node, f"`{argv[0]}` did not finish within {timeout:g} s",
-                            f"check that {node} is responsive (load, disk, sshd) and try again")
-    return NodeUnreachable(node, f"`{argv[0]}` could not run ({_reason(error)})",
-                           f"check that {node} is responsive (load, disk, sshd) and try again")
+        return NodeTimedOut(
+            node,
+            f"`{argv[0]}` did not finish within {timeout:g} s",
+            f"check that {node} is responsive (load, disk, sshd) and try again",
+        )
+    return NodeUnreachable(
+        node,
+        f"`{argv[0]}` could not run ({_reason(error)})",
+        f"check that {node} is responsive (load, disk, sshd) and try again",
+    )
 
 
 @contextmanager
@@ -152,5 +178,9 @@ def _is_known(known_hosts: Path, host: str, port: int) -> bool:
 
 
 def _reason(error: BaseException) -> str:
-    return (getattr(error, "strerror", None) or getattr(error, "reason", None) or str(error)
-            or type(error).__name__)
+    return (
+        getattr(error, "strerror", None)
+        or getattr(error, "reason", None)
+        or str(error)
+        or type(error).__name__
+    )

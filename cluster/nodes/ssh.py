@@ -36,8 +36,9 @@ class SSHNode(NodeConnection):
             local_socket = os.path.join(socket_dir, "docker.sock")
             with command_errors(config.name, ["forward the Docker socket"], timeout):
                 await connection.forward_local_path(local_socket, config.docker_socket)
-            docker = await DockerEngine.open(config, f"unix://{local_socket}",
-                                             connect_timeout=timeout, call_timeout=call_timeout)
+            docker = await DockerEngine.open(
+                config, f"unix://{local_socket}", connect_timeout=timeout, call_timeout=call_timeout
+            )
         except BaseException:
             connection.close()
             _remove_socket_dir(socket_dir)
@@ -56,7 +57,9 @@ class SSHNode(NodeConnection):
     async def api_base_url(self, port: int) -> str:
         if port not in self._api_urls:
             with command_errors(self.name, [f"forward port {port}"], self.docker.call_timeout):
-                listener = await self.connection.forward_local_port("127.0.0.1", 0, "127.0.0.1", port)
+                listener = await self.connection.forward_local_port(
+                    "127.0.0.1", 0, "127.0.0.1", port
+                )
             self._api_urls[port] = f"http://127.0.0.1:{listener.get_port()}"
         return self._api_urls[port]
 
@@ -100,12 +103,18 @@ def _missing_local_file(config: NodeConfig) -> NodeError | None:
     ssh = config.ssh
     assert ssh is not None
     if ssh.key is not None and not ssh.key.is_file():
-        return NodeError(config.name, f"the SSH key {ssh.key} does not exist on the bot's machine",
-                         "Point ssh.key at the private key whose public half is on the node.")
+        return NodeError(
+            config.name,
+            f"the SSH key {ssh.key} does not exist on the bot's machine",
+            "Point ssh.key at the private key whose public half is on the node.",
+        )
     if not ssh.known_hosts.is_file():
-        return NodeError(config.name, f"the known_hosts file {ssh.known_hosts} does not exist",
-                         f"Record the node's host key once from a trusted network (`ssh {ssh.user}@"
-                         f"{ssh.host}`, checking the fingerprint) or point ssh.known_hosts at yours")
+        return NodeError(
+            config.name,
+            f"the known_hosts file {ssh.known_hosts} does not exist",
+            f"Record the node's host key once from a trusted network (`ssh {ssh.user}@"
+            f"{ssh.host}`, checking the fingerprint) or point ssh.known_hosts at yours",
+        )
     return None
 
 

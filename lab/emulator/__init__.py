@@ -3,6 +3,6 @@
 Standard library only.  Tools: ``vllm``, ``ray``, ``nvidia-smi``, ``ibdev2netdev``;
 run as ``python3 -m emulator <tool> [args...]`` (or ``python -m lab.emulator ...``).
 """
-from .profiles import PROFILES, get_profile, truth  # noqa: F401
-from .faults import FAULTS  # noqa: F401
 
+from .faults import FAULTS  # noqa: F401
+from .profiles import PROFILES, get_profile, truth  # noqa: F401

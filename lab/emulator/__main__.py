@@ -1,4 +1,5 @@
 """Dispatch: python3 -m emulator <tool> [args...]"""
+
 import sys
 
 TOOLS = ("vllm", "ray", "nvidia-smi", "ibdev2netdev")

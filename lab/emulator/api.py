@@ -4,6 +4,7 @@ Token pacing: first token at TTFT (profile) after arrival, then one chunk of
 ``tokens_per_chunk`` tokens every ``k / per_stream_rate(running)`` seconds, scheduled on
 absolute monotonic deadlines (no drift).  Not affected by SPARK_EMU_TIME_SCALE.
 """
+
 import json
 import os
 import threading
@@ -15,12 +16,74 @@ from . import profiles as P
 from . import textgen
 from .common import out, sleep_until, vlog
 
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
-ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-               10.0, 20.0, 40.0, 80.0]
-E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-               120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
+TTFT_BUCKETS = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+]
+ITL_BUCKETS = [
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+]
+E2E_BUCKETS = [
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+]
 
 
 class Histogram:
@@ -45,8 +108,17 @@ class EngineDead(Exception):
 class Engine:
     """Shared serving state: admission (max_num_seqs), running count, counters."""
 
-    def __init__(self, profile, served_names, model_path, max_model_len, max_num_seqs,
-                 reasoning_parser, kv_tokens, api_proc=""):
+    def __init__(
+        self,
+        profile,
+        served_names,
+        model_path,
+        max_model_len,
+        max_num_seqs,
+        reasoning_parser,
+        kv_tokens,
+        api_proc="",
+    ):
         self.profile = profile
         self.served_names = served_names
         self.model_path = model_path
@@ -107,16 +179,26 @@ class Engine:
         t0, p0, g0 = self._last_stats
         dt = max(1e-6, now - t0)
         with self.cond:
-            p1, g1, run, wait, kv = self.prompt_total, self.gen_total, self.running, self.waiting, self.kv_in_use
+            p1, g1, run, wait, kv = (
+                self.prompt_total,
+                self.gen_total,
+                self.running,
+                self.waiting,
+                self.kv_in_use,
+            )
         self._last_stats = (now, p1, g1)
         active = (p1 - p0) > 0 or (g1 - g0) > 0 or run > 0 or wait > 0
         if not active and not self._last_printed_active:
             return
         self._last_printed_active = active
-        vlog("INFO", "loggers.py:127",
-             "Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
-             "Running: %d reqs, Waiting: %d reqs, GPU KV cache usage: %.1f%%, Prefix cache hit rate: 0.0%%"
-             % ((p1 - p0) / dt, (g1 - g0) / dt, run, wait, 100.0 * kv / self.kv_tokens), self.api_proc)
+        vlog(
+            "INFO",
+            "loggers.py:127",
+            "Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
+            "Running: %d reqs, Waiting: %d reqs, GPU KV cache usage: %.1f%%, Prefix cache hit rate: 0.0%%"
+            % ((p1 - p0) / dt, (g1 - g0) / dt, run, wait, 100.0 * kv / self.kv_tokens),
+            self.api_proc,
+        )
 
     # --- metrics ----------------------------------------------------------------------
     def metrics_text(self):
@@ -139,24 +221,66 @@ class Engine:
             metric(n, "histogram", help_, s)
 
         with self.cond:
-            metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-                   ["vllm:num_requests_running{%s} %.1f" % (lab, self.running)])
-            metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-                   ["vllm:num_requests_waiting{%s} %.1f" % (lab, self.waiting)])
-            metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-                   ["vllm:kv_cache_usage_perc{%s} %s" % (lab, repr(self.kv_in_use / float(self.kv_tokens)))])
-            metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-                   ["vllm:prompt_tokens_total{%s} %.1f" % (lab, self.prompt_total)])
-            metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
-                   ["vllm:generation_tokens_total{%s} %.1f" % (lab, self.gen_total)])
+            metric(
+                "vllm:num_requests_running",
+                "gauge",
+                "Number of requests in model execution batches.",
+                ["vllm:num_requests_running{%s} %.1f" % (lab, self.running)],
+            )
+            metric(
+                "vllm:num_requests_waiting",
+                "gauge",
+                "Number of requests waiting to be processed.",
+                ["vllm:num_requests_waiting{%s} %.1f" % (lab, self.waiting)],
+            )
+            metric(
+                "vllm:kv_cache_usage_perc",
+                "gauge",
+                "KV-cache usage. 1 means 100 percent usage.",
+                [
+                    "vllm:kv_cache_usage_perc{%s} %s"
+                    % (lab, repr(self.kv_in_use / float(self.kv_tokens)))
+                ],
+            )
+            metric(
+                "vllm:prompt_tokens_total",
+                "counter",
+                "Number of prefill tokens processed.",
+                ["vllm:prompt_tokens_total{%s} %.1f" % (lab, self.prompt_total)],
+            )
+            metric(
+                "vllm:generation_tokens_total",
+                "counter",
+                "Number of generation tokens processed.",
+                ["vllm:generation_tokens_total{%s} %.1f" % (lab, self.gen_total)],
+            )
             succ = []
             for reason in ("stop", "length", "abort"):
-                succ.append('vllm:request_success_total{%s,finished_reason="%s"} %.1f'
-                            % (lab, reason, self.success.get(reason, 0)))
-            metric("vllm:request_success_total", "counter", "Count of successfully processed requests.", succ)
-            hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft_h)
-            hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl_h)
-            hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.e2e_h)
+                succ.append(
+                    'vllm:request_success_total{%s,finished_reason="%s"} %.1f'
+                    % (lab, reason, self.success.get(reason, 0))
+                )
+            metric(
+                "vllm:request_success_total",
+                "counter",
+                "Count of successfully processed requests.",
+                succ,
+            )
+            hist(
+                "vllm:time_to_first_token_seconds",
+                "Histogram of time to first token in seconds.",
+                self.ttft_h,
+            )
+            hist(
+                "vllm:inter_token_latency_seconds",
+                "Histogram of inter-token latency in seconds.",
+                self.itl_h,
+            )
+            hist(
+                "vllm:e2e_request_latency_seconds",
+                "Histogram of e2e request latency in seconds.",
+                self.e2e_h,
+            )
         return "\n".join(o) + "\n"
 
 
@@ -177,11 +301,26 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def _access(self, code):
-        phrase = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 500: "Internal Server Error",
-                  405: "Method Not Allowed"}.get(code, "")
-        out('%sINFO:     %s:%d - "%s %s HTTP/1.1" %d %s' % (self.engine.api_proc, self.client_address[0],
-                                                            self.client_address[1], self.command,
-                                                            self.path, code, phrase))
+        phrase = {
+            200: "OK",
+            400: "Bad Request",
+            401: "Unauthorized",
+            404: "Not Found",
+            500: "Internal Server Error",
+            405: "Method Not Allowed",
+        }.get(code, "")
+        out(
+            '%sINFO:     %s:%d - "%s %s HTTP/1.1" %d %s'
+            % (
+                self.engine.api_proc,
+                self.client_address[0],
+                self.client_address[1],
+                self.command,
+                self.path,
+                code,
+                phrase,
+            )
+        )
 
     def _send(self, code, body=b"", ctype="application/json", access=True):
         if isinstance(body, (dict, list)):
@@ -209,7 +348,11 @@ class Handler(BaseHTTPRequestHandler):
     def _authorised(self, path):
         """As vLLM's API server: with VLLM_API_KEY set, /v1/* wants `Authorization: Bearer <key>`."""
         key = os.environ.get("VLLM_API_KEY")
-        if not key or not path.startswith("/v1") or self.headers.get("Authorization") == "Bearer " + key:
+        if (
+            not key
+            or not path.startswith("/v1")
+            or self.headers.get("Authorization") == "Bearer " + key
+        ):
             return True
         self._send(401, {"error": "Unauthorized"})
         return False
@@ -226,16 +369,37 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, b"")
         if path == "/version":
             from . import dialects
+
             return self._send(200, {"version": dialects.version()})
         if path == "/v1/models":
-            data = [{"id": n, "object": "model", "created": e.created, "owned_by": "vllm",
-                     "root": e.model_path, "parent": None, "max_model_len": e.max_model_len,
-                     "permission": [{"id": "modelperm-" + uuid.uuid4().hex, "object": "model_permission",
-                                     "created": e.created, "allow_create_engine": False,
-                                     "allow_sampling": True, "allow_logprobs": True,
-                                     "allow_search_indices": False, "allow_view": True,
-                                     "allow_fine_tuning": False, "organization": "*", "group": None,
-                                     "is_blocking": False}]} for n in e.served_names]
+            data = [
+                {
+                    "id": n,
+                    "object": "model",
+                    "created": e.created,
+                    "owned_by": "vllm",
+                    "root": e.model_path,
+                    "parent": None,
+                    "max_model_len": e.max_model_len,
+                    "permission": [
+                        {
+                            "id": "modelperm-" + uuid.uuid4().hex,
+                            "object": "model_permission",
+                            "created": e.created,
+                            "allow_create_engine": False,
+                            "allow_sampling": True,
+                            "allow_logprobs": True,
+                            "allow_search_indices": False,
+                            "allow_view": True,
+                            "allow_fine_tuning": False,
+                            "organization": "*",
+                            "group": None,
+                            "is_blocking": False,
+                        }
+                    ],
+                }
+                for n in e.served_names
+            ]
             return self._send(200, {"object": "list", "data": data})
         if path == "/metrics":
             return self._send(200, e.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
@@ -258,11 +422,19 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(404, {"detail": "Not Found"})
         model = req.get("model")
         if model not in e.served_names and model is not None:
-            return self._send(404, _err("The model `%s` does not exist." % model, "NotFoundError", 404))
+            return self._send(
+                404, _err("The model `%s` does not exist." % model, "NotFoundError", 404)
+            )
         model = model or e.served_names[0]
         if e.dead:
-            return self._send(500, _err("EngineCore encountered an issue. See stack trace (above) for the root cause.",
-                                        "InternalServerError", 500))
+            return self._send(
+                500,
+                _err(
+                    "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                    "InternalServerError",
+                    500,
+                ),
+            )
         chat = path.endswith("chat/completions")
         if chat:
             prompt_text = textgen.chat_prompt(req.get("messages") or [])
@@ -281,20 +453,37 @@ class Handler(BaseHTTPRequestHandler):
             max_tokens = req.get("max_tokens")
         room = e.max_model_len - prompt_tokens
         if prompt_tokens > e.max_model_len or (max_tokens is not None and max_tokens > room):
-            msg = ("'max_tokens' or 'max_completion_tokens' is too large: %s. This model's maximum context "
-                   "length is %d tokens and your request has %d input tokens (%s > %d - %d)."
-                   % (max_tokens, e.max_model_len, prompt_tokens, max_tokens, e.max_model_len, prompt_tokens))
+            msg = (
+                "'max_tokens' or 'max_completion_tokens' is too large: %s. This model's maximum context "
+                "length is %d tokens and your request has %d input tokens (%s > %d - %d)."
+                % (
+                    max_tokens,
+                    e.max_model_len,
+                    prompt_tokens,
+                    max_tokens,
+                    e.max_model_len,
+                    prompt_tokens,
+                )
+            )
             if max_tokens is None:
-                msg = ("This model's maximum context length is %d tokens. However, your request has %d input "
-                       "tokens. Please reduce the length of the input messages." % (e.max_model_len, prompt_tokens))
+                msg = (
+                    "This model's maximum context length is %d tokens. However, your request has %d input "
+                    "tokens. Please reduce the length of the input messages."
+                    % (e.max_model_len, prompt_tokens)
+                )
             return self._send(400, _err(msg, "BadRequestError", 400))
         if max_tokens is not None and max_tokens < 1:
-            return self._send(400, _err("max_tokens must be at least 1, got %s." % max_tokens, "BadRequestError", 400))
+            return self._send(
+                400,
+                _err("max_tokens must be at least 1, got %s." % max_tokens, "BadRequestError", 400),
+            )
         cap = max_tokens if max_tokens is not None else room
         ignore_eos = bool(req.get("ignore_eos"))
         min_tokens = int(req.get("min_tokens") or 0)
         if chat:
-            r_toks, c_toks, finish = textgen.plan_chat(prompt_text, e.reasoning, cap, ignore_eos, min_tokens)
+            r_toks, c_toks, finish = textgen.plan_chat(
+                prompt_text, e.reasoning, cap, ignore_eos, min_tokens
+            )
             if max_tokens is None and finish == "length":
                 finish = "length"
         else:
@@ -308,13 +497,17 @@ class Handler(BaseHTTPRequestHandler):
         try:
             e.admit(prompt_tokens)
         except EngineDead:
-            return self._send(500, _err("EngineCore encountered an issue.", "InternalServerError", 500))
+            return self._send(
+                500, _err("EngineCore encountered an issue.", "InternalServerError", 500)
+            )
         with e.cond:
             e.prompt_total += prompt_tokens
         state = {"sent": 0, "kv": prompt_tokens, "finished": False}
         try:
             if stream:
-                self._stream(req, e, model, rid, chat, kinds, finish, prompt_tokens, so, t_arrival, state)
+                self._stream(
+                    req, e, model, rid, chat, kinds, finish, prompt_tokens, so, t_arrival, state
+                )
             else:
                 self._plain(e, model, rid, chat, kinds, finish, prompt_tokens, t_arrival, state)
         except (BrokenPipeError, ConnectionResetError, EngineDead):
@@ -357,22 +550,54 @@ class Handler(BaseHTTPRequestHandler):
         n = len(kinds)
         reasoning = "".join(t for k, t in kinds if k == "reasoning")
         content = "".join(t for k, t in kinds if k == "content")
-        usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + n, "completion_tokens": n,
-                 "prompt_tokens_details": None}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + n,
+            "completion_tokens": n,
+            "prompt_tokens_details": None,
+        }
         if chat:
-            msg = {"role": "assistant", "content": content, "refusal": None, "annotations": None, "audio": None,
-                   "function_call": None, "tool_calls": []}
+            msg = {
+                "role": "assistant",
+                "content": content,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "tool_calls": [],
+            }
             if e.reasoning:
                 msg["reasoning"] = reasoning or None
-            choice = {"index": 0, "message": msg, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+            choice = {
+                "index": 0,
+                "message": msg,
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": None,
+            }
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": content, "logprobs": None, "finish_reason": finish, "stop_reason": None,
-                      "prompt_logprobs": None}
+            choice = {
+                "index": 0,
+                "text": content,
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": None,
+                "prompt_logprobs": None,
+            }
             obj = "text_completion"
-        body = {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice],
-                "service_tier": None, "system_fingerprint": None, "usage": usage, "prompt_logprobs": None,
-                "kv_transfer_params": None}
+        body = {
+            "id": rid,
+            "object": obj,
+            "created": int(time.time()),
+            "model": model,
+            "choices": [choice],
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": usage,
+            "prompt_logprobs": None,
+            "kv_transfer_params": None,
+        }
         self._finish_metrics(e, t_arrival, finish)
         self._send(200, body)
 
@@ -393,18 +618,31 @@ class Handler(BaseHTTPRequestHandler):
         n = len(kinds)
 
         def usage(done):
-            return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + done, "completion_tokens": done}
+            return {
+                "prompt_tokens": prompt_tokens,
+                "total_tokens": prompt_tokens + done,
+                "completion_tokens": done,
+            }
 
         def send_event(choices, done, extra_usage=False):
             ev = {"id": rid, "object": obj, "created": created, "model": model, "choices": choices}
-            if continuous and include_usage or extra_usage:
+            if (continuous and include_usage) or extra_usage:
                 ev["usage"] = usage(done)
             self._chunk(b"data: " + json.dumps(ev, separators=(",", ":")).encode() + b"\n\n")
 
         def emit(i0, i1):
             if chat and i0 == 0:
-                send_event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                             "finish_reason": None}], 0)
+                send_event(
+                    [
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ],
+                    0,
+                )
             groups = []
             for kind, tok in kinds[i0:i1]:
                 if groups and groups[-1][0] == kind:
@@ -414,25 +652,51 @@ class Handler(BaseHTTPRequestHandler):
             done = i0
             for gi, (kind, toks) in enumerate(groups):
                 done += len(toks)
-                last = (i1 == n and gi == len(groups) - 1)
+                last = i1 == n and gi == len(groups) - 1
                 fr = finish if last else None
                 if chat:
-                    delta = {"reasoning": "".join(toks)} if kind == "reasoning" else {"content": "".join(toks)}
+                    delta = (
+                        {"reasoning": "".join(toks)}
+                        if kind == "reasoning"
+                        else {"content": "".join(toks)}
+                    )
                     ch = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": fr}
                 else:
-                    ch = {"index": 0, "text": "".join(toks), "logprobs": None, "finish_reason": fr,
-                          "stop_reason": None}
+                    ch = {
+                        "index": 0,
+                        "text": "".join(toks),
+                        "logprobs": None,
+                        "finish_reason": fr,
+                        "stop_reason": None,
+                    }
                 if last:
                     ch["stop_reason"] = None
                 send_event([ch], done)
 
         if n == 0:
-            send_event([{"index": 0, "delta": {"content": ""} if chat else None, "text": "", "logprobs": None,
-                         "finish_reason": finish}], 0)
+            send_event(
+                [
+                    {
+                        "index": 0,
+                        "delta": {"content": ""} if chat else None,
+                        "text": "",
+                        "logprobs": None,
+                        "finish_reason": finish,
+                    }
+                ],
+                0,
+            )
         self._pace(e, n, t_arrival, emit, state)
         self._finish_metrics(e, t_arrival, finish)
         if include_usage:
-            ev = {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage(n)}
+            ev = {
+                "id": rid,
+                "object": obj,
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": usage(n),
+            }
             self._chunk(b"data: " + json.dumps(ev, separators=(",", ":")).encode() + b"\n\n")
         self._chunk(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
@@ -442,14 +706,20 @@ class Handler(BaseHTTPRequestHandler):
         e = self.engine
         model = req.get("model")
         if model is not None and model not in e.served_names:
-            return self._send(404, _err("The model `%s` does not exist." % model, "NotFoundError", 404))
+            return self._send(
+                404, _err("The model `%s` does not exist." % model, "NotFoundError", 404)
+            )
         if "messages" in req:
             text = textgen.chat_prompt(req.get("messages") or [])
         else:
             text = req.get("prompt", "")
         toks = textgen.tokenize(text)
-        body = {"count": len(toks), "max_model_len": e.max_model_len, "tokens": textgen.token_ids(toks),
-                "token_strs": None}
+        body = {
+            "count": len(toks),
+            "max_model_len": e.max_model_len,
+            "tokens": textgen.token_ids(toks),
+            "token_strs": None,
+        }
         return self._send(200, body)
 
 

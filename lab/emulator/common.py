@@ -1,4 +1,5 @@
 """Environment, timing and vLLM-style log output (every line flushed at once)."""
+
 import os
 import socket
 import sys
@@ -7,9 +8,9 @@ import time
 
 RESET = "\x1b[0m"
 LEVEL_COLOR = {"WARNING": "\x1b[33m", "ERROR": "\x1b[31m", "CRITICAL": "\x1b[31m"}
-VLLM_PREFIX_COLOR = "\x1b[1;36m"   # vLLM decorate_logs: (APIServer pid=1), (EngineCore_DP0 pid=89)
+VLLM_PREFIX_COLOR = "\x1b[1;36m"  # vLLM decorate_logs: (APIServer pid=1), (EngineCore_DP0 pid=89)
 VLLM_PREFIX_RESET = "\x1b[0;0m"
-RAY_PREFIX_COLOR = "\x1b[36m"      # Ray log_to_driver: (RayWorkerWrapper pid=4009, ip=...)
+RAY_PREFIX_COLOR = "\x1b[36m"  # Ray log_to_driver: (RayWorkerWrapper pid=4009, ip=...)
 PY = "/usr/local/lib/python3.12/dist-packages"
 
 _out_lock = threading.Lock()

@@ -19,11 +19,19 @@ DIALECTS = {
         "version": "0.17.1rc1",
         "version_line": ("api_server.py:1839", "vLLM API server version {version}"),
         "weights": ("default_loader.py:267", "Loading weights took {seconds:.2f} seconds"),
-        "model_loading": ("gpu_model_runner.py:2653", "Model loading took {gib:.4f} GiB and {seconds:.6f} seconds"),
+        "model_loading": (
+            "gpu_model_runner.py:2653",
+            "Model loading took {gib:.4f} GiB and {seconds:.6f} seconds",
+        ),
         "kv_cache": ("kv_cache_utils.py:1087", "GPU KV cache size: {tokens:,} tokens"),
-        "max_concurrency": ("kv_cache_utils.py:1091",
-                            "Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"),
-        "engine": ("core.py:210", "init engine (profile, create kv cache, warmup model) took {seconds:.2f} seconds"),
+        "max_concurrency": (
+            "kv_cache_utils.py:1091",
+            "Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x",
+        ),
+        "engine": (
+            "core.py:210",
+            "init engine (profile, create kv cache, warmup model) took {seconds:.2f} seconds",
+        ),
         "api_server": ("api_server.py:1912", "Starting vLLM API server 0 on http://{host}:{port}"),
     },
     "0.32": {
@@ -31,10 +39,16 @@ DIALECTS = {
         "version_line": ("api_utils.py:347", " ▄▄ ▄█ █     █     █ ▀▄▀ █  version {version}"),
         "weights": ("base_loader.py:82", "Initializing model took {seconds:.6f} seconds"),
         "model_loading": None,
-        "kv_cache": ("kv_cache_utils.py:2327", "CPU KV cache size: {tokens:,} tokens, Maximum concurrency for "
-                     "{max_model_len:,} tokens per request: {concurrency:.2f}x"),
+        "kv_cache": (
+            "kv_cache_utils.py:2327",
+            "CPU KV cache size: {tokens:,} tokens, Maximum concurrency for "
+            "{max_model_len:,} tokens per request: {concurrency:.2f}x",
+        ),
         "max_concurrency": None,
-        "engine": ("core.py:402", "init engine (profile, create kv cache, warmup model) took {seconds:.2f} s"),
+        "engine": (
+            "core.py:402",
+            "init engine (profile, create kv cache, warmup model) took {seconds:.2f} s",
+        ),
         "api_server": ("entry.py:140", "Starting vLLM server on http://{host}:{port}"),
     },
 }

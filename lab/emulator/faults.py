@@ -24,7 +24,9 @@ ENGINE_CORE_TB_HEAD = """Traceback (most recent call last):
   File "$py/vllm/v1/engine/core.py", line 83, in __init__
     self.model_executor = executor_class(vllm_config)"""
 
-NCCL_ERROR_TB = ENGINE_CORE_TB_HEAD + """
+NCCL_ERROR_TB = (
+    ENGINE_CORE_TB_HEAD
+    + """
   File "$py/vllm/executor/executor_base.py", line 54, in __init__
     self._init_executor()
   File "$py/vllm/v1/executor/ray_distributed_executor.py", line 97, in _init_executor
@@ -47,15 +49,21 @@ ray.exceptions.RayTaskError(RuntimeError): ray::RayWorkerWrapper.execute_method(
   File "$py/vllm/distributed/device_communicators/pynccl_wrapper.py", line 264, in NCCL_CHECK
     raise RuntimeError(f"NCCL error: {error_str}")
 RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"""
+)
 
-LOW_MEMORY_TB = ENGINE_CORE_TB_HEAD + """
+LOW_MEMORY_TB = (
+    ENGINE_CORE_TB_HEAD
+    + """
   File "$py/vllm/v1/worker/gpu_worker.py", line 172, in init_device
     self.init_snapshot = MemorySnapshot()
   File "$py/vllm/v1/worker/gpu_worker.py", line 180, in init_device
     raise ValueError(
 ValueError: Free memory on device cuda:0 ($free_gib/$total_gib GiB) on startup is less than desired GPU memory utilization ($gmu, $want_gib GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."""
+)
 
-GLOO_TB = ENGINE_CORE_TB_HEAD + """
+GLOO_TB = (
+    ENGINE_CORE_TB_HEAD
+    + """
   File "$py/vllm/distributed/parallel_state.py", line 1025, in init_distributed_environment
     _WORLD = init_world_group(ranks, local_rank, backend)
   File "$py/vllm/distributed/parallel_state.py", line 898, in init_world_group
@@ -67,8 +75,11 @@ GLOO_TB = ENGINE_CORE_TB_HEAD + """
   File "$py/torch/distributed/distributed_c10d.py", line 2014, in _new_process_group_helper
     backend_class = ProcessGroupGloo(
 RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error"""
+)
 
-OOM_TB = ENGINE_CORE_TB_HEAD + """
+OOM_TB = (
+    ENGINE_CORE_TB_HEAD
+    + """
   File "$py/vllm/v1/engine/core.py", line 175, in _initialize_kv_caches
     available_gpu_memory = self.model_executor.determine_available_memory()
   File "$py/vllm/v1/worker/gpu_worker.py", line 263, in determine_available_memory
@@ -80,10 +91,13 @@ OOM_TB = ENGINE_CORE_TB_HEAD + """
   File "$py/torch/utils/_device.py", line 104, in __torch_function__
     return func(*args, **kwargs)
 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of $total_gib GiB of which 1.27 GiB is free. Including non-PyTorch memory, this process has 112.80 GiB memory in use. Of the allocated memory 106.41 GiB is allocated by PyTorch, and 3.62 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"""
+)
 
-WATCHDOG = ("[rank$rank]:[E$edate ProcessGroupNCCL.cpp:632] [Rank $rank] Watchdog caught collective "
-            "operation timeout: WorkNCCL(SeqNum=$seq, OpType=_ALLGATHER_BASE, NumelIn=$numel, "
-            "NumelOut=$numel2, Timeout(ms)=600000) ran for 600060 milliseconds before timing out.")
+WATCHDOG = (
+    "[rank$rank]:[E$edate ProcessGroupNCCL.cpp:632] [Rank $rank] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=$seq, OpType=_ALLGATHER_BASE, NumelIn=$numel, "
+    "NumelOut=$numel2, Timeout(ms)=600000) ran for 600060 milliseconds before timing out."
+)
 
 LATE_DEATH_TB = """Traceback (most recent call last):
   File "$py/vllm/v1/engine/core.py", line 712, in run_engine_core
@@ -120,76 +134,133 @@ The actor is dead because its node has died. Node Id: $node_id
 
 FAULTS = {
     "nccl_hang": {
-        "where": "serve", "phase": "nccl_init", "action": "hang", "force_nccl_lines": True,
+        "where": "serve",
+        "phase": "nccl_init",
+        "action": "hang",
+        "force_nccl_lines": True,
         "signature": "NCCL INFO ncclCommInitRank",
         "doc": "NCCL init lines (printed even without NCCL_DEBUG=INFO), then silence forever; process alive, API never up.",
         "lines": [],
     },
     "nccl_error": {
-        "where": "serve", "phase": "nccl_init", "action": "init_failed",
+        "where": "serve",
+        "phase": "nccl_init",
+        "action": "init_failed",
         "signature": "RuntimeError: NCCL error: unhandled system error",
         "doc": "RuntimeError: NCCL error: unhandled system error raised in ncclCommInitRank (traceback), engine init fails, exit 1.",
         "lines": [
-            ("remote", "ERROR", "worker_base.py:620", "Error executing method 'init_device'. This might cause deadlock in distributed execution."),
+            (
+                "remote",
+                "ERROR",
+                "worker_base.py:620",
+                "Error executing method 'init_device'. This might cause deadlock in distributed execution.",
+            ),
             ("engine", "ERROR", "core.py:708", "EngineCore failed to start.\n" + NCCL_ERROR_TB),
         ],
     },
     "low_memory": {
-        "where": "serve", "phase": "worker_init", "action": "init_failed",
+        "where": "serve",
+        "phase": "worker_init",
+        "action": "init_failed",
         "signature": "ValueError: Free memory on device cuda:0",
         "doc": "ValueError: Free memory on device cuda:0 (X/121.63 GiB) on startup is less than desired GPU memory utilization (0.9, Y GiB)..., exit 1.",
-        "lines": [("engine", "ERROR", "core.py:708", "EngineCore failed to start.\n" + LOW_MEMORY_TB)],
+        "lines": [
+            ("engine", "ERROR", "core.py:708", "EngineCore failed to start.\n" + LOW_MEMORY_TB)
+        ],
     },
     "worker_died_loading": {
-        "where": "serve", "phase": "load_weights", "action": "remote_died",
+        "where": "serve",
+        "phase": "load_weights",
+        "action": "remote_died",
         "signature": "The actor died unexpectedly before finishing this task.",
         "doc": "Ray: the remote rank's RayWorkerWrapper dies while loading (raylet/actor died lines, ActorDiedError) then EngineDeadError; mp: rank 1 dies, rank 0 prints the lost-worker error then EngineDeadError. exit 1.",
         "lines": [],
     },
     "ray_worker_never_joins": {
-        "where": "ray", "phase": "ray_start_worker", "action": "hang",
+        "where": "ray",
+        "phase": "ray_start_worker",
+        "action": "hang",
         "signature": "Cannot provide a placement group of",
         "doc": "On the worker: `ray start --address` hangs silently and never registers; the head's `vllm serve` then logs the placement-group wait lines and fails with ValueError: Cannot provide a placement group of ... within 1800 seconds.",
         "lines": [],
     },
     "gloo_iface": {
-        "where": "serve", "phase": "dist_init", "action": "init_failed",
+        "where": "serve",
+        "phase": "dist_init",
+        "action": "init_failed",
         "signature": "Gloo connectFullMesh failed",
         "doc": "[W ProcessGroupGloo.cpp] Unable to resolve hostname ... GLOO_SOCKET_IFNAME, then RuntimeError: Gloo connectFullMesh failed, exit 1.",
         "lines": [
-            ("local", None, None, "[W$edate ProcessGroupGloo.cpp:516] Warning: Unable to resolve hostname to a (local) address. Using the loopback address as fallback. Manually set the network interface to bind to with GLOO_SOCKET_IFNAME. (function operator())"),
-            ("remote", None, None, "[E$edate ProcessGroupGloo.cpp:144] Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error"),
+            (
+                "local",
+                None,
+                None,
+                "[W$edate ProcessGroupGloo.cpp:516] Warning: Unable to resolve hostname to a (local) address. Using the loopback address as fallback. Manually set the network interface to bind to with GLOO_SOCKET_IFNAME. (function operator())",
+            ),
+            (
+                "remote",
+                None,
+                None,
+                "[E$edate ProcessGroupGloo.cpp:144] Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+            ),
             ("engine", "ERROR", "core.py:708", "EngineCore failed to start.\n" + GLOO_TB),
         ],
     },
     "ray_version_mismatch": {
-        "where": "ray", "phase": "ray_start_worker", "action": "exit1", "ray_version": "2.48.0",
+        "where": "ray",
+        "phase": "ray_start_worker",
+        "action": "exit1",
+        "ray_version": "2.48.0",
         "signature": "RuntimeError: Version mismatch: The cluster was started with:",
         "doc": "On the worker: `ray start --address` runs Ray 2.48.0 against a 2.49.1 head -> RuntimeError: Version mismatch ..., exit 1 (same as setting SPARK_EMU_RAY_VERSION differently on the nodes).",
         "lines": [],
     },
     "late_engine_death": {
-        "where": "serve", "phase": "serving", "action": "engine_dead",
+        "where": "serve",
+        "phase": "serving",
+        "action": "engine_dead",
         "signature": "Watchdog caught collective operation timeout: WorkNCCL(",
         "doc": "Ready and serving; SPARK_EMU_FAULT_AFTER_S (real s, default 5) after ready: Watchdog caught collective operation timeout ... ran for 600060 milliseconds, TimeoutError from shm_broadcast, EngineDeadError; /health 500 for SPARK_EMU_DEAD_LINGER_S (default 3), then exit 1.",
         "lines": [
             ("local", None, None, WATCHDOG),
-            ("local", None, None, "[rank$rank]:[E$edate ProcessGroupNCCL.cpp:2168] [PG ID 2 PG GUID 3 Rank $rank] First PG on this rank that detected no heartbeat of its watchdog."),
-            ("engine", "WARNING", "shm_broadcast.py:466", "No available shared memory broadcast block found in 60 seconds. This typically happens when some processes are hanging or doing some time-consuming work (e.g. compilation)"),
-            ("engine", "ERROR", "core.py:721", "EngineCore encountered a fatal error.\n" + LATE_DEATH_TB),
+            (
+                "local",
+                None,
+                None,
+                "[rank$rank]:[E$edate ProcessGroupNCCL.cpp:2168] [PG ID 2 PG GUID 3 Rank $rank] First PG on this rank that detected no heartbeat of its watchdog.",
+            ),
+            (
+                "engine",
+                "WARNING",
+                "shm_broadcast.py:466",
+                "No available shared memory broadcast block found in 60 seconds. This typically happens when some processes are hanging or doing some time-consuming work (e.g. compilation)",
+            ),
+            (
+                "engine",
+                "ERROR",
+                "core.py:721",
+                "EngineCore encountered a fatal error.\n" + LATE_DEATH_TB,
+            ),
         ],
     },
     "slow_start": {
-        "where": "serve", "phase": None, "action": "slow", "time_factor": 7.0,
+        "where": "serve",
+        "phase": None,
+        "action": "slow",
+        "time_factor": 7.0,
         "signature": "Application startup complete.",
         "doc": "Every startup phase 7x longer (printed durations too); succeeds.",
         "lines": [],
     },
     "oom": {
-        "where": "serve", "phase": "profile", "action": "engine_dead",
+        "where": "serve",
+        "phase": "profile",
+        "action": "engine_dead",
         "signature": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate",
         "doc": "During memory profiling: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB ... (traceback), then EngineDeadError, exit 1.",
-        "lines": [("engine", "ERROR", "core.py:721", "EngineCore encountered a fatal error.\n" + OOM_TB)],
+        "lines": [
+            ("engine", "ERROR", "core.py:721", "EngineCore encountered a fatal error.\n" + OOM_TB)
+        ],
     },
 }
 

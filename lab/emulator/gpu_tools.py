@@ -1,9 +1,8 @@
 """nvidia-smi (a GB10 as it really prints) and ibdev2netdev."""
+
 import os
-import sys
 import time
 import uuid
-import zlib
 
 from .common import env_int, hostname
 
@@ -11,13 +10,18 @@ DRIVER = "580.95.05"
 CUDA = "13.0"
 
 # RoCE device -> netdev (as on a DGX Spark's ConnectX-7)
-IB_DEVICES = [("rocep1s0f0", "enp1s0f0np0"), ("rocep1s0f1", "enp1s0f1np1"),
-              ("roceP2p1s0f0", "enP2p1s0f0np0"), ("roceP2p1s0f1", "enP2p1s0f1np1")]
+IB_DEVICES = [
+    ("rocep1s0f0", "enp1s0f0np0"),
+    ("rocep1s0f1", "enp1s0f1np1"),
+    ("roceP2p1s0f0", "enP2p1s0f0np0"),
+    ("roceP2p1s0f1", "enP2p1s0f1np1"),
+]
 SHOWN_IB = [("rocep1s0f1", "enp1s0f1np1"), ("roceP2p1s0f1", "enP2p1s0f1np1")]
 
 
 def gpu_uuid(i):
     import hashlib
+
     return "GPU-" + str(uuid.UUID(bytes=hashlib.md5(("%s-%d" % (hostname(), i)).encode()).digest()))
 
 
@@ -25,10 +29,19 @@ def _table(n):
     t = time.strftime("%a %b %d %H:%M:%S %Y")
     rows = []
     for i in range(n):
-        rows.append("|   %d  NVIDIA GB10                    On  |   0000000F:01:00.0  On |                  N/A |" % i)
-        rows.append("| N/A   42C    P8              4W /  N/A  | Not Supported          |      0%      Default |")
-        rows.append("|                                         |                        |                  N/A |")
-        rows.append("+-----------------------------------------+------------------------+----------------------+")
+        rows.append(
+            "|   %d  NVIDIA GB10                    On  |   0000000F:01:00.0  On |                  N/A |"
+            % i
+        )
+        rows.append(
+            "| N/A   42C    P8              4W /  N/A  | Not Supported          |      0%      Default |"
+        )
+        rows.append(
+            "|                                         |                        |                  N/A |"
+        )
+        rows.append(
+            "+-----------------------------------------+------------------------+----------------------+"
+        )
     return """%s
 +-----------------------------------------------------------------------------------------+
 | NVIDIA-SMI %s             Driver Version: %s     CUDA Version: %s     |
@@ -46,7 +59,12 @@ def _table(n):
 |=========================================================================================|
 |  No running processes found                                                             |
 +-----------------------------------------------------------------------------------------+""" % (
-        t, DRIVER, DRIVER, CUDA, "\n".join(rows))
+        t,
+        DRIVER,
+        DRIVER,
+        CUDA,
+        "\n".join(rows),
+    )
 
 
 QUERY_FIELDS = {

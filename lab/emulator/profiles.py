@@ -5,24 +5,34 @@ aggregate output tok/s, interpolated linearly in log2(concurrency), flat beyond 
 point), tokens_per_chunk, weights, KV cache reference and the startup phase durations in
 nominal (real-hardware) seconds; SPARK_EMU_TIME_SCALE multiplies the phase durations only.
 """
+
 import math
 import os
 
 _SPARK_PHASES = {
-    "startup": 8.0,        # process start -> engine core config
-    "dist_init": 4.0,      # placement group / TCP store / process groups
-    "nccl_init": 6.0,      # ncclCommInitRank
+    "startup": 8.0,  # process start -> engine core config
+    "dist_init": 4.0,  # placement group / TCP store / process groups
+    "nccl_init": 6.0,  # ncclCommInitRank
     "load_weights": 540.0,  # 119 GB from the HF cache, per rank in parallel
     "post_load": 12.0,
-    "compile": 70.0,       # torch.compile (skipped with --enforce-eager)
-    "profile": 18.0,       # memory profiling, KV cache allocation
-    "cuda_graphs": 28.0,   # CUDA graph capture (skipped with --enforce-eager)
+    "compile": 70.0,  # torch.compile (skipped with --enforce-eager)
+    "profile": 18.0,  # memory profiling, KV cache allocation
+    "cuda_graphs": 28.0,  # CUDA graph capture (skipped with --enforce-eager)
     "api_start": 3.0,
 }
 
 # A startup of seconds once scaled, for tests and the lab.
-_QUICK_PHASES = {"startup": 2.0, "dist_init": 1.0, "nccl_init": 1.0, "load_weights": 30.0,
-                 "post_load": 2.0, "compile": 8.0, "profile": 3.0, "cuda_graphs": 4.0, "api_start": 1.0}
+_QUICK_PHASES = {
+    "startup": 2.0,
+    "dist_init": 1.0,
+    "nccl_init": 1.0,
+    "load_weights": 30.0,
+    "post_load": 2.0,
+    "compile": 8.0,
+    "profile": 3.0,
+    "cuda_graphs": 4.0,
+    "api_start": 1.0,
+}
 
 PROFILES = {
     "spark-pair-qwen35": {
@@ -63,7 +73,7 @@ PROFILES = {
     },
     "lab": {
         "description": "The lab: quick to start, paced slowly enough (100 tok/s) for a 2-core machine "
-                       "to keep exact time with several streams through SSH",
+        "to keep exact time with several streams through SSH",
         "ttft_s": 0.2,
         "decode_tok_s": 100.0,
         "aggregate": [[1, 100.0], [2, 160.0], [4, 240.0], [8, 340.0], [16, 450.0], [32, 600.0]],
@@ -77,8 +87,8 @@ DEFAULT_PROFILE = "spark-pair-qwen35"
 
 # Hardware / model constants shared by the profiles (GB10, Qwen3.5-122B-A10B-FP8).
 GPU_TOTAL_GIB = 121.63
-NON_KV_OVERHEAD_GIB = 5.2         # activations, CUDA graphs, NCCL buffers per rank
-KV_REF_TOKENS = 839488            # at --gpu-memory-utilization 0.9, TP 2
+NON_KV_OVERHEAD_GIB = 5.2  # activations, CUDA graphs, NCCL buffers per rank
+KV_REF_TOKENS = 839488  # at --gpu-memory-utilization 0.9, TP 2
 KV_REF_GMU = 0.9
 KV_REF_TP = 2
 NUM_ATTENTION_HEADS = 32
@@ -140,8 +150,12 @@ def weights_gib(profile, tp=1, pp=1):
 
 def kv_cache(profile, gmu, tp, pp=1):
     """(available KV GiB per rank, KV cache tokens) for the given settings."""
+
     def avail(g, t):
-        return g * GPU_TOTAL_GIB - weights_gib(profile, t, pp if t == tp else 1) - NON_KV_OVERHEAD_GIB
+        return (
+            g * GPU_TOTAL_GIB - weights_gib(profile, t, pp if t == tp else 1) - NON_KV_OVERHEAD_GIB
+        )
+
     ref = KV_REF_GMU * GPU_TOTAL_GIB - weights_gib(profile, KV_REF_TP, 1) - NON_KV_OVERHEAD_GIB
     a = avail(gmu, tp)
     if a <= 0:

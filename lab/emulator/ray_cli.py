@@ -4,6 +4,7 @@ The head runs an emulated GCS: a small HTTP/JSON server on --node-ip-address:--p
 the node registry (node ip, GPUs, Ray/Python version, heartbeat) and the placement groups.
 Its address is written to $SPARK_EMU_STATE_DIR/ray_current_cluster (as Ray does in /tmp/ray).
 """
+
 import argparse
 import json
 import os
@@ -19,12 +20,14 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import faults as F
-from .common import env_float, env_int, env_str, fault_name, out, state_dir, time_scale, die
+from .common import env_int, env_str, fault_name, out, state_dir, time_scale
 
 DEFAULT_RAY_VERSION = "2.49.1"
 PY_VERSION = "3.12.3"
-HEAD_PROCS = 7     # gcs_server, raylet, dashboard, log_monitor, monitor, dashboard_agent, runtime_env_agent
-WORKER_PROCS = 4   # raylet, log_monitor, dashboard_agent, runtime_env_agent
+HEAD_PROCS = (
+    7  # gcs_server, raylet, dashboard, log_monitor, monitor, dashboard_agent, runtime_env_agent
+)
+WORKER_PROCS = 4  # raylet, log_monitor, dashboard_agent, runtime_env_agent
 
 
 def ray_version():
@@ -44,8 +47,11 @@ def heartbeat_timeout():
 
 
 def node_memory():
-    return {"cpus": float(env_int("SPARK_EMU_CPUS", 20)), "memory": 85.27 * 2**30,
-            "object_store_memory": 36.54 * 2**30}
+    return {
+        "cpus": float(env_int("SPARK_EMU_CPUS", 20)),
+        "memory": 85.27 * 2**30,
+        "object_store_memory": 36.54 * 2**30,
+    }
 
 
 def default_ip():
@@ -75,8 +81,12 @@ def read_cluster_address():
 def gcs_call(address, path, payload=None, timeout=2.0):
     url = "http://%s%s" % (address, path)
     data = json.dumps(payload).encode() if payload is not None else None
-    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET",
-                                 headers={"content-type": "application/json"})
+    req = urllib.request.Request(
+        url,
+        data=data,
+        method="POST" if data is not None else "GET",
+        headers={"content-type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.loads(r.read() or b"{}")
 
@@ -92,11 +102,22 @@ class GCS:
         self.nodes = {}
         self.pgs = {}
         self.failures = []
-        self.session = "session_%s_%06d" % (time.strftime("%Y-%m-%d_%H-%M-%S"), os.getpid() % 1000000)
+        self.session = "session_%s_%06d" % (
+            time.strftime("%Y-%m-%d_%H-%M-%S"),
+            os.getpid() % 1000000,
+        )
         self.head_id = uuid.uuid4().hex + uuid.uuid4().hex[:24]
-        self.register({"node_id": self.head_id, "ip": head_ip, "gpus": gpus, "is_head": True,
-                       "ray_version": ray_version(), "python_version": python_version(),
-                       "pid": os.getpid()})
+        self.register(
+            {
+                "node_id": self.head_id,
+                "ip": head_ip,
+                "gpus": gpus,
+                "is_head": True,
+                "ray_version": ray_version(),
+                "python_version": python_version(),
+                "pid": os.getpid(),
+            }
+        )
 
     def register(self, n):
         n = dict(n)
@@ -139,10 +160,17 @@ class GCS:
             for pg in self.pgs.values():
                 for nid, g in pg["alloc"].items():
                     used[nid] = used.get(nid, 0) + g
-            return {"nodes": nodes, "pgs": list(self.pgs.values()), "used": used,
-                    "ray_version": ray_version(), "python_version": python_version(),
-                    "head_ip": self.head_ip, "port": self.port, "session": self.session,
-                    "failures": [{"node_id": f["node_id"], "ip": f["ip"]} for f in self.failures]}
+            return {
+                "nodes": nodes,
+                "pgs": list(self.pgs.values()),
+                "used": used,
+                "ray_version": ray_version(),
+                "python_version": python_version(),
+                "head_ip": self.head_ip,
+                "port": self.port,
+                "session": self.session,
+                "failures": [{"node_id": f["node_id"], "ip": f["ip"]} for f in self.failures],
+            }
 
 
 def make_gcs_server(gcs, host, port):
@@ -231,9 +259,11 @@ def _remove_pid():
 # ------------------------------------------------------------------------------------------
 # texts
 # ------------------------------------------------------------------------------------------
-USAGE_STATS = ("Usage stats collection is enabled. To disable this, add `--disable-usage-stats` to the command "
-               "that starts the cluster, or run the following command: `ray disable-usage-stats` before starting "
-               "the cluster. See https://docs.ray.io/en/master/cluster/usage-stats.html for more details.")
+USAGE_STATS = (
+    "Usage stats collection is enabled. To disable this, add `--disable-usage-stats` to the command "
+    "that starts the cluster, or run the following command: `ray disable-usage-stats` before starting "
+    "the cluster. See https://docs.ray.io/en/master/cluster/usage-stats.html for more details."
+)
 
 
 def head_text(ip, port):
@@ -269,18 +299,28 @@ Next steps
     %s:8265
 
   If connection to the dashboard fails, check your firewall settings and network configuration.""" % (
-        USAGE_STATS, ip, ip, port, ip, ip, ip)
+        USAGE_STATS,
+        ip,
+        ip,
+        port,
+        ip,
+        ip,
+        ip,
+    )
 
 
 def worker_text(ip):
-    return """Local node IP: %s
+    return (
+        """Local node IP: %s
 
 --------------------
 Ray runtime started.
 --------------------
 
 To terminate the Ray runtime, run
-  ray stop""" % ip
+  ray stop"""
+        % ip
+    )
 
 
 BLOCK_TEXT = """--block
@@ -291,8 +331,16 @@ BLOCK_TEXT = """--block
 def rlog(level, src, msg):
     """Ray's own logger format: 2025-11-30 05:42:03,123	INFO scripts.py:1031 -- msg"""
     t = time.time()
-    out("%s,%03d\t%s %s -- %s" % (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)), int(t * 1000) % 1000,
-                                   level, src, msg))
+    out(
+        "%s,%03d\t%s %s -- %s"
+        % (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)),
+            int(t * 1000) % 1000,
+            level,
+            src,
+            msg,
+        )
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -323,11 +371,15 @@ def _parser():
 def _daemonize(argv, ready_file):
     """Run the same `ray start` with --block in a new session; wait until it is ready."""
     pkg = __package__ or "emulator"
-    cmd = [sys.executable, "-m", pkg, "ray", "start"] + [a for a in argv if a != "--block"] + [
-        "--block", "--_emu-daemon", ready_file]
+    cmd = (
+        [sys.executable, "-m", pkg, "ray", "start"]
+        + [a for a in argv if a != "--block"]
+        + ["--block", "--_emu-daemon", ready_file]
+    )
     log = open(os.path.join(state_dir(), "emu_ray_%d.log" % os.getpid()), "w")
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if os.path.exists(ready_file):
@@ -356,7 +408,9 @@ def start_main(argv):
     ip = args.node_ip_address or default_ip()
     if not args.block and not args.emu_daemon:
         # daemonise: the child prints into a log; we print the start text once it is up
-        ready = os.path.join(state_dir(), "emu_ready_%d_%d" % (os.getpid(), int(time.time() * 1000)))
+        ready = os.path.join(
+            state_dir(), "emu_ready_%d_%d" % (os.getpid(), int(time.time() * 1000))
+        )
         rc = _daemonize(argv, ready)
         try:
             os.unlink(ready)
@@ -380,8 +434,10 @@ def start_main(argv):
             gcs = GCS(ip, args.port, gpus)
             srv = make_gcs_server(gcs, ip, args.port)
         except OSError as e:
-            out("ConnectionError: Ray is trying to start at %s:%d, but is already running at %s:%d or the port "
-                "is in use: %s" % (ip, args.port, ip, args.port, e))
+            out(
+                "ConnectionError: Ray is trying to start at %s:%d, but is already running at %s:%d or the port "
+                "is in use: %s" % (ip, args.port, ip, args.port, e)
+            )
             return 1
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         with open(cluster_file(), "w") as f:
@@ -437,11 +493,15 @@ def start_main(argv):
             time.sleep(0.1)
     if info is None:
         host = address
-        rlog("WARNING", "utils.py:1591",
-             "Unable to connect to GCS (ray head) at %s. Check that (1) Ray with matching version started "
-             "successfully at the specified address, (2) this node can reach the specified address, and (3) there "
-             "is no firewall setting preventing access." % host)
-        out("""Traceback (most recent call last):
+        rlog(
+            "WARNING",
+            "utils.py:1591",
+            "Unable to connect to GCS (ray head) at %s. Check that (1) Ray with matching version started "
+            "successfully at the specified address, (2) this node can reach the specified address, and (3) there "
+            "is no firewall setting preventing access." % host,
+        )
+        out(
+            """Traceback (most recent call last):
   File "/usr/local/bin/ray", line 8, in <module>
     sys.exit(main())
   File "/usr/local/lib/python3.12/dist-packages/ray/scripts/scripts.py", line 2793, in main
@@ -450,10 +510,13 @@ def start_main(argv):
     bootstrap_address = services.canonicalize_bootstrap_address(address, temp_dir)
   File "/usr/local/lib/python3.12/dist-packages/ray/_private/services.py", line 414, in wait_for_node
     raise ConnectionError(
-ConnectionError: Failed to connect to GCS at address %s within 5 seconds.""" % host)
+ConnectionError: Failed to connect to GCS at address %s within 5 seconds."""
+            % host
+        )
         return 1
     if (info["ray_version"], info["python_version"]) != (my_version, python_version()):
-        out("""Traceback (most recent call last):
+        out(
+            """Traceback (most recent call last):
   File "/usr/local/bin/ray", line 8, in <module>
     sys.exit(main())
   File "/usr/local/lib/python3.12/dist-packages/ray/scripts/scripts.py", line 2793, in main
@@ -470,15 +533,31 @@ RuntimeError: Version mismatch: The cluster was started with:
 This process on node %s was started with:
     Ray: %s
     Python: %s
-""" % (info["ray_version"], info["python_version"], ip, my_version, python_version()))
+"""
+            % (info["ray_version"], info["python_version"], ip, my_version, python_version())
+        )
         return 1
     node_id = uuid.uuid4().hex + uuid.uuid4().hex[:24]
     try:
-        gcs_call(address, "/api/register", {"node_id": node_id, "ip": ip, "gpus": gpus, "is_head": False,
-                                             "hostname": socket.gethostname(), "ray_version": my_version, "python_version": python_version(),
-                                             "pid": os.getpid()})
+        gcs_call(
+            address,
+            "/api/register",
+            {
+                "node_id": node_id,
+                "ip": ip,
+                "gpus": gpus,
+                "is_head": False,
+                "hostname": socket.gethostname(),
+                "ray_version": my_version,
+                "python_version": python_version(),
+                "pid": os.getpid(),
+            },
+        )
     except (OSError, ValueError) as e:
-        out("ConnectionError: Failed to connect to GCS at address %s within 5 seconds. (%s)" % (address, e))
+        out(
+            "ConnectionError: Failed to connect to GCS at address %s within 5 seconds. (%s)"
+            % (address, e)
+        )
         return 1
     _write_pid("worker:%d" % WORKER_PROCS)
     if not quiet:
@@ -495,14 +574,18 @@ This process on node %s was started with:
                 last_ok = time.monotonic()
             except urllib.error.HTTPError as e:
                 if e.code == 410:  # the GCS marked us dead
-                    out("Some Ray subprocesses exited unexpectedly:\n  raylet [exit code=1]\n"
-                        "Remaining processes will be killed.")
+                    out(
+                        "Some Ray subprocesses exited unexpectedly:\n  raylet [exit code=1]\n"
+                        "Remaining processes will be killed."
+                    )
                     rc = 1
                     break
             except (OSError, ValueError):
                 if time.monotonic() - last_ok > heartbeat_timeout():
-                    out("Some Ray subprocesses exited unexpectedly:\n  raylet [exit code=1]\n"
-                        "Remaining processes will be killed.")
+                    out(
+                        "Some Ray subprocesses exited unexpectedly:\n  raylet [exit code=1]\n"
+                        "Remaining processes will be killed."
+                    )
                     rc = 1
                     break
             stopping.wait(interval)
@@ -519,8 +602,10 @@ This process on node %s was started with:
 # ------------------------------------------------------------------------------------------
 # ray status / stop
 # ------------------------------------------------------------------------------------------
-NO_CLUSTER = ("ConnectionError: Could not find any running Ray instance. Please specify the one to connect to by "
-              "setting `--address` flag or `RAY_ADDRESS` environment variable.")
+NO_CLUSTER = (
+    "ConnectionError: Could not find any running Ray instance. Please specify the one to connect to by "
+    "setting `--address` flag or `RAY_ADDRESS` environment variable."
+)
 
 
 def _fmt_bytes(b):
@@ -531,9 +616,10 @@ def status_text(info):
     alive = [n for n in info["nodes"] if n["alive"]]
     used = info.get("used", {})
     now = time.time()
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + ".%06d" % (int(now * 1e6) % 1000000)
-    lines = ["======== Autoscaler status: %s ========" % stamp,
-        "Node status", "-" * 63, "Active:"]
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + ".%06d" % (
+        int(now * 1e6) % 1000000
+    )
+    lines = ["======== Autoscaler status: %s ========" % stamp, "Node status", "-" * 63, "Active:"]
     for n in alive:
         lines.append(" 1 node_%s" % n["node_id"])
     lines += ["Pending:", " (no pending nodes)", "Recent failures:"]
@@ -548,17 +634,26 @@ def status_text(info):
     gused = sum(v for k, v in used.items() if any(n["node_id"] == k for n in alive))
     mem = sum(n["memory"] for n in alive)
     osm = sum(n["object_store_memory"] for n in alive)
-    lines += ["", "Resources", "-" * 63, "Usage:",
-              " 0.0/%.1f CPU" % cpus,
-              " %.1f/%.1f GPU" % (gused, gpus),
-              " 0B/%s memory" % _fmt_bytes(mem),
-              " 0B/%s object_store_memory" % _fmt_bytes(osm),
-              "", "Demands:"]
+    lines += [
+        "",
+        "Resources",
+        "-" * 63,
+        "Usage:",
+        " 0.0/%.1f CPU" % cpus,
+        " %.1f/%.1f GPU" % (gused, gpus),
+        " 0B/%s memory" % _fmt_bytes(mem),
+        " 0B/%s object_store_memory" % _fmt_bytes(osm),
+        "",
+        "Demands:",
+    ]
     pending = [pg for pg in info.get("pgs", []) if not pg.get("alloc")]
     if pending:
         for pg in pending:
-            lines.append(" %s: 1+ pending placement groups" % ", ".join(
-                "%s * 1" % json.dumps(b).replace('"', "'") for b in pg["bundles"]) + " (PACK)")
+            lines.append(
+                " %s: 1+ pending placement groups"
+                % ", ".join("%s * 1" % json.dumps(b).replace('"', "'") for b in pg["bundles"])
+                + " (PACK)"
+            )
     else:
         lines.append(" (no resource demands)")
     return "\n".join(lines)
@@ -629,8 +724,10 @@ def stop_main(argv):
 
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
-        out("Usage: ray [OPTIONS] COMMAND [ARGS]...\n\nCommands:\n  start   Start Ray processes manually on the local machine.\n"
-            "  status  Print cluster status, including autoscaling info.\n  stop    Stop Ray processes manually on the local machine.")
+        out(
+            "Usage: ray [OPTIONS] COMMAND [ARGS]...\n\nCommands:\n  start   Start Ray processes manually on the local machine.\n"
+            "  status  Print cluster status, including autoscaling info.\n  stop    Stop Ray processes manually on the local machine."
+        )
         return 0 if argv else 2
     if argv[0] == "--version":
         out("ray, version %s" % ray_version())
@@ -649,7 +746,13 @@ def main(argv):
             return 1
         info = gcs_call(address, "/api/cluster")
         for n in info["nodes"]:
-            out("node_%s  %s  %s  GPU=%s" % (n["node_id"], n["ip"], "ALIVE" if n["alive"] else "DEAD", n["gpus"]))
+            out(
+                "node_%s  %s  %s  GPU=%s"
+                % (n["node_id"], n["ip"], "ALIVE" if n["alive"] else "DEAD", n["gpus"])
+            )
         return 0
-    sys.stderr.write("Usage: ray [OPTIONS] COMMAND [ARGS]...\nTry 'ray --help' for help.\n\nError: No such command '%s'.\n" % cmd)
+    sys.stderr.write(
+        "Usage: ray [OPTIONS] COMMAND [ARGS]...\nTry 'ray --help' for help.\n\nError: No such command '%s'.\n"
+        % cmd
+    )
     return 2

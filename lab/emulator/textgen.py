@@ -1,4 +1,5 @@
 """Deterministic tokenizer and text generator (exact token counts)."""
+
 import re
 import zlib
 
@@ -10,17 +11,20 @@ REASONING = (
     "what they need. First, I will recall the relevant facts, then check them step by step. "
     "The key point is to be accurate and concise, so I will structure the answer with a short "
     "explanation and an example. Wait, I should also consider edge cases before answering. "
-    "Alright, that covers it; now I will write the final answer.")
+    "Alright, that covers it; now I will write the final answer."
+)
 ANSWER = (
     "Here is a clear answer to your question. The main idea is simple: break the problem into "
     "small parts, solve each part, and combine the results. For example, when two machines share "
     "one model, each holds half of the weights and they exchange activations over a fast link. "
     "This keeps memory use balanced and lets the pair serve a model that does not fit on one "
-    "machine. I hope this helps; let me know if you want more detail.")
+    "machine. I hope this helps; let me know if you want more detail."
+)
 COMPLETION = (
     " the quick brown fox jumps over the lazy dog, and then it runs back across the field to "
     "the old barn where the farmer keeps the hay. Every morning the sun rises over the hills, "
-    "the birds start to sing, and the day begins again with the same quiet rhythm.")
+    "the birds start to sing, and the day begins again with the same quiet rhythm."
+)
 
 _REASONING_TOKS = TOKEN_RE.findall(REASONING)
 _ANSWER_TOKS = TOKEN_RE.findall(ANSWER)
@@ -49,7 +53,10 @@ def chat_prompt(messages):
     """Qwen-style chat template; special tokens count as one token each."""
     parts = []
     for m in messages or []:
-        parts.append("<|im_start|>%s\n%s<|im_end|>\n" % (m.get("role", "user"), _content_text(m.get("content"))))
+        parts.append(
+            "<|im_start|>%s\n%s<|im_end|>\n"
+            % (m.get("role", "user"), _content_text(m.get("content")))
+        )
     parts.append("<|im_start|>assistant\n")
     return "".join(parts)
 

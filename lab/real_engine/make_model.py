@@ -76,21 +76,37 @@ def write_model(out: Path) -> None:
     tokenizer.save(str(out / "tokenizer.json"))
     # Every id the model can sample must decode: the embedding is as large as the vocabulary.
     config = dict(CONFIG, vocab_size=tokenizer.get_vocab_size())
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<|endoftext|>",
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": None,
-        "model_max_length": CONFIG["max_position_embeddings"],
-        "chat_template": CHAT_TEMPLATE,
-    }, indent=2))
-    (out / "special_tokens_map.json").write_text(json.dumps({
-        "bos_token": "<|endoftext|>", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-    }, indent=2))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<|endoftext|>",
+                "eos_token": "<|im_end|>",
+                "pad_token": "<|endoftext|>",
+                "unk_token": None,
+                "model_max_length": CONFIG["max_position_embeddings"],
+                "chat_template": CHAT_TEMPLATE,
+            },
+            indent=2,
+        )
+    )
+    (out / "special_tokens_map.json").write_text(
+        json.dumps(
+            {
+                "bos_token": "<|endoftext|>",
+                "eos_token": "<|im_end|>",
+                "pad_token": "<|endoftext|>",
+            },
+            indent=2,
+        )
+    )
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}, indent=2))
+    (out / "generation_config.json").write_text(
+        json.dumps(
+            {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]},
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

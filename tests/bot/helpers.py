@@ -20,18 +20,38 @@ RED, GREEN = "#e01e5a", "#2eb67d"
 
 
 @asynccontextmanager
-async def slack_bot(slack: SlackStandIn, cluster: ClusterConfig, bot_settings: BotSettings, *, http: bool = False,
-                    controllers: ControllerFactory | None = None):
+async def slack_bot(
+    slack: SlackStandIn,
+    cluster: ClusterConfig,
+    bot_settings: BotSettings,
+    *,
+    http: bool = False,
+    controllers: ControllerFactory | None = None,
+):
     """The bot on the stand-in; on the real controller unless `controllers` (the handler doubles')."""
     client = make_client(slack.bot_token, slack.api_url)
-    dispatcher = Dispatcher(cluster, bot_settings, SlackChat(client), Store(bot_settings.store.path),
-                            controllers or (lambda config: Controller(config, Secrets({}))))
-    bot = SlackBot(dispatcher, client, app_token=slack.app_token, signing_secret=slack.signing_secret,
-                   http=http, host="127.0.0.1", port=0)
+    dispatcher = Dispatcher(
+        cluster,
+        bot_settings,
+        SlackChat(client),
+        Store(bot_settings.store.path),
+        controllers or (lambda config: Controller(config, Secrets({}))),
+    )
+    bot = SlackBot(
+        dispatcher,
+        client,
+        app_token=slack.app_token,
+        signing_secret=slack.signing_secret,
+        http=http,
+        host="127.0.0.1",
+        port=0,
+    )
     await bot.start()
     try:
         yield bot
-        await asyncio.wait_for(dispatcher.idle(), 60)  # every job ends on its own before the bot stops
+        await asyncio.wait_for(
+            dispatcher.idle(), 60
+        )  # every job ends on its own before the bot stops
     finally:
         await bot.stop()
 
@@ -46,14 +66,27 @@ async def containers_present(cluster: ClusterConfig) -> list[str]:
 
 
 def header(call_or_message) -> str:
-    blocks = call_or_message.params["blocks"] if hasattr(call_or_message, "params") else call_or_message["blocks"]
+    blocks = (
+        call_or_message.params["blocks"]
+        if hasattr(call_or_message, "params")
+        else call_or_message["blocks"]
+    )
     return blocks[0]["text"]["text"]
 
 
 def block_text(call_or_message) -> str:
-    blocks = call_or_message.params["blocks"] if hasattr(call_or_message, "params") else call_or_message["blocks"]
-    return "\n".join(b["text"]["text"] for b in blocks if b.get("type") in {"section", "header"}) + "\n" + "\n".join(
-        e.get("text", "") for b in blocks if b.get("type") == "context" for e in b["elements"])
+    blocks = (
+        call_or_message.params["blocks"]
+        if hasattr(call_or_message, "params")
+        else call_or_message["blocks"]
+    )
+    return (
+        "\n".join(b["text"]["text"] for b in blocks if b.get("type") in {"section", "header"})
+        + "\n"
+        + "\n".join(
+            e.get("text", "") for b in blocks if b.get("type") == "context" for e in b["elements"]
+        )
+    )
 
 
 def attachment_color(message) -> str | None:

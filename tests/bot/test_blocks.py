@@ -19,11 +19,27 @@ def assert_valid(payload):
 def test_huge_message_is_trimmed_within_limits_and_keeps_the_log_end():
     lines = [f"line {i} " + "x" * 200 for i in range(500)]
     message = Message(
-        title="T" * 400, text="word " * 3000, evidence="e" * 9000, code=lines, code_title="log",
-        checklist=[ChecklistItem(title=f"step {i} " + "y" * 100, state="done", elapsed_s=i) for i in range(80)],
-        buttons=[Button(label="L" * 100, action="spark_cancel", value="v" * 3000, style="danger",
-                        confirm=Confirm(title="c" * 200, text="t" * 500, confirm="y" * 50, deny="n" * 50))],
-        mention="U0ALICE", footer="f" * 5000, attachment=Attachment(filename="a.log", title="a", content="x"),
+        title="T" * 400,
+        text="word " * 3000,
+        evidence="e" * 9000,
+        code=lines,
+        code_title="log",
+        checklist=[
+            ChecklistItem(title=f"step {i} " + "y" * 100, state="done", elapsed_s=i)
+            for i in range(80)
+        ],
+        buttons=[
+            Button(
+                label="L" * 100,
+                action="spark_cancel",
+                value="v" * 3000,
+                style="danger",
+                confirm=Confirm(title="c" * 200, text="t" * 500, confirm="y" * 50, deny="n" * 50),
+            )
+        ],
+        mention="U0ALICE",
+        footer="f" * 5000,
+        attachment=Attachment(filename="a.log", title="a", content="x"),
     )
     payload = to_slack(message)
     assert_valid(payload)
@@ -33,9 +49,16 @@ def test_huge_message_is_trimmed_within_limits_and_keeps_the_log_end():
 
 
 def test_checklist_states_and_tone_colour():
-    message = Message(title="Launch", tone="failure", footer="failed", checklist=[
-        ChecklistItem(title="a", state="done", elapsed_s=1.25), ChecklistItem(title="b", state="failed"),
-        ChecklistItem(title="c", state="pending")])
+    message = Message(
+        title="Launch",
+        tone="failure",
+        footer="failed",
+        checklist=[
+            ChecklistItem(title="a", state="done", elapsed_s=1.25),
+            ChecklistItem(title="b", state="failed"),
+            ChecklistItem(title="c", state="pending"),
+        ],
+    )
     payload = to_slack(message)
     assert_valid(payload)
     section = payload["blocks"][1]["text"]["text"]

@@ -19,7 +19,12 @@ SPARK_BOT = [sys.executable, "-m", "bot.cli"]
 
 def test_the_cli_does_not_import_the_lab_or_the_demo():
     code = "import sys, bot.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in {'lab', 'demo'}))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+        == "[]\n"
+    )
 
 
 def test_a_bad_lines_value_says_the_range_in_one_line(capsys):
@@ -36,12 +41,23 @@ def test_an_unknown_fault_lists_the_faults(capsys):
     assert "unknown fault 'nope'" in err and "nccl_error" in err and "oom" in err
 
 
-@pytest.mark.parametrize(("argv", "chat", "why"), [
-    (["--concurrency", "1,2,2"], "bench concurrency=1,2,2", "concurrency level 2 appears twice"),
-    (["--concurrency", "0"], "bench concurrency=0", "each concurrency level must be between 1 and"),
-    (["--max-tokens", "1"], "bench max_tokens=1", "max_tokens must be between 2 and"),
-    (["--runs", "0"], "bench runs=0", "runs must be between 1 and"),
-])
+@pytest.mark.parametrize(
+    ("argv", "chat", "why"),
+    [
+        (
+            ["--concurrency", "1,2,2"],
+            "bench concurrency=1,2,2",
+            "concurrency level 2 appears twice",
+        ),
+        (
+            ["--concurrency", "0"],
+            "bench concurrency=0",
+            "each concurrency level must be between 1 and",
+        ),
+        (["--max-tokens", "1"], "bench max_tokens=1", "max_tokens must be between 2 and"),
+        (["--runs", "0"], "bench runs=0", "runs must be between 1 and"),
+    ],
+)
 def test_bench_options_are_checked_by_the_same_rules_as_in_chat(capsys, argv, chat, why):
     assert main(["bench", "--config", str(LAB_CONFIG), *argv]) == 2
     assert why in capsys.readouterr().err

@@ -25,11 +25,31 @@ TAG = "spark-bot:test"
 
 @pytest.fixture
 def image(lab, tmp_path):
-    context = subprocess.run(["sh", str(REPO / "scripts" / "docker-context.sh"), str(tmp_path / "ctx")],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    context = subprocess.run(
+        ["sh", str(REPO / "scripts" / "docker-context.sh"), str(tmp_path / "ctx")],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     engine = lab.nodes[0].docker_host
-    subprocess.run(["docker", "-H", engine, "build", "-q", "--build-arg", "BASE=spark-lab/base:bookworm",
-                    "-t", TAG, context], check=True, capture_output=True, text=True, timeout=240)
+    subprocess.run(
+        [
+            "docker",
+            "-H",
+            engine,
+            "build",
+            "-q",
+            "--build-arg",
+            "BASE=spark-lab/base:bookworm",
+            "-t",
+            TAG,
+            context,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     yield lab.nodes[0]
     subprocess.run(["docker", "-H", engine, "rmi", "-f", TAG], capture_output=True)
 
@@ -59,17 +79,25 @@ async def test_the_image_runs_as_non_root_and_reports_healthy(image, lab, tmp_pa
     async with SlackStandIn(host=lab.mgmt_host_ip) as slack:
         config = tmp_path / "spark-bot.yaml"
         lab_config = (REPO / "configs" / "lab.yaml").read_text()
-        config.write_text(lab_config + f"slack:\n  api_url: {slack.api_url}\nstore:\n  path: /tmp/spark-bot.db\n")
+        config.write_text(
+            lab_config + f"slack:\n  api_url: {slack.api_url}\nstore:\n  path: /tmp/spark-bot.db\n"
+        )
         config.chmod(0o644)
         tmp_path.chmod(0o755)
         docker = aiodocker.Docker(url=f"unix://{image.docker_socket}")
         events = docker.events.subscribe(filters=json.dumps({"event": ["health_status"]}))
-        container = await docker.containers.create({
-            "Image": TAG,
-            "Env": [f"SLACK_BOT_TOKEN={slack.bot_token}", f"SLACK_APP_TOKEN={slack.app_token}"],
-            "Healthcheck": {"Interval": 1_000_000_000, "StartPeriod": 1_000_000_000},
-            "HostConfig": {"NetworkMode": "host", "Binds": [f"{config}:/config/spark-bot.yaml:ro"]},
-        }, name="spark-bot-image-test")
+        container = await docker.containers.create(
+            {
+                "Image": TAG,
+                "Env": [f"SLACK_BOT_TOKEN={slack.bot_token}", f"SLACK_APP_TOKEN={slack.app_token}"],
+                "Healthcheck": {"Interval": 1_000_000_000, "StartPeriod": 1_000_000_000},
+                "HostConfig": {
+                    "NetworkMode": "host",
+                    "Binds": [f"{config}:/config/spark-bot.yaml:ro"],
+                },
+            },
+            name="spark-bot-image-test",
+        )
         try:
             await container.start()
             health = None
@@ -77,10 +105,17 @@ async def test_the_image_runs_as_non_root_and_reports_healthy(image, lab, tmp_pa
                 while health is None:
                     event = await events.get()
                     status = event["Action"] if event else None
-                    if event and event.get("id") == container.id and status and status.startswith("health_status"):
+                    if (
+                        event
+                        and event.get("id") == container.id
+                        and status
+                        and status.startswith("health_status")
+                    ):
                         health = status
             info = await container.show()
-            assert health == "health_status: healthy", (await container.log(stdout=True, stderr=True))[-20:]
+            assert health == "health_status: healthy", (
+                await container.log(stdout=True, stderr=True)
+            )[-20:]
             assert info["Config"]["User"] == "spark"
             assert "http://127.0.0.1:3000/health" in " ".join(info["Config"]["Healthcheck"]["Test"])
             assert slack.calls("apps.connections.open"), "the bot connected through Socket Mode"

@@ -19,21 +19,31 @@ pytestmark = [pytest.mark.lab, pytest.mark.timeout(120)]
 
 async def test_http_mode_checks_signatures_and_reports_health(lab, tmp_path):
     cluster = cluster_for(lab)
-    async with SlackStandIn() as slack, slack_bot(slack, cluster, settings(tmp_path), http=True) as bot:
+    async with (
+        SlackStandIn() as slack,
+        slack_bot(slack, cluster, settings(tmp_path), http=True) as bot,
+    ):
         url = f"http://127.0.0.1:{bot.port}/slack/events"
         ok = await slack.send_slash_command_http(url, ALICE, CH, "help")
         assert ok.status == 200 and "/spark up" in ok.body and ok.latency < 3
-        forged = await slack.send_slash_command_http(url, ALICE, CH, "help", signing_secret="not-the-secret")
+        forged = await slack.send_slash_command_http(
+            url, ALICE, CH, "help", signing_secret="not-the-secret"
+        )
         assert forged.status == 401
-        expired = await slack.send_slash_command_http(url, ALICE, CH, "help", timestamp=int(time.time()) - 600)
+        expired = await slack.send_slash_command_http(
+            url, ALICE, CH, "help", timestamp=int(time.time()) - 600
+        )
         assert expired.status == 401
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://127.0.0.1:{bot.port}/health") as response:
                 assert response.status == 200
                 assert await response.json() == {"ok": True, "mode": "http", "connected": True}
     audit = sorted((a["command"], a["outcome"].split(" (")[0]) for a in await _audit(tmp_path))
-    assert audit == [("/spark help", "refused: a forged HTTP request"), ("/spark help", "refused: a stale HTTP request"),
-                     ("help", "answered")], "refused requests never reach the handlers: only their audit lines"
+    assert audit == [
+        ("/spark help", "refused: a forged HTTP request"),
+        ("/spark help", "refused: a stale HTTP request"),
+        ("help", "answered"),
+    ], "refused requests never reach the handlers: only their audit lines"
 
 
 async def _audit(tmp_path):
@@ -64,13 +74,27 @@ async def lines(*texts):
 async def test_console_runs_up_status_and_down_with_a_prompt(lab, tmp_path):
     cluster = cluster_for(lab)
     await down(cluster)
-    config = SparkBotConfig(cluster=cluster, store={"path": tmp_path / "console.db"},
-                            jobs={"update_interval": 0})
+    config = SparkBotConfig(
+        cluster=cluster, store={"path": tmp_path / "console.db"}, jobs={"update_interval": 0}
+    )
     out = io.StringIO()
     try:
-        await run_console(config, {}, lines=lines("/spark help", "/spark up", "/spark status", "/spark down", "n",
-                                                  "/spark down", "y", "/spark launch"),
-                          out=out, files_dir=tmp_path / "files")
+        await run_console(
+            config,
+            {},
+            lines=lines(
+                "/spark help",
+                "/spark up",
+                "/spark status",
+                "/spark down",
+                "n",
+                "/spark down",
+                "y",
+                "/spark launch",
+            ),
+            out=out,
+            files_dir=tmp_path / "files",
+        )
     finally:
         await down(cluster)
     text = out.getvalue()

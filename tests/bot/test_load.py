@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.command_load import JOBS, USERS, ack_figures, load_controllers, mixed_commands, send_spread
+from benchmarks.command_load import (
+    JOBS,
+    USERS,
+    ack_figures,
+    load_controllers,
+    mixed_commands,
+    send_spread,
+)
 from tests.bot.helpers import CH, GREEN, attachment_color, block_text, header, settings, slack_bot
 from tests.handlers.doubles import CLUSTER, Hold
 
@@ -30,7 +37,9 @@ async def test_fifty_commands_from_twenty_users_in_one_second(slack, tmp_path):
     controllers = load_controllers(hold)
     commands = mixed_commands(50)
     assert len({user for user, _ in commands}) == 20
-    async with slack_bot(slack, CLUSTER, settings(tmp_path, operators=tuple(USERS)), controllers=controllers):
+    async with slack_bot(
+        slack, CLUSTER, settings(tmp_path, operators=tuple(USERS)), controllers=controllers
+    ):
         await slack.wait_for_connection()
         started = time.monotonic()
         # the first `up` takes the lock; the other 49 follow within the same second
@@ -47,25 +56,42 @@ async def test_fifty_commands_from_twenty_users_in_one_second(slack, tmp_path):
         def shown(title: str) -> list[dict]:
             return [e for e in slack.ephemerals() if e.get("blocks") and header(e) == title]
 
-        await slack.wait_until(lambda: len(shown(BUSY)) >= busy_expected
-                               and len([e for e in slack.ephemerals() if e["source"] == "chat.postEphemeral"])
-                               >= busy_expected + reads_expected, 20)
+        await slack.wait_until(
+            lambda: (
+                len(shown(BUSY)) >= busy_expected
+                and len([e for e in slack.ephemerals() if e["source"] == "chat.postEphemeral"])
+                >= busy_expected + reads_expected
+            ),
+            20,
+        )
         busy = shown(BUSY)
-        holder = {re.search(r"Job #\d+ `/spark up` by <@(\w+)>", block_text(e)).group(1) for e in busy}
+        holder = {
+            re.search(r"Job #\d+ `/spark up` by <@(\w+)>", block_text(e)).group(1) for e in busy
+        }
         statuses = shown(f"Status of `{CLUSTER.name}`")
-        logs = [e for e in slack.ephemerals() if e.get("blocks") and header(e).startswith("Last 20 lines")]
+        logs = [
+            e
+            for e in slack.ephemerals()
+            if e.get("blocks") and header(e).startswith("Last 20 lines")
+        ]
         hold.release.set()
         launch = slack.calls("chat.postMessage")[0]
-        await slack.wait_until(lambda: attachment_color(slack.message(CH, launch.result["ts"])) == GREEN)
+        await slack.wait_until(
+            lambda: attachment_color(slack.message(CH, launch.result["ts"])) == GREEN
+        )
 
     figures = ack_figures(acks)
-    print(f"\n50 commands, 20 users, sent within {sent_within:.3f} s: ack p50 {figures['p50'] * 1000:.1f} ms, "
-          f"p99 {figures['p99'] * 1000:.1f} ms, max {figures['max'] * 1000:.1f} ms")
+    print(
+        f"\n50 commands, 20 users, sent within {sent_within:.3f} s: ack p50 {figures['p50'] * 1000:.1f} ms, "
+        f"p99 {figures['p99'] * 1000:.1f} ms, max {figures['max'] * 1000:.1f} ms"
+    )
     assert len(acks) == 50 and sent_within < 1
     assert figures["max"] < 3, "Slack shows an error for a command not acknowledged within 3 s"
     assert [c.operation for c in controllers.calls].count("up") == 1, "exactly one up runs"
     assert not {"down", "bench", "verify"} & {c.operation for c in controllers.calls}
-    assert len(busy) == busy_expected and holder == {USERS[0]}, "every other job is told who holds the cluster"
+    assert len(busy) == busy_expected and holder == {USERS[0]}, (
+        "every other job is told who holds the cluster"
+    )
     assert len(statuses) == kinds["status"] and len(logs) == kinds["logs"], "every read is answered"
     help_acks = [a for a, (_, text) in zip(acks, commands) if text == "help"]
     assert len(help_acks) == kinds["help"] and all("/spark up" in str(a.payload) for a in help_acks)
@@ -75,8 +101,12 @@ async def test_fifty_commands_from_twenty_users_in_one_second(slack, tmp_path):
 def test_the_load_benchmark_runs():
     """benchmarks/command_load.py, shortened to 50 status commands in 2 s, so it cannot rot."""
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "command_load.py"
-    done = subprocess.run([sys.executable, str(script), "--seconds", "2", "--status", "50"],
-                          capture_output=True, text=True, timeout=50)
+    done = subprocess.run(
+        [sys.executable, str(script), "--seconds", "2", "--status", "50"],
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     out = done.stdout
     assert done.returncode == 0, done.stderr
     rows = [line for line in out.splitlines() if re.match(r"^(50 mixed|50 status)", line)]

@@ -48,17 +48,27 @@ async def test_commands_are_acknowledged_while_the_database_is_held_and_run_afte
             cancel_ack = await slack.send_slash_command(ALICE, CH, "cancel")
         assert help_ack.payload["text"].startswith("/spark: run the vLLM cluster from here")
         assert status_ack.payload is None and verify_ack.payload is None
-        assert cancel_ack.payload["text"].startswith("Nothing to cancel"), "the verify job could not be recorded yet"
+        assert cancel_ack.payload["text"].startswith("Nothing to cancel"), (
+            "the verify job could not be recorded yet"
+        )
         assert max(a.latency for a in (help_ack, status_ack, verify_ack, cancel_ack)) < 3
 
-        await slack.wait_until(header_of(slack, "chat.postEphemeral", f"Status of `{CLUSTER.name}`"))
+        await slack.wait_until(
+            header_of(slack, "chat.postEphemeral", f"Status of `{CLUSTER.name}`")
+        )
         await hold.reached.wait()  # the verify job runs
         hold.release.set()
-        verify = await slack.wait_until(header_of(slack, "chat.postMessage", f"🔍 Verify `{CLUSTER.name}`"))
-        await slack.wait_until(lambda: attachment_color(slack.message(CH, verify.result["ts"])) == GREEN)
+        verify = await slack.wait_until(
+            header_of(slack, "chat.postMessage", f"🔍 Verify `{CLUSTER.name}`")
+        )
+        await slack.wait_until(
+            lambda: attachment_color(slack.message(CH, verify.result["ts"])) == GREEN
+        )
 
 
-async def test_a_job_the_database_cannot_record_is_refused_aloud_and_an_answer_still_comes(slack, tmp_path):
+async def test_a_job_the_database_cannot_record_is_refused_aloud_and_an_answer_still_comes(
+    slack, tmp_path
+):
     controllers = ScriptedControllers()
     bot_settings = settings(tmp_path)
     async with slack_bot(slack, CLUSTER, bot_settings, controllers=controllers):
@@ -66,14 +76,19 @@ async def test_a_job_the_database_cannot_record_is_refused_aloud_and_an_answer_s
             await slack.send_slash_command(ALICE, CH, "verify")
             await slack.send_slash_command(ALICE, CH, "status")
             refusal = await slack.wait_until(
-                header_of(slack, "chat.postEphemeral", "✘ `/spark verify` did not start"), 10)
-            await slack.wait_until(header_of(slack, "chat.postEphemeral", f"Status of `{CLUSTER.name}`"))
+                header_of(slack, "chat.postEphemeral", "✘ `/spark verify` did not start"), 10
+            )
+            await slack.wait_until(
+                header_of(slack, "chat.postEphemeral", f"Status of `{CLUSTER.name}`")
+            )
     assert "could not record the job in its database (database is locked)" in str(refusal.params)
     assert "verify" not in [call.operation for call in controllers.calls], "nothing started"
     assert not slack.calls("chat.postMessage"), "no job message"
 
 
-async def test_the_bot_connects_and_acknowledges_while_its_start_up_check_waits_for_the_nodes(slack, tmp_path):
+async def test_the_bot_connects_and_acknowledges_while_its_start_up_check_waits_for_the_nodes(
+    slack, tmp_path
+):
     nodes = Hold()  # the nodes answer the start-up reconciliation's status only when released
     controllers = ScriptedControllers(status=[nodes, status_report()], verify=[])
     async with slack_bot(slack, CLUSTER, settings(tmp_path), controllers=controllers):
@@ -82,7 +97,13 @@ async def test_the_bot_connects_and_acknowledges_while_its_start_up_check_waits_
         help_ack = await slack.send_slash_command(ALICE, CH, "help")
         verify_ack = await slack.send_slash_command(ALICE, CH, "verify")
         assert help_ack.latency < 3 and verify_ack.latency < 3
-        assert not slack.calls("chat.postMessage"), "a job waits until the locks of an earlier run are settled"
+        assert not slack.calls("chat.postMessage"), (
+            "a job waits until the locks of an earlier run are settled"
+        )
         nodes.release.set()
-        verify = await slack.wait_until(header_of(slack, "chat.postMessage", f"🔍 Verify `{CLUSTER.name}`"))
-        await slack.wait_until(lambda: attachment_color(slack.message(CH, verify.result["ts"])) == GREEN)
+        verify = await slack.wait_until(
+            header_of(slack, "chat.postMessage", f"🔍 Verify `{CLUSTER.name}`")
+        )
+        await slack.wait_until(
+            lambda: attachment_color(slack.message(CH, verify.result["ts"])) == GREEN
+        )

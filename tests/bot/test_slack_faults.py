@@ -11,7 +11,17 @@ import pytest
 
 from benchmarks.command_load import send_spread
 from cluster.events import LogTail
-from tests.bot.helpers import ALICE, BOB, CH, GREEN, attachment_color, block_text, header, settings, slack_bot
+from tests.bot.helpers import (
+    ALICE,
+    BOB,
+    CH,
+    GREEN,
+    attachment_color,
+    block_text,
+    header,
+    settings,
+    slack_bot,
+)
 from tests.handlers.doubles import CLUSTER, Hold, ScriptedControllers, launch_passes, ready
 from tests.slack_standin import SlackStandIn
 
@@ -38,15 +48,26 @@ async def test_server_errors_during_a_job_lose_no_reply_and_the_message_ends_gre
         thread = launch.result["ts"]
         await slack.wait_until(lambda: attachment_color(slack.message(CH, thread)) == GREEN, 20)
     failed = [c for c in slack.calls() if c.status >= 500]
-    assert Counter((c.method, c.status) for c in failed) == {("chat.postMessage", 500): 1, ("chat.update", 503): 2}
+    assert Counter((c.method, c.status) for c in failed) == {
+        ("chat.postMessage", 500): 1,
+        ("chat.update", 503): 2,
+    }
     for event in passes:
-        assert len(replies_named(slack, thread, event.title)) == 1, f"{event.title}: one reply, not lost, not doubled"
+        assert len(replies_named(slack, thread, event.title)) == 1, (
+            f"{event.title}: one reply, not lost, not doubled"
+        )
     final = slack.message(CH, thread)
-    assert "✅ Sample completion" in block_text(final) and "Ready" in str(final["attachments"]), "its final state"
+    assert "✅ Sample completion" in block_text(final) and "Ready" in str(final["attachments"]), (
+        "its final state"
+    )
 
 
-async def test_a_dropped_connection_while_commands_are_sent_loses_none_and_runs_none_twice(slack, tmp_path):
-    tail = LogTail(elapsed_s=0.0, node=CLUSTER.head.name, container=CLUSTER.container.name, lines=["INFO up"])
+async def test_a_dropped_connection_while_commands_are_sent_loses_none_and_runs_none_twice(
+    slack, tmp_path
+):
+    tail = LogTail(
+        elapsed_s=0.0, node=CLUSTER.head.name, container=CLUSTER.container.name, lines=["INFO up"]
+    )
     controllers = ScriptedControllers(logs=[tail])
     commands = [(ALICE if n % 2 else BOB, f"logs head {n}") for n in range(10, 40)]
     async with slack_bot(slack, CLUSTER, settings(tmp_path), controllers=controllers):
@@ -57,16 +78,24 @@ async def test_a_dropped_connection_while_commands_are_sent_loses_none_and_runs_
             await slack.close_connections()  # abrupt: no disconnect message
             second = await slack.wait_for_connection(2)
             await slack.wait_until(lambda: len(slack.acks) >= 20)
-            await slack.disconnect("refresh_requested")  # Slack's own: a new socket, then the old one goes
+            await slack.disconnect(
+                "refresh_requested"
+            )  # Slack's own: a new socket, then the old one goes
             await slack.wait_for_connection(3)
             await slack.wait_for_closed(second)
 
         dropping = asyncio.create_task(drop_then_refresh())
         acks = await send_spread(slack, commands, 1.5)
         await dropping
-        await slack.wait_until(lambda: [c.operation for c in controllers.calls].count("logs") >= len(commands), 10)
-    assert first.closed_at is not None and len({a.connection_id for a in acks}) == 3, "sent across three sockets"
-    assert len(acks) == len(commands) and max(a.latency for a in acks) < 3, "every command acknowledged"
+        await slack.wait_until(
+            lambda: [c.operation for c in controllers.calls].count("logs") >= len(commands), 10
+        )
+    assert first.closed_at is not None and len({a.connection_id for a in acks}) == 3, (
+        "sent across three sockets"
+    )
+    assert len(acks) == len(commands) and max(a.latency for a in acks) < 3, (
+        "every command acknowledged"
+    )
     ran = Counter(call.options["lines"] for call in controllers.calls if call.operation == "logs")
     assert ran == Counter(range(10, 40)), "each command ran exactly once"
     assert not slack.late_acks

@@ -6,15 +6,25 @@ import pytest
 
 from cluster.checkpoints import launch_plan
 from tests.bot.helpers import (
-    ALICE, BOB, CH, GREEN, RED, attachment_color, attachment_text, block_text, containers_present, down, header,
-    settings, slack_bot,
+    ALICE,
+    BOB,
+    CH,
+    GREEN,
+    RED,
+    attachment_color,
+    attachment_text,
+    block_text,
+    containers_present,
+    down,
+    header,
+    settings,
+    slack_bot,
 )
 from tests.controller.helpers import cluster_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
 
 FAST = {"stall": 4, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
-
 
 
 @pytest.fixture
@@ -28,7 +38,9 @@ async def cluster(lab):
 async def up_and_wait(slack):
     """`/spark up`, then wait for the job to end (the parent's last edit), not just for Ready."""
     await slack.send_slash_command(ALICE, CH, "up")
-    ready = await slack.wait_for(lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 60)
+    ready = await slack.wait_for(
+        lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 60
+    )
     parent_ts = ready.params["thread_ts"]
     await slack.wait_until(lambda: "Ready" in attachment_text(slack.message(CH, parent_ts)), 10)
 
@@ -37,12 +49,16 @@ def is_reply(call, parent_ts):
     return call.method == "chat.postMessage" and call.params.get("thread_ts") == parent_ts
 
 
-async def test_up_posts_a_live_checklist_a_reply_per_checkpoint_and_the_sample(slack, cluster, tmp_path):
+async def test_up_posts_a_live_checklist_a_reply_per_checkpoint_and_the_sample(
+    slack, cluster, tmp_path
+):
     plan = launch_plan(cluster)
     async with slack_bot(slack, cluster, settings(tmp_path)):
         ack = await slack.send_slash_command(ALICE, CH, "up")
         assert ack.payload is None and ack.latency < 3
-        ready = await slack.wait_for(lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 60)
+        ready = await slack.wait_for(
+            lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 60
+        )
         parent_ts = ready.params["thread_ts"]
         await slack.wait_until(lambda: "Ready" in attachment_text(slack.message(CH, parent_ts)), 10)
         chat = [c for c in slack.calls() if c.method.startswith("chat.")]
@@ -54,7 +70,9 @@ async def test_up_posts_a_live_checklist_a_reply_per_checkpoint_and_the_sample(s
     assert chat[0].result["ts"] == parent_ts and chat[1].method == "chat.getPermalink"
     assert all(c.params["ts"] == parent_ts for c in chat if c.method == "chat.update")
     replies = [c for c in chat if is_reply(c, parent_ts)]
-    assert [header(r).split(" (")[0] for r in replies] == [f"✔ {c.title}" for c in plan] + ["✅ Ready"]
+    assert [header(r).split(" (")[0] for r in replies] == [f"✔ {c.title}" for c in plan] + [
+        "✅ Ready"
+    ]
     assert all(c.ok for c in chat)
     done = [block_text(c).count("✅") for c in chat if c.method == "chat.update"]
     assert done == sorted(done), "no edit shows an older state than the edit before it"
@@ -72,24 +90,35 @@ async def test_up_posts_a_live_checklist_a_reply_per_checkpoint_and_the_sample(s
     assert len(uploads) == len(with_file)
     assert attachment_color(parent) == GREEN and "tok/s" in attachment_text(parent)
     assert block_text(parent).count("✅") == len(plan) and "⏳" not in block_text(parent)
-    assert not any(b["type"] == "actions" for b in parent["blocks"]), "no Cancel button once finished"
+    assert not any(b["type"] == "actions" for b in parent["blocks"]), (
+        "no Cancel button once finished"
+    )
 
 
-@pytest.mark.parametrize(("fault", "checkpoint", "evidence"), [
-    ("nccl_error", "weights", "NCCL error: unhandled system error"),
-    ("oom", "kv_cache", "CUDA out of memory"),
-    ("ray_version_mismatch", "containers", "Version mismatch"),
-])
-async def test_a_launch_failure_notifies_the_thread_and_the_channel(slack, lab, tmp_path, fault, checkpoint, evidence):
+@pytest.mark.parametrize(
+    ("fault", "checkpoint", "evidence"),
+    [
+        ("nccl_error", "weights", "NCCL error: unhandled system error"),
+        ("oom", "kv_cache", "CUDA out of memory"),
+        ("ray_version_mismatch", "containers", "Version mismatch"),
+    ],
+)
+async def test_a_launch_failure_notifies_the_thread_and_the_channel(
+    slack, lab, tmp_path, fault, checkpoint, evidence
+):
     cluster = cluster_for(lab, env={"SPARK_EMU_FAULT": fault}, timeouts=FAST)
     title = next(c.title for c in launch_plan(cluster) if c.id == checkpoint)
     await down(cluster)
     try:
         async with slack_bot(slack, cluster, settings(tmp_path)):
             await slack.send_slash_command(ALICE, CH, "up")
-            failure = await slack.wait_for(lambda c: c.method == "chat.postMessage" and header(c).startswith("✘"), 90)
+            failure = await slack.wait_for(
+                lambda c: c.method == "chat.postMessage" and header(c).startswith("✘"), 90
+            )
             parent_ts = failure.params["thread_ts"]
-            await slack.wait_until(lambda: attachment_color(slack.message(CH, parent_ts)) == RED, 10)
+            await slack.wait_until(
+                lambda: attachment_color(slack.message(CH, parent_ts)) == RED, 10
+            )
     finally:
         await down(cluster)
     assert header(failure) == f"✘ {title} failed"
@@ -105,13 +134,17 @@ async def test_a_launch_failure_notifies_the_thread_and_the_channel(slack, lab, 
     assert broadcast and header(broadcast[0]) == header(failure)
 
 
-async def test_two_concurrent_ups_one_runs_the_other_is_told_who_holds_the_lock(slack, cluster, tmp_path):
+async def test_two_concurrent_ups_one_runs_the_other_is_told_who_holds_the_lock(
+    slack, cluster, tmp_path
+):
     async with slack_bot(slack, cluster, settings(tmp_path)):
         await slack.send_slash_command(ALICE, CH, "up")
         permalink = await slack.wait_for_call("chat.getPermalink", 10)
         await slack.send_slash_command(ALICE, CH, "up max_model_len=4096")
         busy = await slack.wait_for_call("chat.postEphemeral", 10)
-        await slack.wait_for(lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 60)
+        await slack.wait_for(
+            lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 60
+        )
     text = block_text(busy)
     assert header(busy) == "Busy: one job at a time on this cluster"
     assert f"Job #1 `/spark up` by <@{ALICE}> since" in text
@@ -126,14 +159,22 @@ async def test_cancel_with_the_button_leaves_no_container(slack, lab, tmp_path):
         async with slack_bot(slack, cluster, settings(tmp_path)):
             await slack.send_slash_command(ALICE, CH, "up")
             started = await slack.wait_for(
-                lambda c: c.method == "chat.postMessage" and header(c).startswith("✔ Containers started"), 60)
+                lambda c: (
+                    c.method == "chat.postMessage" and header(c).startswith("✔ Containers started")
+                ),
+                60,
+            )
             parent_ts = started.params["thread_ts"]
             denied = await slack.click_button(BOB, CH, parent_ts, "spark_cancel")
             assert denied.type == "interactive"
             refusal = await slack.wait_for_response()
-            assert "needs operate access" in refusal.text and refusal.body["replace_original"] is False
+            assert (
+                "needs operate access" in refusal.text and refusal.body["replace_original"] is False
+            )
             await slack.click_button(ALICE, CH, parent_ts, "spark_cancel")
-            await slack.wait_until(lambda: "Cancelled by" in attachment_text(slack.message(CH, parent_ts)), 60)
+            await slack.wait_until(
+                lambda: "Cancelled by" in attachment_text(slack.message(CH, parent_ts)), 60
+            )
             assert await containers_present(cluster) == []
     finally:
         await down(cluster)
@@ -149,11 +190,14 @@ async def test_cancel_with_the_command(slack, lab, tmp_path):
         async with slack_bot(slack, cluster, settings(tmp_path)):
             await slack.send_slash_command(ALICE, CH, "up")
             started = await slack.wait_for(
-                lambda c: c.method == "chat.postMessage" and header(c).startswith("✔ Ray sees"), 60)
+                lambda c: c.method == "chat.postMessage" and header(c).startswith("✔ Ray sees"), 60
+            )
             ack = await slack.send_slash_command(ALICE, CH, "cancel")
             assert ack.payload["blocks"][0]["text"]["text"] == "Cancelling job #1"
             parent_ts = started.params["thread_ts"]
-            await slack.wait_until(lambda: "Cancelled by" in attachment_text(slack.message(CH, parent_ts)), 60)
+            await slack.wait_until(
+                lambda: "Cancelled by" in attachment_text(slack.message(CH, parent_ts)), 60
+            )
             assert await containers_present(cluster) == []
             again = await slack.send_slash_command(ALICE, CH, "cancel")
             assert again.payload["blocks"][0]["text"]["text"] == "Nothing to cancel"
@@ -164,9 +208,14 @@ async def test_cancel_with_the_command(slack, lab, tmp_path):
 async def test_denials_say_who_may_and_nothing_runs(slack, cluster, tmp_path):
     async with slack_bot(slack, cluster, settings(tmp_path)):
         ack = await slack.send_slash_command(BOB, CH, "up")
-        assert f"needs operate access: <@{ALICE}>, in <#{CH}>" in ack.payload["blocks"][1]["text"]["text"]
+        assert (
+            f"needs operate access: <@{ALICE}>, in <#{CH}>"
+            in ack.payload["blocks"][1]["text"]["text"]
+        )
         ack = await slack.send_slash_command(ALICE, "C0GENERAL", "down")
-        assert "needs operate access" in ack.payload["text"] + ack.payload["blocks"][1]["text"]["text"]
+        assert (
+            "needs operate access" in ack.payload["text"] + ack.payload["blocks"][1]["text"]["text"]
+        )
         ack = await slack.send_slash_command(BOB, CH, "launch now")
         assert "unknown command `launch`" in ack.payload["blocks"][1]["text"]["text"]
         assert "*Usage*" in ack.payload["blocks"][1]["text"]["text"]
@@ -186,45 +235,73 @@ async def test_down_asks_for_confirmation_then_tears_down(slack, cluster, tmp_pa
         assert await containers_present(cluster) != []
         ephemeral = slack.ephemerals(ALICE)[-1]
         await slack.click_button(ALICE, CH, ephemeral["ts"], "spark_confirm")
-        done = await slack.wait_for(lambda c: c.method == "chat.update" and "Removed 2" in str(c.params), 30)
+        done = await slack.wait_for(
+            lambda c: c.method == "chat.update" and "Removed 2" in str(c.params), 30
+        )
         assert done.ok
         assert await containers_present(cluster) == []
 
 
-async def test_status_and_a_long_log_privately_as_a_file_with_429_honoured(slack, cluster, tmp_path):
+async def test_status_and_a_long_log_privately_as_a_file_with_429_honoured(
+    slack, cluster, tmp_path
+):
     async with slack_bot(slack, cluster, settings(tmp_path)):
         await up_and_wait(slack)
         await slack.send_slash_command(BOB, CH, "status")
         status = await slack.wait_for_call("chat.postEphemeral", 10)
-        assert "`spark-lab-0` vllm_lab: *running*" in block_text(status) and "API: healthy" in block_text(status)
+        assert "`spark-lab-0` vllm_lab: *running*" in block_text(
+            status
+        ) and "API: healthy" in block_text(status)
 
         slack.rate_limit("chat.postEphemeral", times=1, retry_after=1)
         mark = slack.last_seq()
         await slack.send_slash_command(BOB, CH, "logs head 300")
-        upload = await slack.wait_for(lambda c: c.method == "files.completeUploadExternal", 20, after=mark)
-        reply = await slack.wait_for(lambda c: c.method == "chat.postEphemeral" and c.status == 200, 20, after=mark)
+        upload = await slack.wait_for(
+            lambda c: c.method == "files.completeUploadExternal", 20, after=mark
+        )
+        reply = await slack.wait_for(
+            lambda c: c.method == "chat.postEphemeral" and c.status == 200, 20, after=mark
+        )
     replies = [c for c in slack.calls("chat.postEphemeral") if c.seq > mark]
     assert [r.status for r in replies[:2]] == [429, 200]
     assert replies[1].time - replies[0].time >= 1.0, "Retry-After honoured"
-    assert not [c for c in slack.calls("chat.postMessage") if c.seq > mark], "nothing of the log in the channel"
+    assert not [c for c in slack.calls("chat.postMessage") if c.seq > mark], (
+        "nothing of the log in the channel"
+    )
     [opened] = [c for c in slack.calls("conversations.open") if c.seq > mark]
-    assert opened.params["users"] == BOB and upload.params["channel_id"] == opened.result["channel"]["id"]
+    assert (
+        opened.params["users"] == BOB
+        and upload.params["channel_id"] == opened.result["channel"]["id"]
+    )
     content = slack.file_content(upload.params["files"][0]["id"]).decode()
     assert len(content.splitlines()) > 15
     assert "```" in block_text(reply) and "Only you see this" in block_text(reply)
 
 
-async def test_bench_posts_the_table_the_sample_and_the_chart_into_the_thread(slack, cluster, tmp_path):
+async def test_bench_posts_the_table_the_sample_and_the_chart_into_the_thread(
+    slack, cluster, tmp_path
+):
     async with slack_bot(slack, cluster, settings(tmp_path)):
         await up_and_wait(slack)
         await slack.send_slash_command(ALICE, CH, "bench concurrency=1,2,4 max_tokens=32 runs=2")
-        result = await slack.wait_for(lambda c: c.method == "chat.postMessage" and header(c) == "📊 Benchmark", 90)
+        result = await slack.wait_for(
+            lambda c: c.method == "chat.postMessage" and header(c) == "📊 Benchmark", 90
+        )
         parent_ts = result.params["thread_ts"]
         upload = await slack.wait_for(
-            lambda c: c.method == "files.completeUploadExternal" and c.params.get("thread_ts") == parent_ts, 30)
+            lambda c: (
+                c.method == "files.completeUploadExternal"
+                and c.params.get("thread_ts") == parent_ts
+            ),
+            30,
+        )
     text = block_text(result)
     assert "Single stream: decode" in text and "tok/s" in text and "Answer:" in text
     assert "conc  output tok/s" in text and all(f"\n   {c}  " in text for c in (1, 2, 4))
-    [chart_id] = [fid for fid, f in slack.files().items() if f.get("name", f.get("filename")) == "bench-sweep.png"]
+    [chart_id] = [
+        fid
+        for fid, f in slack.files().items()
+        if f.get("name", f.get("filename")) == "bench-sweep.png"
+    ]
     assert slack.file_content(chart_id).startswith(b"\x89PNG"), "a real PNG went up"
     assert upload.ok

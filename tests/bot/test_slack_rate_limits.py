@@ -8,7 +8,15 @@ from __future__ import annotations
 import pytest
 
 from tests.bot.helpers import (
-    ALICE, CH, GREEN, attachment_color, attachment_text, block_text, header, settings, slack_bot,
+    ALICE,
+    CH,
+    GREEN,
+    attachment_color,
+    attachment_text,
+    block_text,
+    header,
+    settings,
+    slack_bot,
 )
 from tests.handlers.doubles import CLUSTER, ScriptedControllers, VirtualTime, launch_passes, ready
 
@@ -17,7 +25,9 @@ pytestmark = pytest.mark.timeout(30)
 JOB_CALLS = ["chat.postMessage", "chat.update"]
 
 
-async def test_a_launch_under_429s_to_a_third_of_its_calls_ends_final_with_every_reply_in_order(slack, tmp_path):
+async def test_a_launch_under_429s_to_a_third_of_its_calls_ends_final_with_every_reply_in_order(
+    slack, tmp_path
+):
     time = VirtualTime()
     controllers = ScriptedControllers(up=[*launch_passes(), ready()])
     async with slack_bot(slack, CLUSTER, settings(tmp_path), controllers=controllers) as bot:
@@ -29,9 +39,12 @@ async def test_a_launch_under_429s_to_a_third_of_its_calls_ends_final_with_every
     [parent] = slack.messages(CH)
     assert header(parent) == f"🚀 Launch on `{CLUSTER.name}`"
     assert attachment_color(parent) == GREEN and attachment_text(parent).startswith("✔ Ready")
-    assert "⏳" not in block_text(parent) and not any(b["type"] == "actions" for b in parent["blocks"])
+    assert "⏳" not in block_text(parent) and not any(
+        b["type"] == "actions" for b in parent["blocks"]
+    )
     assert [header(reply) for reply in parent["replies"]] == (
-        [f"✔ {event.title}" for event in launch_passes()] + ["✅ Ready"])
+        [f"✔ {event.title}" for event in launch_passes()] + ["✅ Ready"]
+    )
 
     refused = [call for call in slack.calls() if call.status == 429]
     job_calls = [call for call in slack.calls() if call.method in JOB_CALLS]

@@ -29,20 +29,32 @@ def damaged_database(path: Path) -> None:
     db.close()
     data = bytearray(path.read_bytes())
     page = 4096
-    data[page:2 * page] = b"\xab" * page  # the audit table's root page
+    data[page : 2 * page] = b"\xab" * page  # the audit table's root page
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize(("command", "spoil"), [
-    (["console"], not_a_database), (["console"], damaged_database), (["run"], damaged_database),
-], ids=["console-not-a-database", "console-damaged", "slack-damaged"])
+@pytest.mark.parametrize(
+    ("command", "spoil"),
+    [
+        (["console"], not_a_database),
+        (["console"], damaged_database),
+        (["run"], damaged_database),
+    ],
+    ids=["console-not-a-database", "console-damaged", "slack-damaged"],
+)
 def test_an_unusable_database_stops_start_up_with_one_line(tmp_path, command, spoil):
     config = bot_config(tmp_path)
     spoil(config.store.path)
     config_file = tmp_path / "sparks.yaml"
     config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))
-    result = subprocess.run([*SPARK_BOT, *command, "--config", str(config_file)], input="", text=True,
-                            capture_output=True, env={**os.environ, **SLACK_ENV}, timeout=60)
+    result = subprocess.run(
+        [*SPARK_BOT, *command, "--config", str(config_file)],
+        input="",
+        text=True,
+        capture_output=True,
+        env={**os.environ, **SLACK_ENV},
+        timeout=60,
+    )
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     # (`run` logs Bolt's start-up warnings before it: the error is the one line spark-bot writes)

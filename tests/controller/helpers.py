@@ -14,27 +14,40 @@ from lab.api import LabInfo
 LAB_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lab.yaml"
 
 
-def cluster_for(lab: LabInfo, *, env: dict[str, str] | None = None, serve: dict | None = None,
-                timeouts: dict | None = None, **updates) -> ClusterConfig:
+def cluster_for(
+    lab: LabInfo,
+    *,
+    env: dict[str, str] | None = None,
+    serve: dict | None = None,
+    timeouts: dict | None = None,
+    **updates,
+) -> ClusterConfig:
     """configs/lab.yaml adapted to the lab as it is now (node count, isolated workers)."""
     base = load_config(LAB_CONFIG).cluster
     template = base.nodes[0]
     nodes = []
     for info in lab.nodes:
-        ssh = template.ssh.model_copy(update={
-            "host": info.mgmt_ip or info.fabric_ip,
-            "jump": None if info.mgmt_ip else base.nodes[0].name,
-        })
-        nodes.append(NodeConfig(name=info.name, ssh=ssh, fabric_ip=info.fabric_ip,
-                                docker_socket=info.docker_socket))
+        ssh = template.ssh.model_copy(
+            update={
+                "host": info.mgmt_ip or info.fabric_ip,
+                "jump": None if info.mgmt_ip else base.nodes[0].name,
+            }
+        )
+        nodes.append(
+            NodeConfig(
+                name=info.name, ssh=ssh, fabric_ip=info.fabric_ip, docker_socket=info.docker_socket
+            )
+        )
     container = base.container.model_copy(update={"env": {**base.container.env, **(env or {})}})
-    return base.model_copy(update={
-        "nodes": nodes,
-        "container": container,
-        "serve": base.serve.model_copy(update=serve or {}),
-        "timeouts": base.timeouts.model_copy(update=timeouts or {}),
-        **updates,
-    })
+    return base.model_copy(
+        update={
+            "nodes": nodes,
+            "container": container,
+            "serve": base.serve.model_copy(update=serve or {}),
+            "timeouts": base.timeouts.model_copy(update=timeouts or {}),
+            **updates,
+        }
+    )
 
 
 def controller_for(lab: LabInfo, **kwargs) -> Controller:

@@ -34,8 +34,12 @@ async def test_the_api_key_guards_v1_and_the_bot_sends_it():
             base = f"http://127.0.0.1:{config.serve.port}"
             async with httpx.AsyncClient(base_url=base, timeout=10) as client:
                 assert (await client.get("/v1/models")).status_code == 401
-                assert (await client.get("/health")).status_code == 200, "as vLLM: only /v1 is guarded"
-                authorised = await client.get("/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+                assert (await client.get("/health")).status_code == 200, (
+                    "as vLLM: only /v1 is guarded"
+                )
+                authorised = await client.get(
+                    "/v1/models", headers={"Authorization": f"Bearer {KEY}"}
+                )
                 assert authorised.status_code == 200
             shown = "".join(e.model_dump_json() for e in events + verified)
             assert KEY not in shown
@@ -46,4 +50,6 @@ async def test_the_api_key_guards_v1_and_the_bot_sends_it():
 def test_a_direct_api_on_loopback_is_refused():
     cluster = load_config(LAB_CONFIG).cluster.model_dump()
     with pytest.raises(ValueError, match="cannot reach an API bound to 127.0.0.1"):
-        ClusterConfig.model_validate({**cluster, "api": {"access": "direct", "host": "10.0.0.1", "bind": "127.0.0.1"}})
+        ClusterConfig.model_validate(
+            {**cluster, "api": {"access": "direct", "host": "10.0.0.1", "bind": "127.0.0.1"}}
+        )

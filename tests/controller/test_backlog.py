@@ -42,7 +42,9 @@ async def test_the_backlog_keeps_the_newest_and_everything_that_matters():
     items = await drain(backlog)
     assert isinstance(items[0], Shed) and items[0].count == backlog.shed_total == 10_000 - 100
     kept = items[1:]
-    assert [i for i in kept if i.startswith("checkpoint")] == [f"checkpoint {n}" for n in range(0, 10_000, 1000)]
+    assert [i for i in kept if i.startswith("checkpoint")] == [
+        f"checkpoint {n}" for n in range(0, 10_000, 1000)
+    ]
     assert "died" in kept and kept[-1] == "line 9999"
     assert kept[-89:] == [f"line {n}" for n in range(9911, 10_000)], "the newest plain lines stay"
 
@@ -76,16 +78,26 @@ async def test_a_flood_and_an_endless_line_stay_bounded_while_nobody_reads():
         config = cluster.config
         async with aiodocker.Docker(url=f"unix://{config.nodes[0].docker_socket}") as docker:
             container = await docker.containers.create(
-                {"Image": DEMO_IMAGE, "Cmd": [sys.executable, "-c", FLOOD]}, name="flood")
+                {"Image": DEMO_IMAGE, "Cmd": [sys.executable, "-c", FLOOD]}, name="flood"
+            )
             async with connect_cluster(config) as connection:
-                monitor = ClusterMonitor("flood", Secrets({}), 10, queued_lines=500,
-                                         matters=lambda text: text.startswith("checkpoint"))
+                monitor = ClusterMonitor(
+                    "flood",
+                    Secrets({}),
+                    10,
+                    queued_lines=500,
+                    matters=lambda text: text.startswith("checkpoint"),
+                )
                 try:
-                    events = docker.events.subscribe(filters=json.dumps({"container": ["flood"], "event": ["die"]}))
+                    events = docker.events.subscribe(
+                        filters=json.dumps({"container": ["flood"], "event": ["die"]})
+                    )
                     await container.start()
                     monitor.follow(connection.nodes[config.nodes[0].name])
                     async with asyncio.timeout(60):
-                        while (event := await events.get()) is not None and event.get("Action") != "die":
+                        while (event := await events.get()) is not None and event.get(
+                            "Action"
+                        ) != "die":
                             pass
                     await docker.events.stop()
                     items = []
@@ -99,6 +111,8 @@ async def test_a_flood_and_an_endless_line_stay_bounded_while_nobody_reads():
     shed = sum(i.count for i in items if isinstance(i, Shed))
     assert shed > 50_000 and len(lines) + shed >= 100_004
     assert {"checkpoint early", "checkpoint late", "the end", "after the long line"} <= set(lines)
-    assert [line.strip() for line in lines if "binary" in line] == ["binary red"], "bad bytes, NUL, colours cleaned"
+    assert [line.strip() for line in lines if "binary" in line] == ["binary red"], (
+        "bad bytes, NUL, colours cleaned"
+    )
     long = [line for line in lines if line.startswith("xxx")]
     assert long and all(len(line) <= MAX_LINE_CHARS for line in long)

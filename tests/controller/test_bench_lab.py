@@ -34,8 +34,12 @@ async def test_bench_on_the_lab_matches_the_profile(clean, tmp_path):
     assert within(report.single.decode_tok_s, one["per_stream_tok_s"], 0.10)
     assert within(report.single.ttft_s, one["ttft_s"], 0.25)  # the SSH forward's latency counts
     for level in report.sweep:
-        assert within(level.aggregate_decode_tok_s, truth(profile, level.concurrency)["aggregate_tok_s"], 0.10)
+        assert within(
+            level.aggregate_decode_tok_s, truth(profile, level.concurrency)["aggregate_tok_s"], 0.10
+        )
     assert report.metrics_check.client_tokens == report.metrics_check.server_tokens
 
     again = await collect(controller.bench(max_tokens=64, history=history))
-    assert again[-1].report.comparisons, "the second run of the same setup is compared with the first"
+    assert again[-1].report.comparisons, (
+        "the second run of the same setup is compared with the first"
+    )

@@ -16,8 +16,14 @@ CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "lab.yaml")
 
 async def spark_bot(*args: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", *args, "--config", CONFIG,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "bot.cli",
+        *args,
+        "--config",
+        CONFIG,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=240)
     return process.returncode, stdout.decode(), stderr.decode()
@@ -33,7 +39,9 @@ async def test_up_verify_logs_down_from_the_command_line(clean):
     code, out, _ = await spark_bot("verify", "--json")
     assert code == 0
     events = [parse_event(line) for line in out.splitlines()]
-    assert [e.checkpoint for e in events][-1] == "sample" and not any(isinstance(e, Failed) for e in events)
+    assert [e.checkpoint for e in events][-1] == "sample" and not any(
+        isinstance(e, Failed) for e in events
+    )
 
     code, out, _ = await spark_bot("logs", "worker", "--lines", "3")
     assert code == 0 and "last 3 lines of vllm_lab on spark-lab-1" in out

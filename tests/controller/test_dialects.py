@@ -25,7 +25,8 @@ def assert_ready(events, config) -> Ready:
     failures = [e for e in events if isinstance(e, Failed)]
     assert not failures, failures[0].model_dump_json(indent=1)
     assert [e.checkpoint for e in events if isinstance(e, CheckpointPassed)] == [
-        c.id for c in launch_plan(config)]
+        c.id for c in launch_plan(config)
+    ]
     assert isinstance(events[-1], Ready)
     return events[-1]
 
@@ -33,7 +34,9 @@ def assert_ready(events, config) -> Ready:
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))
 @pytest.mark.parametrize("backend", ["ray", "mp"])
 async def test_every_dialect_reaches_ready_with_every_line_seen(clean, dialect, backend):
-    controller = controller_for(clean, env={"SPARK_EMU_VLLM_DIALECT": dialect}, serve={"backend": backend})
+    controller = controller_for(
+        clean, env={"SPARK_EMU_VLLM_DIALECT": dialect}, serve={"backend": backend}
+    )
     events = await collect(controller.up())
     ready = assert_ready(events, controller.config)
     assert ready.vllm_version == DIALECTS[dialect]["version"], "read from the server's GET /version"
@@ -44,13 +47,21 @@ async def test_every_dialect_reaches_ready_with_every_line_seen(clean, dialect, 
     assert status.vllm_version == DIALECTS[dialect]["version"]
 
 
-@pytest.mark.parametrize(("dialect", "lines", "omitted"), [
-    ("0.17", "weights,model_loading", "weights"), ("0.32", "weights", "weights"),
-    ("0.17", "kv_cache", "kv_cache"), ("0.32", "engine", "engine"),
-])
-async def test_a_line_never_printed_is_a_warning_proven_by_the_next_stage(clean, dialect, lines, omitted):
-    controller = controller_for(clean, env={"SPARK_EMU_VLLM_DIALECT": dialect,
-                                            "SPARK_EMU_OMIT_LINES": lines})
+@pytest.mark.parametrize(
+    ("dialect", "lines", "omitted"),
+    [
+        ("0.17", "weights,model_loading", "weights"),
+        ("0.32", "weights", "weights"),
+        ("0.17", "kv_cache", "kv_cache"),
+        ("0.32", "engine", "engine"),
+    ],
+)
+async def test_a_line_never_printed_is_a_warning_proven_by_the_next_stage(
+    clean, dialect, lines, omitted
+):
+    controller = controller_for(
+        clean, env={"SPARK_EMU_VLLM_DIALECT": dialect, "SPARK_EMU_OMIT_LINES": lines}
+    )
     events = await collect(controller.up())
     assert_ready(events, controller.config)
     by_id = passed(events)
@@ -58,13 +69,22 @@ async def test_a_line_never_printed_is_a_warning_proven_by_the_next_stage(clean,
     assert warned.warning and "not seen in the log" in warned.warning
     assert "proven by:" in warned.evidence
     assert warned.log_tail, "the lines around where it was expected"
-    others = [e for cid, e in by_id.items() if cid != omitted and e.warning and "not seen" in e.warning]
+    others = [
+        e for cid, e in by_id.items() if cid != omitted and e.warning and "not seen" in e.warning
+    ]
     assert not others
 
 
 async def test_a_spelling_taught_in_the_knowledge_file_proves_its_checkpoint(clean):
-    taught = Knowledge(checkpoints={"engine": [ExtraSpelling(
-        pattern=r"Graph capturing finished in (?P<seconds>\d+) secs", source="this test")]})
+    taught = Knowledge(
+        checkpoints={
+            "engine": [
+                ExtraSpelling(
+                    pattern=r"Graph capturing finished in (?P<seconds>\d+) secs", source="this test"
+                )
+            ]
+        }
+    )
     controller = controller_for(clean, env={"SPARK_EMU_OMIT_LINES": "engine"}, knowledge=taught)
     events = await collect(controller.up())
     assert_ready(events, controller.config)
@@ -75,8 +95,9 @@ async def test_a_spelling_taught_in_the_knowledge_file_proves_its_checkpoint(cle
 async def test_without_the_api_servers_line_the_health_answer_proves_it(clean):
     # Nothing follows "Application startup complete." in the log: the silence runs into the
     # stall limit, and the API answering 200 then proves the server started.
-    controller = controller_for(clean, env={"SPARK_EMU_OMIT_LINES": "startup_complete"},
-                                timeouts={"stall": 3})
+    controller = controller_for(
+        clean, env={"SPARK_EMU_OMIT_LINES": "startup_complete"}, timeouts={"stall": 3}
+    )
     events = await collect(controller.up())
     assert_ready(events, controller.config)
     warned = passed(events)["api_server"]
@@ -84,7 +105,9 @@ async def test_without_the_api_servers_line_the_health_answer_proves_it(clean):
 
 
 async def test_a_real_failure_still_fails_however_the_lines_are_worded(clean):
-    controller = controller_for(clean, env={"SPARK_EMU_VLLM_DIALECT": "0.32", "SPARK_EMU_FAULT": "nccl_error"})
+    controller = controller_for(
+        clean, env={"SPARK_EMU_VLLM_DIALECT": "0.32", "SPARK_EMU_FAULT": "nccl_error"}
+    )
     events = await collect(controller.up())
     failed = events[-1]
     assert isinstance(failed, Failed) and failed.signature == "nccl_unhandled_system_error"

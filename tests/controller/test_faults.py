@@ -33,7 +33,12 @@ def only_failure(events) -> Failed:
     ("fault", "checkpoint", "signatures", "evidence"),
     [
         ("nccl_hang", "weights", {"nccl_init_hang"}, "NCCL"),
-        ("nccl_error", "weights", {"nccl_unhandled_system_error"}, "NCCL error: unhandled system error"),
+        (
+            "nccl_error",
+            "weights",
+            {"nccl_unhandled_system_error"},
+            "NCCL error: unhandled system error",
+        ),
         ("low_memory", "nccl", {"free_memory_below_utilization"}, "Free memory on device cuda:0"),
         ("worker_died_loading", "weights", {"ray_worker_crashed"}, "ip=198.18.1.11"),
         ("gloo_iface", "nccl", {"gloo_connect_failed"}, "Gloo connectFullMesh failed"),
@@ -126,7 +131,9 @@ async def test_worker_docker_engine_stopped(clean):
 
 async def test_image_missing(clean):
     config = cluster_for(clean)
-    config = config.model_copy(update={"container": config.container.model_copy(update={"image": "spark-lab/absent:1"})})
+    config = config.model_copy(
+        update={"container": config.container.model_copy(update={"image": "spark-lab/absent:1"})}
+    )
     failure = only_failure(await collect(Controller(config, Secrets({})).up()))
     assert failure.checkpoint == "image" and "docker pull spark-lab/absent:1" in failure.fix
 
@@ -146,13 +153,20 @@ async def test_host_key_that_does_not_match_is_refused(clean, tmp_path):
     text = Path(clean.known_hosts_path).read_text()
     entries = [line.split(None, 1) for line in text.splitlines(keepends=True) if line.strip()]
     head_key = next(key for hosts, key in entries if clean.nodes[0].mgmt_ip in hosts.split(","))
-    forged = [f"{hosts} {head_key if clean.nodes[1].mgmt_ip in hosts.split(',') else key}"
-              for hosts, key in entries]
+    forged = [
+        f"{hosts} {head_key if clean.nodes[1].mgmt_ip in hosts.split(',') else key}"
+        for hosts, key in entries
+    ]
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text("".join(forged))
     config = cluster_for(clean)
-    nodes = [n.model_copy(update={"ssh": n.ssh.model_copy(update={"known_hosts": known_hosts})}) for n in config.nodes]
-    failure = only_failure(await collect(Controller(config.model_copy(update={"nodes": nodes}), Secrets({})).up()))
+    nodes = [
+        n.model_copy(update={"ssh": n.ssh.model_copy(update={"known_hosts": known_hosts})})
+        for n in config.nodes
+    ]
+    failure = only_failure(
+        await collect(Controller(config.model_copy(update={"nodes": nodes}), Secrets({})).up())
+    )
     assert (failure.checkpoint, failure.node) == ("ssh", "spark-lab-1")
     assert "host key" in failure.summary and "ssh-keygen" in failure.fix
 
@@ -165,7 +179,9 @@ async def test_api_port_taken(clean):
     )
     squatter = subprocess.Popen(
         ["ip", "netns", "exec", head.netns, "python3", "-c", listen],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert squatter.stdout.readline().strip() == "listening"
@@ -181,15 +197,28 @@ async def test_stale_container_is_refused_then_replaced(clean):
     # a leftover of ours (labelled): one spark-bot did not start is never replaced without consent
     # (tests/controller/test_foreign_container.py)
     proc = await asyncio.create_subprocess_exec(
-        "docker", "-H", clean.nodes[1].docker_host, "create", "--name", controller.config.container.name,
-        "--label", f"{LABEL_CLUSTER}={controller.config.name}",
-        controller.config.container.image, "sleep", "infinity", stdout=asyncio.subprocess.DEVNULL,
+        "docker",
+        "-H",
+        clean.nodes[1].docker_host,
+        "create",
+        "--name",
+        controller.config.container.name,
+        "--label",
+        f"{LABEL_CLUSTER}={controller.config.name}",
+        controller.config.container.image,
+        "sleep",
+        "infinity",
+        stdout=asyncio.subprocess.DEVNULL,
     )
     assert await proc.wait() == 0
     failure = only_failure(await collect(controller.up()))
     assert failure.checkpoint == "no_stale_container" and "spark-lab-1" in failure.evidence
     events = await collect(controller.preflight(replace=True))
-    replaced = next(e for e in events if isinstance(e, CheckpointPassed) and e.checkpoint == "no_stale_container")
+    replaced = next(
+        e
+        for e in events
+        if isinstance(e, CheckpointPassed) and e.checkpoint == "no_stale_container"
+    )
     assert "replaced: spark-lab-1" in replaced.evidence
 
 
@@ -215,13 +244,19 @@ async def test_cancel_while_the_consumer_is_busy_between_events_leaves_no_contai
     assert not any(c.present for c in status.containers), status
 
 
-async def test_an_unknown_host_and_a_missing_known_hosts_file_say_how_to_record_the_key(clean, tmp_path):
+async def test_an_unknown_host_and_a_missing_known_hosts_file_say_how_to_record_the_key(
+    clean, tmp_path
+):
     config = cluster_for(clean)
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     for known_hosts, expected in [(empty, "is not in"), (tmp_path / "absent", "does not exist")]:
-        nodes = [n.model_copy(update={"ssh": n.ssh.model_copy(update={"known_hosts": known_hosts})})
-                 for n in config.nodes]
-        failure = only_failure(await collect(Controller(config.model_copy(update={"nodes": nodes}), Secrets({})).up()))
+        nodes = [
+            n.model_copy(update={"ssh": n.ssh.model_copy(update={"known_hosts": known_hosts})})
+            for n in config.nodes
+        ]
+        failure = only_failure(
+            await collect(Controller(config.model_copy(update={"nodes": nodes}), Secrets({})).up())
+        )
         assert failure.checkpoint == "ssh" and expected in failure.summary, failure
         assert "Record" in failure.fix

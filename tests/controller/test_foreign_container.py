@@ -24,20 +24,30 @@ async def test_replace_leaves_a_container_spark_bot_did_not_start_unless_consent
         worker = config.nodes[1]
         name = config.container.name
         async with aiodocker.Docker(url=f"unix://{worker.docker_socket}") as docker:
-            await docker.containers.create({"Image": DEMO_IMAGE, "Cmd": ["true"], "Labels": {"owner": "someone"}},
-                                           name=name)
+            await docker.containers.create(
+                {"Image": DEMO_IMAGE, "Cmd": ["true"], "Labels": {"owner": "someone"}}, name=name
+            )
             controller = Controller(config, Secrets({}))
 
             refused = await collect(controller.preflight(replace=True))
             [failed] = [e for e in refused if isinstance(e, Failed)]
             assert (failed.checkpoint, failed.node) == ("no_stale_container", worker.name)
-            assert f"{name} on {worker.name} was not started by spark-bot (created" in failed.summary
+            assert (
+                f"{name} on {worker.name} was not started by spark-bot (created" in failed.summary
+            )
             assert f"`docker rm -f {name}`" in failed.fix
-            assert (await docker.containers.get(name))["Config"]["Labels"]["owner"] == "someone", "left alone"
+            assert (await docker.containers.get(name))["Config"]["Labels"]["owner"] == "someone", (
+                "left alone"
+            )
 
-            consented = await collect(controller.preflight(replace=True, replace_foreign=[worker.name]))
-            [passed] = [e for e in consented if isinstance(e, CheckpointPassed)
-                        and e.checkpoint == "no_stale_container"]
+            consented = await collect(
+                controller.preflight(replace=True, replace_foreign=[worker.name])
+            )
+            [passed] = [
+                e
+                for e in consented
+                if isinstance(e, CheckpointPassed) and e.checkpoint == "no_stale_container"
+            ]
             assert f"replaced: {worker.name} (created, not started by spark-bot)" in passed.evidence
             with pytest.raises(aiodocker.DockerError) as gone:
                 await docker.containers.get(name)

@@ -25,14 +25,19 @@ def assert_ready(events, config):
     assert ready.sample.completion_tokens > 1 and ready.sample.decode_tps > 0
 
 
-async def test_ray_launch_reports_every_checkpoint_with_evidence_then_verify_status_logs_down(clean):
+async def test_ray_launch_reports_every_checkpoint_with_evidence_then_verify_status_logs_down(
+    clean,
+):
     controller = controller_for(clean)
     events = await collect(controller.up())
     assert_ready(events, controller.config)
     by_id = {e.checkpoint: e for e in events if isinstance(e, CheckpointPassed)}
     assert "Docker image consistency check passed" in by_id["image"].evidence
     assert "Detected IB_IF: rocep1s0f1" in by_id["interfaces"].evidence
-    assert "2 active node(s)" in by_id["ray_cluster"].evidence and "/2.0 GPU" in by_id["ray_cluster"].evidence
+    assert (
+        "2 active node(s)" in by_id["ray_cluster"].evidence
+        and "/2.0 GPU" in by_id["ray_cluster"].evidence
+    )
     assert by_id["weights"].evidence.count("Loading weights took") == 2, "one line per rank"
     assert "GPU KV cache size" in by_id["kv_cache"].evidence
     assert "Application startup complete." in by_id["api_server"].evidence
@@ -77,7 +82,9 @@ async def test_three_nodes_with_ray(relab):
     try:
         events = await collect(controller.up())
         assert_ready(events, controller.config)
-        ray = next(e for e in events if isinstance(e, CheckpointPassed) and e.checkpoint == "ray_cluster")
+        ray = next(
+            e for e in events if isinstance(e, CheckpointPassed) and e.checkpoint == "ray_cluster"
+        )
         assert "3 active node(s)" in ray.evidence
     finally:
         await collect(controller.down())

@@ -48,7 +48,11 @@ async def test_a_worker_engine_restarted_while_serving_is_monitoring_lost_then_r
             await asyncio.to_thread(lab_api.stop_dockerd, 1, keep_containers=True)
             lost = await next_event(30)
             assert isinstance(lost, Progress) and lost.phase == "monitoring_lost", lost
-            assert lost.node == worker and worker in lost.message and "the API still serves" in lost.message
+            assert (
+                lost.node == worker
+                and worker in lost.message
+                and "the API still serves" in lost.message
+            )
             [status] = await collect(controller.status())
             assert isinstance(status, StatusReport) and status.api_healthy is True, status
             assert worker in status.api_detail, "the worker's engine does not answer"
@@ -87,8 +91,12 @@ async def test_the_heads_engine_stopped_with_its_containers_is_told_then_down_cl
     finally:
         await asyncio.to_thread(lab_api.start_dockerd, 0)
     [status] = await collect(controller.status())
-    assert not status.containers[0].running, "the head's server is stopped (the worker's rank follows it)"
+    assert not status.containers[0].running, (
+        "the head's server is stopped (the worker's rank follows it)"
+    )
     removed = await collect(controller.down())
-    assert [r.node for r in removed if r.removed] == [c.node for c in status.containers if c.present]
+    assert [r.node for r in removed if r.removed] == [
+        c.node for c in status.containers if c.present
+    ]
     [status] = await collect(controller.status())
     assert not any(c.present for c in status.containers), f"no orphan {name} after down"

@@ -12,7 +12,14 @@ import aiodocker
 import aiohttp
 import pytest
 
-from cluster.config import ClusterConfig, ContainerConfig, NodeConfig, Secrets, ServeConfig, Timeouts
+from cluster.config import (
+    ClusterConfig,
+    ContainerConfig,
+    NodeConfig,
+    Secrets,
+    ServeConfig,
+    Timeouts,
+)
 from cluster.controller import Controller
 from cluster.errors import (
     ContainerMissing,
@@ -33,19 +40,43 @@ ROOT = Path(__file__).resolve().parents[2]
 CALL_TIMEOUT = 0.5
 
 
-@pytest.mark.parametrize(("error", "about", "expected", "says"), [
-    (aiodocker.DockerError(404, "No such container: vllm"), {"container": "vllm"},
-     ContainerMissing, "no container vllm on spark-a"),
-    (aiodocker.DockerError(404, "No such image: vllm:x"), {"image": "vllm:x"},
-     ImageMissing, "image vllm:x is not on spark-a"),
-    (aiodocker.DockerError(409, "Conflict. The name is in use"), {"container": "vllm"},
-     DockerRefused, "refused creating it: Conflict. The name is in use"),
-    (aiodocker.DockerError(900, "Cannot connect to Docker Engine"), {},
-     DockerUnavailable, "lost the connection to the Docker engine while creating it"),
-    (aiohttp.ServerDisconnectedError(), {}, DockerUnavailable, "lost the connection"),
-    (ConnectionResetError(104, "Connection reset by peer"), {}, DockerUnavailable, "Connection reset by peer"),
-    (TimeoutError(), {}, NodeTimedOut, "did not finish creating it within 2.5 s"),
-])
+@pytest.mark.parametrize(
+    ("error", "about", "expected", "says"),
+    [
+        (
+            aiodocker.DockerError(404, "No such container: vllm"),
+            {"container": "vllm"},
+            ContainerMissing,
+            "no container vllm on spark-a",
+        ),
+        (
+            aiodocker.DockerError(404, "No such image: vllm:x"),
+            {"image": "vllm:x"},
+            ImageMissing,
+            "image vllm:x is not on spark-a",
+        ),
+        (
+            aiodocker.DockerError(409, "Conflict. The name is in use"),
+            {"container": "vllm"},
+            DockerRefused,
+            "refused creating it: Conflict. The name is in use",
+        ),
+        (
+            aiodocker.DockerError(900, "Cannot connect to Docker Engine"),
+            {},
+            DockerUnavailable,
+            "lost the connection to the Docker engine while creating it",
+        ),
+        (aiohttp.ServerDisconnectedError(), {}, DockerUnavailable, "lost the connection"),
+        (
+            ConnectionResetError(104, "Connection reset by peer"),
+            {},
+            DockerUnavailable,
+            "Connection reset by peer",
+        ),
+        (TimeoutError(), {}, NodeTimedOut, "did not finish creating it within 2.5 s"),
+    ],
+)
 def test_docker_library_errors_map_to_node_errors_with_a_fix(error, about, expected, says):
     mapped = docker_error("spark-a", "creating it", error, timeout=2.5, **about)
     assert type(mapped) is expected
@@ -54,13 +85,18 @@ def test_docker_library_errors_map_to_node_errors_with_a_fix(error, about, expec
         assert mapped.status == 409
 
 
-@pytest.mark.parametrize(("error", "expected"), [
-    (TimeoutError(), NodeTimedOut),
-    (ConnectionResetError(104, "Connection reset by peer"), NodeUnreachable),
-])
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (TimeoutError(), NodeTimedOut),
+        (ConnectionResetError(104, "Connection reset by peer"), NodeUnreachable),
+    ],
+)
 def test_a_command_that_cannot_run_names_the_node_and_the_command(error, expected):
     mapped = command_error("spark-b", ["ibdev2netdev"], 7, error)
-    assert type(mapped) is expected and "`ibdev2netdev`" in mapped.problem and mapped.node == "spark-b"
+    assert (
+        type(mapped) is expected and "`ibdev2netdev`" in mapped.problem and mapped.node == "spark-b"
+    )
 
 
 def test_no_library_error_is_caught_outside_the_seam():
@@ -77,21 +113,44 @@ def test_no_library_error_is_caught_outside_the_seam():
                 offenders.append(f"{path.relative_to(ROOT)}: tests a Docker status")
             for node in ast.walk(ast.parse(source)):
                 if isinstance(node, ast.ExceptHandler) and node.type is not None:
-                    named = {n.value.id for n in ast.walk(node.type)
-                             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+                    named = {
+                        n.value.id
+                        for n in ast.walk(node.type)
+                        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                    }
                     if named & libraries:
-                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} catches {sorted(named & libraries)}")
+                        offenders.append(
+                            f"{path.relative_to(ROOT)}:{node.lineno} catches {sorted(named & libraries)}"
+                        )
     assert offenders == []
 
 
 def hung_cluster(socket: Path) -> ClusterConfig:
     return ClusterConfig(
         name="hung",
-        nodes=[NodeConfig(name="spark-a", driver="local", fabric_ip="127.0.0.1", docker_socket=str(socket))],
-        container=ContainerConfig(image="vllm:test", name="vllm_hung", privileged=False, gpus=False,
-                                  shm_size=None, ulimits={}, env={}),
-        serve=ServeConfig(model="org/model", served_model_name="model", backend="mp", tensor_parallel_size=1,
-                          max_model_len=8192, port=18000, master_port=29500),
+        nodes=[
+            NodeConfig(
+                name="spark-a", driver="local", fabric_ip="127.0.0.1", docker_socket=str(socket)
+            )
+        ],
+        container=ContainerConfig(
+            image="vllm:test",
+            name="vllm_hung",
+            privileged=False,
+            gpus=False,
+            shm_size=None,
+            ulimits={},
+            env={},
+        ),
+        serve=ServeConfig(
+            model="org/model",
+            served_model_name="model",
+            backend="mp",
+            tensor_parallel_size=1,
+            max_model_len=8192,
+            port=18000,
+            master_port=29500,
+        ),
         timeouts=Timeouts(connect=5, docker=CALL_TIMEOUT, down=5),
     )
 
@@ -100,7 +159,9 @@ def hung_cluster(socket: Path) -> ClusterConfig:
 async def hung_engine(tmp_path):
     """An engine that answers /version and hangs on everything else (as a wedged dockerd does)."""
     reached = asyncio.Event()
-    async with docker_standin(Path("/tmp") / f"spark-hung-{tmp_path.name[-20:]}.sock", hanging(reached)) as socket:
+    async with docker_standin(
+        Path("/tmp") / f"spark-hung-{tmp_path.name[-20:]}.sock", hanging(reached)
+    ) as socket:
         yield socket, reached
 
 
@@ -112,7 +173,10 @@ async def test_a_hung_engine_is_a_bounded_node_error_in_status_logs_preflight_an
         with pytest.raises(NodeTimedOut) as timed_out:
             await collect(controller.status())
         assert reached.is_set() and timed_out.value.node == "spark-a"
-        assert "the Docker engine did not finish inspecting container vllm_hung within 0.5 s" in str(timed_out.value)
+        assert (
+            "the Docker engine did not finish inspecting container vllm_hung within 0.5 s"
+            in str(timed_out.value)
+        )
 
         with pytest.raises(NodeTimedOut, match="reading container vllm_hung's log within 0.5 s"):
             await collect(controller.logs())

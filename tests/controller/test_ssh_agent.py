@@ -22,7 +22,9 @@ def agent(tmp_path, monkeypatch):
     socket = tmp_path / "agent.sock"
     process = subprocess.Popen(["ssh-agent", "-D", "-a", str(socket)], stdout=subprocess.DEVNULL)
     try:
-        subprocess.run(["sh", "-c", f"until [ -S {socket} ]; do sleep 0.05; done"], timeout=10, check=True)
+        subprocess.run(
+            ["sh", "-c", f"until [ -S {socket} ]; do sleep 0.05; done"], timeout=10, check=True
+        )
         (tmp_path / ".ssh").mkdir()
         (tmp_path / ".ssh" / "config").write_text(FORWARD_EVERYTHING)
         monkeypatch.setenv("HOME", str(tmp_path))
@@ -49,16 +51,24 @@ async def test_agent_forwarding_stays_off(lab, agent, tmp_path, named_config):
     # The control: asked to, this sshd does hand the session an agent, so its absence below
     # is our doing.
     info = lab.head
-    async with asyncssh.connect(info.ssh_host, port=lab.ssh_port, username=lab.ssh_user,
-                                client_keys=[lab.key_path], known_hosts=lab.known_hosts_path,
-                                agent_forwarding=True, config=None) as control:
+    async with asyncssh.connect(
+        info.ssh_host,
+        port=lab.ssh_port,
+        username=lab.ssh_user,
+        client_keys=[lab.key_path],
+        known_hosts=lab.known_hosts_path,
+        agent_forwarding=True,
+        config=None,
+    ) as control:
         shown = (await control.run("printenv SSH_AUTH_SOCK || true")).stdout.strip()
         assert shown, "sshd should offer agent forwarding when asked"
 
     connection = await asyncio.wait_for(SSHNode.connect(node, timeout=10, call_timeout=10), 20)
     try:
+
         async def run(argv):
             return (await connection.run(argv, timeout=10)).stdout
+
         assert await forwarded_agent(run) == ""
     finally:
         await connection.aclose()

@@ -17,7 +17,9 @@ _WORKDIR = re.compile(r"engine (/tmp/spark-demo-[A-Za-z0-9_]+)/node0/docker\.soc
 
 
 def demo(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SPARK_BOT, "demo", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*SPARK_BOT, "demo", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def assert_nothing_left(output: str) -> None:
@@ -29,16 +31,39 @@ def assert_nothing_left(output: str) -> None:
 
 
 def test_up_verify_bench_status_logs_down_then_nothing_left():
-    run = demo("--run", "/spark up", "--run", "/spark verify", "--run", "/spark bench",
-               "--run", "/spark status", "--run", "/spark logs worker 5", "--run", "/spark down")
+    run = demo(
+        "--run",
+        "/spark up",
+        "--run",
+        "/spark verify",
+        "--run",
+        "/spark bench",
+        "--run",
+        "/spark status",
+        "--run",
+        "/spark logs worker 5",
+        "--run",
+        "/spark down",
+    )
     out = run.stdout
     assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
     # every launch checkpoint, with its evidence and a log tail
-    for title in ["RoCE and fabric interfaces", "Containers started", "Ray sees every node and GPU",
-                  "NCCL over RDMA", "Weights loaded on every rank", "KV cache sized",
-                  "Engine initialised", "API server started", "Sample completion"]:
+    for title in [
+        "RoCE and fabric interfaces",
+        "Containers started",
+        "Ray sees every node and GPU",
+        "NCCL over RDMA",
+        "Weights loaded on every rank",
+        "KV cache sized",
+        "Engine initialised",
+        "API server started",
+        "Sample completion",
+    ]:
         assert f"✔ {title}" in out, title
-    assert "Detected IB_IF: rocep1s0f1; Detected ETH_IF: enp1s0f1np1; Detected Local IP: 127.0.0.10" in out
+    assert (
+        "Detected IB_IF: rocep1s0f1; Detected ETH_IF: enp1s0f1np1; Detected Local IP: 127.0.0.10"
+        in out
+    )
     assert "Detected Local IP: 127.0.0.11" in out
     assert "Loading weights took" in out and "last 10 log lines:" in out
     assert re.search(r"✅ Ready.*\n.*answers at http://127\.0\.0\.10:\d+", out)
@@ -58,22 +83,37 @@ def test_fault_gives_a_failure_notification_with_cause_and_fix_and_exit_status_1
     assert "injected fault: nccl_error" in out
     assert "✘ Weights loaded on every rank failed" in out
     assert "NCCL failed to initialise (unhandled system error)" in out
-    assert "*Cause:* Missing IPC_LOCK capability" in out and "*Fix:* Run the containers with `--cap-add=IPC_LOCK`" in out
+    assert (
+        "*Cause:* Missing IPC_LOCK capability" in out
+        and "*Fix:* Run the containers with `--cap-add=IPC_LOCK`" in out
+    )
     assert "RuntimeError: NCCL error: unhandled system error" in out, "the evidence line"
     assert_nothing_left(out)
 
 
 def test_commands_from_standard_input_exit_with_the_last_commands_status():
-    run = subprocess.run([*SPARK_BOT, "demo"], input="/spark status\n/spark bogus\n/spark down\n",
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [*SPARK_BOT, "demo"],
+        input="/spark status\n/spark bogus\n/spark down\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "> /spark status" in run.stdout and "That is not a /spark command I can run" in run.stdout
+    assert (
+        "> /spark status" in run.stdout and "That is not a /spark command I can run" in run.stdout
+    )
     assert_nothing_left(run.stdout)
 
 
 def test_ctrl_c_while_serving_cleans_up_everything():
-    process = subprocess.Popen([*SPARK_BOT, "demo"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*SPARK_BOT, "demo"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert process.stdin and process.stdout
         process.stdin.write("/spark up\n")

@@ -14,13 +14,17 @@ from tests.demo.engine_scenario import run_scenario
 
 async def test_scenario_runs_on_the_emulated_engine():
     async with embedded_cluster(nodes=1) as cluster:
-        transcript = await run_scenario(cluster.config.nodes[0].docker_socket, DEMO_IMAGE, "demo_check")
+        transcript = await run_scenario(
+            cluster.config.nodes[0].docker_socket, DEMO_IMAGE, "demo_check"
+        )
     steps = dict(transcript.entries)
     assert steps["start"] == 204 and steps["start again"] == 304
     assert steps["exec start attached (hijacked)"]["status"] == "HTTP/1.1 101 UPGRADED"
     assert steps["exec start attached (hijacked)"]["frames"] == [[1, "o\n"], [2, "e\n"]]
     assert steps["exec output in the container log"] == [[1, "via-exec\n"], [2, "via-exec-err\n"]]
-    assert steps["delete running, force"] == 204, "a cancelled launch force-removes running containers"
+    assert steps["delete running, force"] == 204, (
+        "a cancelled launch force-removes running containers"
+    )
 
 
 @pytest.mark.lab

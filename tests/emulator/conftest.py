@@ -1,4 +1,5 @@
 """Helpers: run the emulator as real subprocesses and wait for lines with deadlines."""
+
 import os
 import queue
 import re
@@ -35,9 +36,15 @@ class Proc:
             e.pop(k, None)
         e.update(env or {})
         self.name = name
-        self.p = subprocess.Popen([sys.executable, "-m", "emulator"] + list(args), env=e, cwd=REPO,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  start_new_session=True)
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "emulator"] + list(args),
+            env=e,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.lines = []
         self.q = queue.Queue()
         self.t = threading.Thread(target=self._read, daemon=True)
@@ -61,15 +68,19 @@ class Proc:
                 idx += 1
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError("%s: %r not seen within %.1fs; output tail:\n%s"
-                                     % (self.name, text, timeout, "\n".join(self.lines[-40:])))
+                raise AssertionError(
+                    "%s: %r not seen within %.1fs; output tail:\n%s"
+                    % (self.name, text, timeout, "\n".join(self.lines[-40:]))
+                )
             try:
                 item = self.q.get(timeout=min(left, 0.2))
             except queue.Empty:
                 continue
             if item is None and idx >= len(self.lines):
-                raise AssertionError("%s exited (rc=%s) before %r; tail:\n%s"
-                                     % (self.name, self.p.poll(), text, "\n".join(self.lines[-40:])))
+                raise AssertionError(
+                    "%s exited (rc=%s) before %r; tail:\n%s"
+                    % (self.name, self.p.poll(), text, "\n".join(self.lines[-40:]))
+                )
 
     def wait_exit(self, timeout=20.0):
         rc = self.p.wait(timeout=timeout)
@@ -100,6 +111,7 @@ def spawn():
         p = Proc(args, env, name)
         procs.append(p)
         return p
+
     yield _spawn
     for p in procs:
         p.kill()

@@ -10,16 +10,32 @@ from .test_multinode import ray_pair, ray_status
 def serve(spawn, fault, extra_env=None, port=None):
     env = {"SPARK_EMU_GPUS": "2", "SPARK_EMU_FAULT": fault}
     env.update(extra_env or {})
-    return spawn(["vllm", "serve", "m", "-tp", "2", "--max-model-len", "32768", "--port", str(port or free_port())],
-                 env=env, name="serve-" + fault)
+    return spawn(
+        [
+            "vllm",
+            "serve",
+            "m",
+            "-tp",
+            "2",
+            "--max-model-len",
+            "32768",
+            "--port",
+            str(port or free_port()),
+        ],
+        env=env,
+        name="serve-" + fault,
+    )
 
 
-@pytest.mark.parametrize("fault,signature", [
-    ("nccl_error", "RuntimeError: NCCL error: unhandled system error"),
-    ("low_memory", "ValueError: Free memory on device cuda:0 ("),
-    ("gloo_iface", "Gloo connectFullMesh failed"),
-    ("oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"),
-])
+@pytest.mark.parametrize(
+    "fault,signature",
+    [
+        ("nccl_error", "RuntimeError: NCCL error: unhandled system error"),
+        ("low_memory", "ValueError: Free memory on device cuda:0 ("),
+        ("gloo_iface", "Gloo connectFullMesh failed"),
+        ("oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"),
+    ],
+)
 def test_fatal_startup_faults(spawn, fault, signature):
     p = serve(spawn, fault)
     p.wait_for(signature, 20)
@@ -29,7 +45,11 @@ def test_fatal_startup_faults(spawn, fault, signature):
     if fault == "oom":
         assert text.index(signature) < text.index("EngineDeadError")
     if fault == "gloo_iface":
-        assert text.index("Unable to resolve hostname") < text.index("GLOO_SOCKET_IFNAME") < text.index(signature)
+        assert (
+            text.index("Unable to resolve hostname")
+            < text.index("GLOO_SOCKET_IFNAME")
+            < text.index(signature)
+        )
     if fault == "low_memory":
         assert "on startup is less than desired GPU memory utilization (0.9, 109.47 GiB)" in text
     if fault == "nccl_error":
@@ -54,11 +74,19 @@ def test_slow_start(spawn):
 
 def test_late_engine_death(spawn):
     port = free_port()
-    p = serve(spawn, "late_engine_death", {"SPARK_EMU_FAULT_AFTER_S": "0.5", "SPARK_EMU_DEAD_LINGER_S": "3"}, port)
+    p = serve(
+        spawn,
+        "late_engine_death",
+        {"SPARK_EMU_FAULT_AFTER_S": "0.5", "SPARK_EMU_DEAD_LINGER_S": "3"},
+        port,
+    )
     p.wait_for("Application startup complete.", 20)
     assert httpx.get("http://127.0.0.1:%d/health" % port).status_code == 200
     line = p.wait_for("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=", 10)
-    assert "OpType=_ALLGATHER_BASE" in line and "Timeout(ms)=600000) ran for 600060 milliseconds before timing out." in line
+    assert (
+        "OpType=_ALLGATHER_BASE" in line
+        and "Timeout(ms)=600000) ran for 600060 milliseconds before timing out." in line
+    )
     p.wait_for("vllm.v1.engine.exceptions.EngineDeadError", 10)
     assert httpx.get("http://127.0.0.1:%d/health" % port).status_code == 500
     assert p.wait_exit(15) == 1
@@ -67,9 +95,24 @@ def test_late_engine_death(spawn):
 def test_worker_died_loading_ray(spawn, tmp_path):
     port, head, worker = ray_pair(spawn, tmp_path)
     worker.wait_for("Ray runtime started.")
-    s = spawn(["vllm", "serve", "m", "-tp", "2", "--distributed-executor-backend", "ray", "--port", str(free_port())],
-              env={"SPARK_EMU_STATE_DIR": str(tmp_path / "head"), "SPARK_EMU_FAULT": "worker_died_loading"},
-              name="serve")
+    s = spawn(
+        [
+            "vllm",
+            "serve",
+            "m",
+            "-tp",
+            "2",
+            "--distributed-executor-backend",
+            "ray",
+            "--port",
+            str(free_port()),
+        ],
+        env={
+            "SPARK_EMU_STATE_DIR": str(tmp_path / "head"),
+            "SPARK_EMU_FAULT": "worker_died_loading",
+        },
+        name="serve",
+    )
     line = s.wait_for("SIGBUS received", 20)
     assert "(RayWorkerWrapper pid=" in line and "ip=127.0.0.2)" in line
     s.wait_for("The actor died unexpectedly before finishing this task.")
@@ -80,9 +123,24 @@ def test_worker_died_loading_ray(spawn, tmp_path):
 
 def test_worker_died_loading_mp(spawn):
     mport = free_port()
-    common = ["vllm", "serve", "m", "-tp", "2", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port",
-              str(mport)]
-    w = spawn(common + ["--node-rank", "1", "--headless"], env={"SPARK_EMU_FAULT": "worker_died_loading"}, name="r1")
+    common = [
+        "vllm",
+        "serve",
+        "m",
+        "-tp",
+        "2",
+        "--nnodes",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(mport),
+    ]
+    w = spawn(
+        common + ["--node-rank", "1", "--headless"],
+        env={"SPARK_EMU_FAULT": "worker_died_loading"},
+        name="r1",
+    )
     h = spawn(common + ["--node-rank", "0", "--port", str(free_port())], name="r0")
     h.wait_for("died unexpectedly, shutting down executor.", 20)
     h.wait_for("EngineDeadError")
@@ -92,8 +150,21 @@ def test_worker_died_loading_mp(spawn):
 
 def test_ray_worker_never_joins(spawn, tmp_path):
     port, head, worker = ray_pair(spawn, tmp_path, {"SPARK_EMU_FAULT": "ray_worker_never_joins"})
-    s = spawn(["vllm", "serve", "m", "-tp", "2", "--distributed-executor-backend", "ray", "--port", str(free_port())],
-              env={"SPARK_EMU_STATE_DIR": str(tmp_path / "head"), "SPARK_EMU_TIME_SCALE": "0.002"}, name="serve")
+    s = spawn(
+        [
+            "vllm",
+            "serve",
+            "m",
+            "-tp",
+            "2",
+            "--distributed-executor-backend",
+            "ray",
+            "--port",
+            str(free_port()),
+        ],
+        env={"SPARK_EMU_STATE_DIR": str(tmp_path / "head"), "SPARK_EMU_TIME_SCALE": "0.002"},
+        name="serve",
+    )
     s.wait_for("Waiting for creating a placement group of specs for", 20)
     assert ray_status(tmp_path / "head")[1].count(" 1 node_") == 1
     s.wait_for("ValueError: Cannot provide a placement group of", 20)
@@ -106,8 +177,10 @@ def test_ray_version_mismatch(spawn, tmp_path):
     worker.wait_for("RuntimeError: Version mismatch: The cluster was started with:")
     assert worker.wait_exit(10) == 1
     text = worker.text
-    assert "    Ray: 2.49.1\n    Python: 3.12.3\nThis process on node 127.0.0.2 was started with:\n    Ray: 2.48.0\n" \
-           "    Python: 3.12.3" in text
+    assert (
+        "    Ray: 2.49.1\n    Python: 3.12.3\nThis process on node 127.0.0.2 was started with:\n    Ray: 2.48.0\n"
+        "    Python: 3.12.3" in text
+    )
 
 
 def test_ray_version_mismatch_natural(spawn, tmp_path):

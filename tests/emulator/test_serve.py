@@ -31,20 +31,55 @@ ORDER = [
 def start(spawn, port, extra=(), env=None):
     e = {"SPARK_EMU_GPUS": "2", "SPARK_EMU_STATS_INTERVAL_S": "0.5"}
     e.update(env or {})
-    p = spawn(["vllm", "serve", "Qwen/Qwen3.5-122B-A10B-FP8", "--tensor-parallel-size", "2",
-               "--gpu-memory-utilization", "0.90", "--max-model-len", "32768", "--served-model-name", "qwen",
-               "--port", str(port), "--host", "127.0.0.1"] + list(extra), env=e, name="serve")
+    p = spawn(
+        [
+            "vllm",
+            "serve",
+            "Qwen/Qwen3.5-122B-A10B-FP8",
+            "--tensor-parallel-size",
+            "2",
+            "--gpu-memory-utilization",
+            "0.90",
+            "--max-model-len",
+            "32768",
+            "--served-model-name",
+            "qwen",
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+        ]
+        + list(extra),
+        env=e,
+        name="serve",
+    )
     p.wait_for("Application startup complete.", 30)
     return p
 
 
 def test_startup_lines_in_order(spawn):
     port = free_port()
-    p = spawn(["vllm", "serve", "Qwen/Qwen3.5-122B-A10B-FP8", "-tp", "2", "--max-model-len", "32768",
-               "--port", str(port)], env={"SPARK_EMU_GPUS": "2", "NCCL_DEBUG": "INFO",
-                                            "NCCL_IB_HCA": "rocep1s0f1",
-                                            "SPARK_EMU_PROFILE": "spark-pair-qwen35",
-                                            "SPARK_EMU_TIME_SCALE": "0.003"}, name="serve")
+    p = spawn(
+        [
+            "vllm",
+            "serve",
+            "Qwen/Qwen3.5-122B-A10B-FP8",
+            "-tp",
+            "2",
+            "--max-model-len",
+            "32768",
+            "--port",
+            str(port),
+        ],
+        env={
+            "SPARK_EMU_GPUS": "2",
+            "NCCL_DEBUG": "INFO",
+            "NCCL_IB_HCA": "rocep1s0f1",
+            "SPARK_EMU_PROFILE": "spark-pair-qwen35",
+            "SPARK_EMU_TIME_SCALE": "0.003",
+        },
+        name="serve",
+    )
     p.wait_for("Uvicorn running on", 30)
     lines = p.lines
     pos = []
@@ -54,9 +89,13 @@ def test_startup_lines_in_order(spawn):
         pos.append(idx)
     assert pos == sorted(pos), list(zip(ORDER, pos))
     assert sum("Loading weights took" in l for l in lines) == 2  # once per rank
-    assert any("(Worker_TP1 pid=" in l for l in lines) and any("(EngineCore_DP0 pid=" in l for l in lines)
+    assert any("(Worker_TP1 pid=" in l for l in lines) and any(
+        "(EngineCore_DP0 pid=" in l for l in lines
+    )
     assert any("INFO 1" in l or "INFO 0" in l for l in lines)
-    assert "Loading weights took 540.37 seconds" in p.text  # nominal (unscaled) durations are printed
+    assert (
+        "Loading weights took 540.37 seconds" in p.text
+    )  # nominal (unscaled) durations are printed
     r = httpx.get("http://127.0.0.1:%d/health" % port)
     assert r.status_code == 200 and r.content == b""
     p.wait_for('"GET /health HTTP/1.1" 200 OK')
@@ -70,8 +109,12 @@ def test_api_with_openai_client(spawn):
     assert [m.id for m in c.models.list().data] == ["qwen"]
     m0 = httpx.get(base + "/metrics").text
     # streaming with reasoning deltas and usage
-    stream = c.chat.completions.create(model="qwen", messages=[{"role": "user", "content": "Explain TP."}],
-                                       stream=True, stream_options={"include_usage": True})
+    stream = c.chat.completions.create(
+        model="qwen",
+        messages=[{"role": "user", "content": "Explain TP."}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     reasoning, content, usage, finish, seen_content = [], [], None, None, False
     for ch in stream:
         if ch.usage:
@@ -88,21 +131,41 @@ def test_api_with_openai_client(spawn):
             content.append(d.content)
         finish = ch.choices[0].finish_reason or finish
     assert reasoning and content and finish == "stop"
-    tok = httpx.post(base + "/tokenize", json={"model": "qwen", "prompt": "".join(reasoning)}).json()["count"] + \
-        httpx.post(base + "/tokenize", json={"model": "qwen", "prompt": "".join(content)}).json()["count"]
+    tok = (
+        httpx.post(base + "/tokenize", json={"model": "qwen", "prompt": "".join(reasoning)}).json()[
+            "count"
+        ]
+        + httpx.post(base + "/tokenize", json={"model": "qwen", "prompt": "".join(content)}).json()[
+            "count"
+        ]
+    )
     assert usage.completion_tokens == tok == len(reasoning) + len(content)
-    prompt_count = httpx.post(base + "/tokenize", json={"model": "qwen", "messages": [
-        {"role": "user", "content": "Explain TP."}]}).json()
+    prompt_count = httpx.post(
+        base + "/tokenize",
+        json={"model": "qwen", "messages": [{"role": "user", "content": "Explain TP."}]},
+    ).json()
     assert usage.prompt_tokens == prompt_count["count"] and prompt_count["max_model_len"] == 32768
     # non-streaming, max_tokens -> length
-    r = c.chat.completions.create(model="qwen", messages=[{"role": "user", "content": "hi"}], max_tokens=7)
+    r = c.chat.completions.create(
+        model="qwen", messages=[{"role": "user", "content": "hi"}], max_tokens=7
+    )
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 7
     r = c.completions.create(model="qwen", prompt="Once upon a time", max_tokens=5)
-    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 5 and r.choices[0].text
+    assert (
+        r.choices[0].finish_reason == "length"
+        and r.usage.completion_tokens == 5
+        and r.choices[0].text
+    )
     # continuous usage stats
-    chunks = list(c.chat.completions.create(model="qwen", messages=[{"role": "user", "content": "x"}], stream=True,
-                                            max_tokens=4, stream_options={"include_usage": True,
-                                                                          "continuous_usage_stats": True}))
+    chunks = list(
+        c.chat.completions.create(
+            model="qwen",
+            messages=[{"role": "user", "content": "x"}],
+            stream=True,
+            max_tokens=4,
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
+        )
+    )
     assert all(ch.usage is not None for ch in chunks)
     assert chunks[-1].usage.completion_tokens == 4
     # wrong model -> 404 vLLM error JSON
@@ -119,10 +182,14 @@ def test_api_with_openai_client(spawn):
             if line.startswith(name + "{"):
                 return float(line.rsplit(" ", 1)[1])
         raise KeyError(name)
+
     gen = val(m1, "vllm:generation_tokens_total") - val(m0, "vllm:generation_tokens_total")
     assert gen == usage.completion_tokens + 7 + 5 + 4
     assert val(m1, "vllm:time_to_first_token_seconds_count") == 4
-    assert 'vllm:request_success_total{engine="0",model_name="qwen",finished_reason="length"} 3.0' in m1
+    assert (
+        'vllm:request_success_total{engine="0",model_name="qwen",finished_reason="length"} 3.0'
+        in m1
+    )
     assert val(m1, "vllm:num_requests_running") == 0
     assert httpx.get(base + "/version").json()["version"]
     p.wait_for("Engine 000: Avg prompt throughput:", 10)
@@ -130,6 +197,7 @@ def test_api_with_openai_client(spawn):
 
 async def test_pacing_and_real_concurrency(spawn):
     from lab.emulator import truth
+
     port = free_port()
     start(spawn, port)
     base = "http://127.0.0.1:%d/v1" % port
@@ -139,9 +207,14 @@ async def test_pacing_and_real_concurrency(spawn):
         t0 = time.monotonic()
         ttft = None
         count = 0
-        stream = await c.completions.create(model="qwen", prompt="go", max_tokens=n, stream=True,
-                                            extra_body={"ignore_eos": True},
-                                            stream_options={"include_usage": True})
+        stream = await c.completions.create(
+            model="qwen",
+            prompt="go",
+            max_tokens=n,
+            stream=True,
+            extra_body={"ignore_eos": True},
+            stream_options={"include_usage": True},
+        )
         async for ch in stream:
             if ch.choices and ch.choices[0].text:
                 if ttft is None:
@@ -172,9 +245,18 @@ async def test_pacing_and_real_concurrency(spawn):
 
 def test_multi_token_chunks(spawn):
     port = free_port()
-    start(spawn, port, env={"SPARK_EMU_PROFILE": "multi-token-chunks", "SPARK_EMU_TIME_SCALE": "0.001"})
+    start(
+        spawn,
+        port,
+        env={"SPARK_EMU_PROFILE": "multi-token-chunks", "SPARK_EMU_TIME_SCALE": "0.001"},
+    )
     c = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % port, api_key="x")
-    chunks = [ch for ch in c.completions.create(model="qwen", prompt="a", max_tokens=9, stream=True,
-                                                extra_body={"ignore_eos": True}) if ch.choices]
+    chunks = [
+        ch
+        for ch in c.completions.create(
+            model="qwen", prompt="a", max_tokens=9, stream=True, extra_body={"ignore_eos": True}
+        )
+        if ch.choices
+    ]
     texts = [ch.choices[0].text for ch in chunks]
     assert len(texts) == 3  # 1 + 4 + 4 tokens

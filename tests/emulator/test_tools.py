@@ -6,16 +6,25 @@ from .conftest import LAB, REPO
 
 def run(args, env=None):
     import os
+
     e = dict(os.environ, PYTHONPATH=LAB)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "emulator"] + args, env=e, cwd=REPO, capture_output=True,
-                          text=True, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "emulator"] + args,
+        env=e,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def test_nvidia_smi_table_and_query():
     r = run(["nvidia-smi"])
     assert r.returncode == 0
-    assert "NVIDIA GB10" in r.stdout and "Not Supported" in r.stdout and "Driver Version:" in r.stdout
+    assert (
+        "NVIDIA GB10" in r.stdout and "Not Supported" in r.stdout and "Driver Version:" in r.stdout
+    )
     r = run(["nvidia-smi", "--query-gpu=name,memory.total,memory.used", "--format=csv,noheader"])
     assert r.stdout.strip() == "NVIDIA GB10, [N/A], [N/A]"
     r = run(["nvidia-smi", "-L"])
@@ -27,8 +36,10 @@ def test_ibdev2netdev(tmp_path):
     (net / "enp1s0f1np1").mkdir(parents=True)
     (net / "enp1s0f1np1" / "operstate").write_text("up\n")
     r = run(["ibdev2netdev"], {"SPARK_EMU_SYS_CLASS_NET": str(net)})
-    assert r.stdout.splitlines() == ["rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)",
-                                     "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Down)"]
+    assert r.stdout.splitlines() == [
+        "rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)",
+        "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Down)",
+    ]
 
 
 def test_unknown_flag_fails_like_vllm():
@@ -39,14 +50,25 @@ def test_unknown_flag_fails_like_vllm():
 
 
 def test_module_importable_from_repo_root():
-    r = subprocess.run([sys.executable, "-m", "lab.emulator", "vllm", "--version"], cwd=REPO, capture_output=True,
-                       text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, "-m", "lab.emulator", "vllm", "--version"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 0 and r.stdout.strip()
 
 
 def test_profiles_truth():
     from lab.emulator import PROFILES, truth
-    assert set(PROFILES) >= {"spark-pair-qwen35", "spark-pair-public", "multi-token-chunks", "fast-test"}
+
+    assert set(PROFILES) >= {
+        "spark-pair-qwen35",
+        "spark-pair-public",
+        "multi-token-chunks",
+        "fast-test",
+    }
     pub = [truth("spark-pair-public", c)["aggregate_tok_s"] for c in (1, 2, 4)]
     assert pub == [31.5, 42.4, 59.7]
     assert truth("spark-pair-public", 1)["ttft_s"] == 1.989

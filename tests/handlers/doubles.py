@@ -20,14 +20,22 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from bot.config import load_config
 from cluster.checkpoints import launch_plan
 from cluster.config import ClusterConfig
-from cluster.events import CheckpointPassed, CompletionSample, ContainerState, Event, Failed, Ready, StatusReport
+from cluster.events import (
+    CheckpointPassed,
+    CompletionSample,
+    ContainerState,
+    Event,
+    Failed,
+    Ready,
+    StatusReport,
+)
 from handlers.chat import Posted
 from handlers.dispatch import Dispatcher
 from handlers.errors import ChatUnavailable, RateLimited
@@ -43,19 +51,26 @@ CH = "C0SPARKOPS"
 ALICE, BOB = "U0ALICE", "U0BOB"
 
 
-def settings(tmp_path: Path | None = None, *, operators: tuple[str, ...] = (ALICE,), **jobs) -> BotSettings:
+def settings(
+    tmp_path: Path | None = None, *, operators: tuple[str, ...] = (ALICE,), **jobs
+) -> BotSettings:
     """Alice (or `operators`) operates in CH, anyone reads there and in C0GENERAL; the store in
     tmp_path or in memory."""
-    return BotSettings.model_validate({
-        "access": {"read": {"users": ["*"], "channels": [CH, "C0GENERAL"]},
-                   "operate": {"users": list(operators), "channels": [CH]}},
-        "commands": {"overrides": {"max_model_len": {"min": 1024, "max": 32768}}},
-        "jobs": {"update_interval": 0, "watch_health_interval": 1, **jobs},
-        "store": {"path": str(tmp_path / "spark-bot.db") if tmp_path else ":memory:"},
-    })
+    return BotSettings.model_validate(
+        {
+            "access": {
+                "read": {"users": ["*"], "channels": [CH, "C0GENERAL"]},
+                "operate": {"users": list(operators), "channels": [CH]},
+            },
+            "commands": {"overrides": {"max_model_len": {"min": 1024, "max": 32768}}},
+            "jobs": {"update_interval": 0, "watch_health_interval": 1, **jobs},
+            "store": {"path": str(tmp_path / "spark-bot.db") if tmp_path else ":memory:"},
+        }
+    )
 
 
 # -- the chat ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Sent:
@@ -78,8 +93,9 @@ class RecordingChat:
         self._ts = itertools.count(1)
         self._changed = asyncio.Condition()
 
-    async def post(self, channel: str, message: Message, *, thread: str | None = None,
-                   broadcast: bool = False) -> Posted:
+    async def post(
+        self, channel: str, message: Message, *, thread: str | None = None, broadcast: bool = False
+    ) -> Posted:
         ts = str(next(self._ts))
         self.posts.append(Sent(channel, ts, message, thread, broadcast))
         self.latest[ts] = message
@@ -131,7 +147,9 @@ class RefusingChat(RecordingChat):
     with RateLimited(retry_after); while `gate` is clear every channel call waits. Private
     replies always get through."""
 
-    def __init__(self, retry_after: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, retry_after: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         super().__init__()
         self.retry_after = retry_after
         self.refusals: dict[str, float] = {}  # method -> refusals left
@@ -154,8 +172,9 @@ class RefusingChat(RecordingChat):
             self.refused[method] += 1
             raise RateLimited(f"chat.{method}", self.retry_after)
 
-    async def post(self, channel: str, message: Message, *, thread: str | None = None,
-                   broadcast: bool = False) -> Posted:
+    async def post(
+        self, channel: str, message: Message, *, thread: str | None = None, broadcast: bool = False
+    ) -> Posted:
         await self._admit("post")
         return await super().post(channel, message, thread=thread, broadcast=broadcast)
 
@@ -190,6 +209,7 @@ class VirtualTime:
 
 # -- the controller ---------------------------------------------------------------------------
 
+
 @dataclass
 class Hold:
     """A step where the operation waits: `reached` is set when it gets there; it goes on once
@@ -219,7 +239,11 @@ class ScriptedControllers:
     removes what it started)."""
 
     def __init__(self, **scripts: list[Step]):
-        self.scripts: dict[str, list[Step]] = {"status": [status_report()], "watch": [Hold()], **scripts}
+        self.scripts: dict[str, list[Step]] = {
+            "status": [status_report()],
+            "watch": [Hold()],
+            **scripts,
+        }
         self.calls: list[Call] = []
         self.cleaned_up: list[str] = []
         self.stopped_early: list[str] = []
@@ -227,7 +251,9 @@ class ScriptedControllers:
     def __call__(self, config: ClusterConfig) -> ScriptedController:
         return ScriptedController(self, config)
 
-    async def play(self, operation: str, config: ClusterConfig, options: dict[str, Any]) -> AsyncIterator[Event]:
+    async def play(
+        self, operation: str, config: ClusterConfig, options: dict[str, Any]
+    ) -> AsyncIterator[Event]:
         self.calls.append(Call(operation, config, options))
         played = False
         try:
@@ -277,9 +303,12 @@ class ScriptedController:
 
 # -- events -----------------------------------------------------------------------------------
 
+
 def passed(checkpoint: str) -> CheckpointPassed:
     title = next(c.title for c in launch_plan(CLUSTER) if c.id == checkpoint)
-    return CheckpointPassed(elapsed_s=0.1, checkpoint=checkpoint, title=title, evidence=f"{checkpoint} proven")
+    return CheckpointPassed(
+        elapsed_s=0.1, checkpoint=checkpoint, title=title, evidence=f"{checkpoint} proven"
+    )
 
 
 def launch_passes() -> list[CheckpointPassed]:
@@ -287,35 +316,65 @@ def launch_passes() -> list[CheckpointPassed]:
 
 
 def ready() -> Ready:
-    sample = CompletionSample(text="Hello.", prompt_tokens=9, completion_tokens=105, finish_reason="stop",
-                              ttft_s=0.053, e2e_s=0.31, decode_tps=401.0)
-    return Ready(elapsed_s=2.4, model=CLUSTER.serve.api_model_name, api_url="http://127.0.0.1:8000", sample=sample)
+    sample = CompletionSample(
+        text="Hello.",
+        prompt_tokens=9,
+        completion_tokens=105,
+        finish_reason="stop",
+        ttft_s=0.053,
+        e2e_s=0.31,
+        decode_tps=401.0,
+    )
+    return Ready(
+        elapsed_s=2.4,
+        model=CLUSTER.serve.api_model_name,
+        api_url="http://127.0.0.1:8000",
+        sample=sample,
+    )
 
 
 def failed(checkpoint: str = "weights") -> Failed:
     title = next(c.title for c in launch_plan(CLUSTER) if c.id == checkpoint)
-    return Failed(elapsed_s=1.5, checkpoint=checkpoint, title=title, node=CLUSTER.head.name,
-                  summary="NCCL failed to initialise", evidence="NCCL error: unhandled system error",
-                  cause="no IPC_LOCK", fix="add --cap-add=IPC_LOCK")
+    return Failed(
+        elapsed_s=1.5,
+        checkpoint=checkpoint,
+        title=title,
+        node=CLUSTER.head.name,
+        summary="NCCL failed to initialise",
+        evidence="NCCL error: unhandled system error",
+        cause="no IPC_LOCK",
+        fix="add --cap-add=IPC_LOCK",
+    )
 
 
-def status_report(*, running: bool = False, owners: dict[str, str | None] | None = None) -> StatusReport:
+def status_report(
+    *, running: bool = False, owners: dict[str, str | None] | None = None
+) -> StatusReport:
     """Our containers on every node, running or absent; `owners`: who started the one on a node
     (default: spark-bot, for this cluster; None: not spark-bot)."""
     owners = owners or {}
-    containers = [ContainerState(node=n.name, container=CLUSTER.container.name, present=running, running=running,
-                                 status="running" if running else "absent", owner=owners.get(n.name, CLUSTER.name))
-                  for n in CLUSTER.nodes]
+    containers = [
+        ContainerState(
+            node=n.name,
+            container=CLUSTER.container.name,
+            present=running,
+            running=running,
+            status="running" if running else "absent",
+            owner=owners.get(n.name, CLUSTER.name),
+        )
+        for n in CLUSTER.nodes
+    ]
     return StatusReport(elapsed_s=0.0, containers=containers, api_healthy=running or None)
 
 
 # -- the store --------------------------------------------------------------------------------
 
+
 class Clock:
     """The store's time for leases and heartbeats, moved only by the test."""
 
     def __init__(self) -> None:
-        self.at = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+        self.at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
     def __call__(self) -> datetime:
         return self.at
@@ -356,16 +415,24 @@ class _FailingConnection:
 
 # -- the bot ----------------------------------------------------------------------------------
 
+
 @asynccontextmanager
-async def running_dispatcher(controllers: ControllerFactory, bot_settings: BotSettings | None = None, *,
-                             cluster: ClusterConfig = CLUSTER, store: Store | None = None,
-                             chat: RecordingChat | None = None,
-                             time: VirtualTime | None = None) -> AsyncIterator[tuple[Dispatcher, RecordingChat]]:
+async def running_dispatcher(
+    controllers: ControllerFactory,
+    bot_settings: BotSettings | None = None,
+    *,
+    cluster: ClusterConfig = CLUSTER,
+    store: Store | None = None,
+    chat: RecordingChat | None = None,
+    time: VirtualTime | None = None,
+) -> AsyncIterator[tuple[Dispatcher, RecordingChat]]:
     """A started dispatcher on a RecordingChat (or `chat`), its messages delivered on `time` if
     given; `controllers`: usually ScriptedControllers. Stopped after."""
     bot_settings = bot_settings or settings()
     chat = chat or RecordingChat()
-    dispatcher = Dispatcher(cluster, bot_settings, chat, store or Store(bot_settings.store.path), controllers)
+    dispatcher = Dispatcher(
+        cluster, bot_settings, chat, store or Store(bot_settings.store.path), controllers
+    )
     if time is not None:
         dispatcher.jobs.deliveries.timing = time.timing()
     await dispatcher.start()

@@ -15,7 +15,16 @@ from handlers.messages import Message
 from handlers.outbox import MAX_REPLIES, MERGED_LINES, Deliveries, Outbox
 from handlers.settings import JobsConfig
 from tests.handlers.doubles import (
-    ALICE, CH, CLUSTER, RefusingChat, ScriptedControllers, VirtualTime, failed, launch_passes, passed, ready,
+    ALICE,
+    CH,
+    CLUSTER,
+    RefusingChat,
+    ScriptedControllers,
+    VirtualTime,
+    failed,
+    launch_passes,
+    passed,
+    ready,
     running_dispatcher,
 )
 
@@ -42,7 +51,9 @@ async def test_a_job_runs_to_its_end_while_the_chat_holds_every_call_and_its_mes
     async with running_dispatcher(controllers, chat=chat, time=VirtualTime()) as (dispatcher, _):
         await dispatcher.command(Invocation(ALICE, CH, "up"))
         await job_ended(dispatcher)
-        assert controllers.cleaned_up == ["status", "status", "up"] and not controllers.stopped_early
+        assert (
+            controllers.cleaned_up == ["status", "status", "up"] and not controllers.stopped_early
+        )
         assert chat.posts == [], "the job did not wait for a single message"
 
         chat.refuse("post", 5)  # and the chat comes back limiting the rate
@@ -64,13 +75,17 @@ async def test_the_final_state_reaches_the_parent_after_30_refused_edits():
     assert chat.refused["update"] == 30
     assert time.now() >= 30 * 1.0, "each refusal waited its Retry-After"
     parent = chat.parent()
-    assert parent.footer.startswith(READY_FOOTER) and parent.tone == "success" and parent.buttons == []
+    assert (
+        parent.footer.startswith(READY_FOOTER) and parent.tone == "success" and parent.buttons == []
+    )
     assert [item.state for item in parent.checklist] == ["done"] * len(parent.checklist)
     assert [sent.message.title for sent in chat.thread()] == LAUNCH_REPLIES
     assert chat.private == []
 
 
-@pytest.mark.parametrize("refused", [["post", "update"], ["update"]], ids=["nothing posted", "no edit"])
+@pytest.mark.parametrize(
+    "refused", [["post", "update"], ["update"]], ids=["nothing posted", "no edit"]
+)
 async def test_the_requester_hears_the_outcome_privately_when_the_channel_keeps_refusing(refused):
     chat, time = RefusingChat(), VirtualTime()
     for method in refused:
@@ -79,7 +94,9 @@ async def test_the_requester_hears_the_outcome_privately_when_the_channel_keeps_
     async with running_dispatcher(controllers, chat=chat, time=time) as (dispatcher, _):
         await dispatcher.command(Invocation(ALICE, CH, "up"))
         await dispatcher.jobs.idle(chat=False)
-        assert (await dispatcher.store.job(1)).state == JobState.FAILED and await dispatcher.store.locks() == []
+        assert (
+            await dispatcher.store.job(1)
+        ).state == JobState.FAILED and await dispatcher.store.locks() == []
         await dispatcher.idle()
         timeout = dispatcher.settings.jobs.delivery_timeout
     [(user, outcome)] = chat.private
@@ -89,14 +106,21 @@ async def test_the_requester_hears_the_outcome_privately_when_the_channel_keeps_
     if "post" in refused:
         assert chat.posts == [] and "(2 thread replies are lost)" in outcome.text
     else:
-        assert [sent.message.title for sent in chat.thread()] == ["✔ SSH to every node",
-                                                                 "✘ Weights loaded on every rank failed"]
+        assert [sent.message.title for sent in chat.thread()] == [
+            "✔ SSH to every node",
+            "✘ Weights loaded on every rank failed",
+        ]
 
 
 async def test_replies_beyond_the_bound_are_merged_in_order_and_a_failure_is_never_merged():
     chat = RefusingChat()
-    outbox = Outbox(chat, CH, name="job 1", settings=JobsConfig(update_interval=0),
-                    deliveries=Deliveries(VirtualTime().timing()))
+    outbox = Outbox(
+        chat,
+        CH,
+        name="job 1",
+        settings=JobsConfig(update_interval=0),
+        deliveries=Deliveries(VirtualTime().timing()),
+    )
     outbox.open(Message(title="🚀 Launch"))
     await outbox.drained()
     chat.gate.clear()  # the chat holds the first reply; the others wait in the outbox
@@ -118,7 +142,9 @@ async def test_replies_beyond_the_bound_are_merged_in_order_and_a_failure_is_nev
             shown += [int(n) for n in re.findall(r"\*step (\d+)\*: detail \1", message.text)]
         else:
             shown.append(int(message.title.removeprefix("step ")))
-    assert shown == [*range(11), "failure", *range(11, MAX_REPLIES + 30)], "every step, in order, the failure alone"
+    assert shown == [*range(11), "failure", *range(11, MAX_REPLIES + 30)], (
+        "every step, in order, the failure alone"
+    )
 
 
 async def test_a_one_minute_outage_of_the_chat_loses_nothing_and_reorders_nothing():
@@ -130,6 +156,8 @@ async def test_a_one_minute_outage_of_the_chat_loses_nothing_and_reorders_nothin
         await job_ended(dispatcher)
         await dispatcher.idle()
     assert time.now() >= 60.0 and chat.refused["post"] > 0, "the outage was met and waited out"
-    assert [sent.message.title for sent in chat.thread()] == LAUNCH_REPLIES, "late, in order, none lost"
+    assert [sent.message.title for sent in chat.thread()] == LAUNCH_REPLIES, (
+        "late, in order, none lost"
+    )
     assert chat.parent().footer.startswith(READY_FOOTER) and chat.parent().tone == "success"
     assert chat.private == [], "delivered in the channel: nothing given up"

@@ -12,57 +12,74 @@ from handlers.settings import AccessConfig, AccessLevel, CommandsConfig
 from handlers.specs import parse_command
 from tests.handlers.doubles import CLUSTER
 
-COMMANDS = CommandsConfig.model_validate({
-    "overrides": {"max_model_len": {"min": 1024, "max": 65536}, "gpu_memory_utilization": {"min": 0.5, "max": 0.95}},
-    "presets": {"long": {"max_model_len": 65536}},
-})
+COMMANDS = CommandsConfig.model_validate(
+    {
+        "overrides": {
+            "max_model_len": {"min": 1024, "max": 65536},
+            "gpu_memory_utilization": {"min": 0.5, "max": 0.95},
+        },
+        "presets": {"long": {"max_model_len": 65536}},
+    }
+)
 
 
 def parse(text: str) -> c.Command:
     return parse_command(text, CLUSTER, COMMANDS)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("", c.Help()),
-    ("help", c.Help()),
-    ("up", c.Up()),
-    ("up max_model_len=8192", c.Up(overrides={"max_model_len": 8192})),
-    ("up long gpu_memory_utilization=0.8", c.Up(preset="long", overrides={"gpu_memory_utilization": 0.8})),
-    ("verify", c.Verify()),
-    ("status", c.Status()),
-    ("down", c.Down()),
-    ("cancel", c.Cancel()),
-    ("logs", c.Logs(node="spark-lab-0", lines=50)),
-    ("logs worker", c.Logs(node="spark-lab-1", lines=50)),
-    ("logs head 200", c.Logs(node="spark-lab-0", lines=200)),
-    ("logs spark-lab-1 10", c.Logs(node="spark-lab-1", lines=10)),
-    ("logs 20", c.Logs(node="spark-lab-0", lines=20)),
-    ("bench", c.Bench()),
-    ("bench concurrency=1,2,4 max_tokens=64 runs=2", c.Bench(concurrency=[1, 2, 4], max_tokens=64, runs=2)),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", c.Help()),
+        ("help", c.Help()),
+        ("up", c.Up()),
+        ("up max_model_len=8192", c.Up(overrides={"max_model_len": 8192})),
+        (
+            "up long gpu_memory_utilization=0.8",
+            c.Up(preset="long", overrides={"gpu_memory_utilization": 0.8}),
+        ),
+        ("verify", c.Verify()),
+        ("status", c.Status()),
+        ("down", c.Down()),
+        ("cancel", c.Cancel()),
+        ("logs", c.Logs(node="spark-lab-0", lines=50)),
+        ("logs worker", c.Logs(node="spark-lab-1", lines=50)),
+        ("logs head 200", c.Logs(node="spark-lab-0", lines=200)),
+        ("logs spark-lab-1 10", c.Logs(node="spark-lab-1", lines=10)),
+        ("logs 20", c.Logs(node="spark-lab-0", lines=20)),
+        ("bench", c.Bench()),
+        (
+            "bench concurrency=1,2,4 max_tokens=64 runs=2",
+            c.Bench(concurrency=[1, 2, 4], max_tokens=64, runs=2),
+        ),
+    ],
+)
 def test_valid_commands(text, expected):
     assert parse(text) == expected
 
 
-@pytest.mark.parametrize(("text", "why"), [
-    ("launch", "unknown command `launch`"),
-    ("up tensor_parallel_size=1", "`tensor_parallel_size` cannot be overridden"),
-    ("up max_model_len=999999", "outside 1024..65536"),
-    ("up max_model_len=abc", "is not a whole number"),
-    ("up max_model_len=8192 max_model_len=4096", "given twice"),
-    ("up huge", "unknown preset `huge`"),
-    ("up; rm -rf /", "only letters, digits"),
-    ("logs head $(id)", "only letters, digits"),
-    ("logs `id`", "only letters, digits"),
-    ("logs spark-lab-9", "unknown node `spark-lab-9`"),
-    ("logs head 0", "LINES must be 1..500"),
-    ("logs head 10 extra", "unexpected `extra`"),
-    ("status now", "takes no arguments"),
-    ("bench concurrency=0", "each concurrency level must be"),
-    ("bench concurrency=2,2", "appears twice"),
-    ("bench runs=50", "runs"),
-    ("bench speed=9", "unknown option `speed`"),
-])
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("launch", "unknown command `launch`"),
+        ("up tensor_parallel_size=1", "`tensor_parallel_size` cannot be overridden"),
+        ("up max_model_len=999999", "outside 1024..65536"),
+        ("up max_model_len=abc", "is not a whole number"),
+        ("up max_model_len=8192 max_model_len=4096", "given twice"),
+        ("up huge", "unknown preset `huge`"),
+        ("up; rm -rf /", "only letters, digits"),
+        ("logs head $(id)", "only letters, digits"),
+        ("logs `id`", "only letters, digits"),
+        ("logs spark-lab-9", "unknown node `spark-lab-9`"),
+        ("logs head 0", "LINES must be 1..500"),
+        ("logs head 10 extra", "unexpected `extra`"),
+        ("status now", "takes no arguments"),
+        ("bench concurrency=0", "each concurrency level must be"),
+        ("bench concurrency=2,2", "appears twice"),
+        ("bench runs=50", "runs"),
+        ("bench speed=9", "unknown option `speed`"),
+    ],
+)
 def test_invalid_commands_say_why(text, why):
     with pytest.raises(CommandError) as error:
         parse(text)
@@ -76,7 +93,11 @@ def test_a_bad_command_is_one_of_the_errors_spark_bot_raises_on_purpose():
 
 
 def test_canonical_text_round_trips():
-    for text in ["up long max_model_len=4096", "bench max_tokens=64 runs=2 concurrency=1,2", "logs spark-lab-1 9"]:
+    for text in [
+        "up long max_model_len=4096",
+        "bench max_tokens=64 runs=2 concurrency=1,2",
+        "logs spark-lab-1 9",
+    ]:
         command = parse(text)
         assert parse(command.text()) == command
 
@@ -94,24 +115,33 @@ def test_no_overrides_configured_means_none_allowed():
 
 def test_presets_must_stay_within_the_override_bounds():
     with pytest.raises(ValueError, match="outside"):
-        CommandsConfig.model_validate({"overrides": {"max_model_len": {"min": 1, "max": 10}},
-                                       "presets": {"big": {"max_model_len": 11}}})
+        CommandsConfig.model_validate(
+            {
+                "overrides": {"max_model_len": {"min": 1, "max": 10}},
+                "presets": {"big": {"max_model_len": 11}},
+            }
+        )
 
 
-ACCESS = Access(AccessConfig(
-    read=AccessLevel(users=["*"], channels=["C0SPARKOPS", "C0GENERAL"]),
-    operate=AccessLevel(users=["U0ALICE"], channels=["C0SPARKOPS"]),
-))
+ACCESS = Access(
+    AccessConfig(
+        read=AccessLevel(users=["*"], channels=["C0SPARKOPS", "C0GENERAL"]),
+        operate=AccessLevel(users=["U0ALICE"], channels=["C0SPARKOPS"]),
+    )
+)
 
 
-@pytest.mark.parametrize(("level", "user", "channel", "allowed"), [
-    ("read", "U0BOB", "C0SPARKOPS", True),
-    ("read", "U0BOB", "C0OTHER", False),
-    ("operate", "U0ALICE", "C0SPARKOPS", True),
-    ("operate", "U0ALICE", "C0GENERAL", False),
-    ("operate", "U0BOB", "C0SPARKOPS", False),
-    ("read", "U0ALICE", "C0SPARKOPS", True),
-])
+@pytest.mark.parametrize(
+    ("level", "user", "channel", "allowed"),
+    [
+        ("read", "U0BOB", "C0SPARKOPS", True),
+        ("read", "U0BOB", "C0OTHER", False),
+        ("operate", "U0ALICE", "C0SPARKOPS", True),
+        ("operate", "U0ALICE", "C0GENERAL", False),
+        ("operate", "U0BOB", "C0SPARKOPS", False),
+        ("read", "U0ALICE", "C0SPARKOPS", True),
+    ],
+)
 def test_access_by_level(level, user, channel, allowed):
     assert ACCESS.check(level, user, channel, "x").allowed is allowed
 
@@ -123,7 +153,11 @@ def test_a_denial_says_who_may_run_it():
 
 def test_operate_is_denied_by_default():
     decision = Access(AccessConfig()).check("operate", "U0ALICE", "C0SPARKOPS", "down")
-    assert not decision.allowed and "nobody has it" in decision.reason and "access.operate" in decision.reason
+    assert (
+        not decision.allowed
+        and "nobody has it" in decision.reason
+        and "access.operate" in decision.reason
+    )
     read = Access(AccessConfig()).check("read", "U0ANY", "C0ANY", "status")
     assert not read.allowed and "access.read" in read.reason, "read too: only where the config says"
 

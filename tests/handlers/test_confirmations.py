@@ -27,7 +27,9 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def operations(controllers: ScriptedControllers) -> list[str]:
-    return [call.operation for call in controllers.calls if call.operation not in {"status", "watch"}]
+    return [
+        call.operation for call in controllers.calls if call.operation not in {"status", "watch"}
+    ]
 
 
 async def ask(dispatcher, chat, text: str, user: str = ALICE) -> Message:
@@ -61,9 +63,12 @@ async def test_the_button_carries_a_nonce_and_runs_the_asked_command_once(tmp_pa
 async def test_an_old_replace_button_has_expired(tmp_path):
     clock = Clock()
     bot_settings = settings(tmp_path)
-    controllers = ScriptedControllers(status=[status_report(running=True)], up=[*launch_passes(), ready()])
-    async with running_dispatcher(controllers, bot_settings,
-                                  store=Store(bot_settings.store.path, clock=clock)) as (dispatcher, chat):
+    controllers = ScriptedControllers(
+        status=[status_report(running=True)], up=[*launch_passes(), ready()]
+    )
+    async with running_dispatcher(
+        controllers, bot_settings, store=Store(bot_settings.store.path, clock=clock)
+    ) as (dispatcher, chat):
         [button] = (await ask(dispatcher, chat, "up max_model_len=8192")).buttons
         clock.advance(bot_settings.commands.confirm_within + 1)
         reply = await click(dispatcher, button.value)
@@ -72,24 +77,34 @@ async def test_an_old_replace_button_has_expired(tmp_path):
         assert await dispatcher.store.locks() == []
         trail = await dispatcher.store.audit_trail()
     assert operations(controllers) == [], "no launch, no replace"
-    assert (trail[-1]["command"], trail[-1]["outcome"].split(":")[0]) == ("confirm up max_model_len=8192", "refused")
+    assert (trail[-1]["command"], trail[-1]["outcome"].split(":")[0]) == (
+        "confirm up max_model_len=8192",
+        "refused",
+    )
 
 
 async def test_a_question_can_be_answered_within_its_time(tmp_path):
     clock = Clock()
     bot_settings = settings(tmp_path)
-    controllers = ScriptedControllers(status=[status_report(running=True)], up=[*launch_passes(), ready()])
-    async with running_dispatcher(controllers, bot_settings,
-                                  store=Store(bot_settings.store.path, clock=clock)) as (dispatcher, chat):
+    controllers = ScriptedControllers(
+        status=[status_report(running=True)], up=[*launch_passes(), ready()]
+    )
+    async with running_dispatcher(
+        controllers, bot_settings, store=Store(bot_settings.store.path, clock=clock)
+    ) as (dispatcher, chat):
         [button] = (await ask(dispatcher, chat, "up max_model_len=8192")).buttons
         clock.advance(bot_settings.commands.confirm_within - 1)
         reply = await click(dispatcher, button.value)
     assert reply is not None and reply.title == "Confirmed: `/spark up max_model_len=8192`"
     [up] = [call for call in controllers.calls if call.operation == "up"]
-    assert up.config.serve.max_model_len == 8192 and up.options["replace"] is True, "exactly the command asked"
+    assert up.config.serve.max_model_len == 8192 and up.options["replace"] is True, (
+        "exactly the command asked"
+    )
 
 
-@pytest.mark.parametrize("crafted", ["help", "status", "verify", "logs head 10", "up", "down", "cancel", ""])
+@pytest.mark.parametrize(
+    "crafted", ["help", "status", "verify", "logs head 10", "up", "down", "cancel", ""]
+)
 async def test_a_crafted_confirm_runs_nothing_and_takes_no_lock(crafted):
     controllers = ScriptedControllers(up=[ready()], down=[], verify=[])
     async with running_dispatcher(controllers) as (dispatcher, chat):
@@ -100,7 +115,9 @@ async def test_a_crafted_confirm_runs_nothing_and_takes_no_lock(crafted):
         assert await dispatcher.store.locks() == [] and dispatcher.jobs.claim is None
         trail = await dispatcher.store.audit_trail()
     assert operations(controllers) == [] and chat.posts == [] and chat.private == []
-    assert [(a["command"], a["outcome"].split(":")[0]) for a in trail] == [("confirm (unknown)", "refused")]
+    assert [(a["command"], a["outcome"].split(":")[0]) for a in trail] == [
+        ("confirm (unknown)", "refused")
+    ]
 
 
 async def test_only_the_user_asked_can_answer_and_only_where_it_was_asked():
@@ -124,7 +141,10 @@ async def test_a_question_asked_about_another_cluster_is_refused(tmp_path):
         [button] = (await ask(dispatcher, chat, "down")).buttons
     other_cluster = CLUSTER.model_copy(update={"name": "other"})
     controllers = ScriptedControllers(down=[])
-    async with running_dispatcher(controllers, bot_settings, cluster=other_cluster) as (dispatcher, _):
+    async with running_dispatcher(controllers, bot_settings, cluster=other_cluster) as (
+        dispatcher,
+        _,
+    ):
         reply = await click(dispatcher, button.value)
         assert await dispatcher.store.locks() == []
     assert reply is not None and f"asked about cluster `{CLUSTER.name}`, not `other`" in reply.text
@@ -144,13 +164,17 @@ async def test_a_stored_question_for_a_command_that_never_asks_is_refused():
 
 async def test_replace_names_a_container_spark_bot_did_not_start_and_a_yes_consents_to_that_node_only():
     worker = CLUSTER.nodes[1].name
-    controllers = ScriptedControllers(status=[status_report(running=True, owners={worker: None})], up=[ready()])
+    controllers = ScriptedControllers(
+        status=[status_report(running=True, owners={worker: None})], up=[ready()]
+    )
     async with running_dispatcher(controllers) as (dispatcher, chat):
         question = await ask(dispatcher, chat, "up")
         await click(dispatcher, question.buttons[0].value)
     name = CLUSTER.container.name
-    assert question.text.startswith(f"`{name}` on `{worker}` (running) was NOT started by spark-bot for "
-                                    f"`{CLUSTER.name}`. Replace removes it (`docker rm -f {name}`)")
+    assert question.text.startswith(
+        f"`{name}` on `{worker}` (running) was NOT started by spark-bot for "
+        f"`{CLUSTER.name}`. Replace removes it (`docker rm -f {name}`)"
+    )
     assert question.buttons[0].label == "Remove and replace"
     [up] = [call for call in controllers.calls if call.operation == "up"]
     assert up.options == {"replace": True, "replace_foreign": (worker,)}

@@ -34,7 +34,9 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture
 async def broken_engine(tmp_path):
     """A Docker engine that answers /version but fails every other call with a 500."""
-    async with docker_standin(Path("/tmp") / f"spark-broken-{tmp_path.name[-20:]}.sock", failing) as socket:
+    async with docker_standin(
+        Path("/tmp") / f"spark-broken-{tmp_path.name[-20:]}.sock", failing
+    ) as socket:
         yield socket
 
 
@@ -42,13 +44,36 @@ def broken_cluster(engine: Path, tmp_path: Path) -> ClusterConfig:
     """head: an engine that fails every call; worker: no engine at all (unreachable)."""
     return ClusterConfig(
         name="broken",
-        nodes=[NodeConfig(name="spark-a", driver="local", fabric_ip="10.0.0.1", docker_socket=str(engine)),
-               NodeConfig(name="spark-b", driver="local", fabric_ip="10.0.0.2",
-                          docker_socket=str(tmp_path / "missing.sock"))],
-        container=ContainerConfig(image="vllm:test", name="vllm_broken", privileged=False, gpus=False,
-                                  shm_size=None, ulimits={}, env={}),
-        serve=ServeConfig(model="org/model", served_model_name="model", backend="ray", tensor_parallel_size=2,
-                          max_model_len=8192, port=18000, ray_port=16379, master_port=29500),
+        nodes=[
+            NodeConfig(
+                name="spark-a", driver="local", fabric_ip="10.0.0.1", docker_socket=str(engine)
+            ),
+            NodeConfig(
+                name="spark-b",
+                driver="local",
+                fabric_ip="10.0.0.2",
+                docker_socket=str(tmp_path / "missing.sock"),
+            ),
+        ],
+        container=ContainerConfig(
+            image="vllm:test",
+            name="vllm_broken",
+            privileged=False,
+            gpus=False,
+            shm_size=None,
+            ulimits={},
+            env={},
+        ),
+        serve=ServeConfig(
+            model="org/model",
+            served_model_name="model",
+            backend="ray",
+            tensor_parallel_size=2,
+            max_model_len=8192,
+            port=18000,
+            ray_port=16379,
+            master_port=29500,
+        ),
     )
 
 
@@ -61,9 +86,14 @@ def real_controller(config: ClusterConfig) -> Controller:
     return Controller(config, Secrets({}))
 
 
-async def test_a_failure_before_the_job_runs_frees_the_lock_and_tells_the_asker(broken_engine, tmp_path):
+async def test_a_failure_before_the_job_runs_frees_the_lock_and_tells_the_asker(
+    broken_engine, tmp_path
+):
     cluster = broken_cluster(broken_engine, tmp_path)
-    async with running_dispatcher(real_controller, settings(tmp_path), cluster=cluster) as (dispatcher, chat):
+    async with running_dispatcher(real_controller, settings(tmp_path), cluster=cluster) as (
+        dispatcher,
+        chat,
+    ):
         for _ in range(2):  # the second is not refused as busy: the first released the lock
             await dispatcher.command(Invocation(ALICE, CH, "up"))
             await asyncio.wait_for(dispatcher.idle(), 20)
@@ -75,13 +105,21 @@ async def test_a_failure_before_the_job_runs_frees_the_lock_and_tells_the_asker(
         assert "no space left on device" in reply.text and "*Try:*" in reply.text
         assert "the cluster is free" in reply.text
     assert db_rows(tmp_path, "SELECT * FROM locks") == []
-    assert [state for (state,) in db_rows(tmp_path, "SELECT state FROM jobs")] == ["failed", "failed"]
+    assert [state for (state,) in db_rows(tmp_path, "SELECT state FROM jobs")] == [
+        "failed",
+        "failed",
+    ]
     assert not chat.posts, "no job message: nothing started"
 
 
-async def test_status_and_logs_errors_reach_the_asker_with_node_problem_and_fix(broken_engine, tmp_path):
+async def test_status_and_logs_errors_reach_the_asker_with_node_problem_and_fix(
+    broken_engine, tmp_path
+):
     cluster = broken_cluster(broken_engine, tmp_path)
-    async with running_dispatcher(real_controller, settings(tmp_path), cluster=cluster) as (dispatcher, chat):
+    async with running_dispatcher(real_controller, settings(tmp_path), cluster=cluster) as (
+        dispatcher,
+        chat,
+    ):
         for text in ["logs worker", "status"]:
             await dispatcher.command(Invocation(ALICE, CH, text))
             await asyncio.wait_for(dispatcher.idle(), 20)
@@ -97,13 +135,29 @@ HOSTILE = "<!channel> see <http://evil.example|the docs> & more"
 
 
 async def test_untrusted_text_is_posted_escaped_and_cannot_leave_its_code_block(slack):
-    view = JobView(SlackChat(make_client(slack.bot_token, slack.api_url)), CH, title="Launch", text="",
-                   plan=[], job_id=7, requester=ALICE, settings=JobsConfig(update_interval=0))
+    view = JobView(
+        SlackChat(make_client(slack.bot_token, slack.api_url)),
+        CH,
+        title="Launch",
+        text="",
+        plan=[],
+        job_id=7,
+        requester=ALICE,
+        settings=JobsConfig(update_interval=0),
+    )
     view.open()
     await view.delivered()  # posted first, so that the failure is an update
-    failure = Failed(elapsed_s=1.0, checkpoint="weights", title="Weights loaded", node="spark-a",
-                     summary=f"engine died: {HOSTILE}", evidence=HOSTILE, cause=f"cause {HOSTILE}",
-                     fix="fix it", log_tail=["```", HOSTILE, "`<!here>`"])
+    failure = Failed(
+        elapsed_s=1.0,
+        checkpoint="weights",
+        title="Weights loaded",
+        node="spark-a",
+        summary=f"engine died: {HOSTILE}",
+        evidence=HOSTILE,
+        cause=f"cause {HOSTILE}",
+        fix="fix it",
+        log_tail=["```", HOSTILE, "`<!here>`"],
+    )
     await view.failed(failure)
     await view.delivered()
     [reply] = [c for c in slack.calls("chat.postMessage") if c.params.get("thread_ts")]
@@ -112,7 +166,9 @@ async def test_untrusted_text_is_posted_escaped_and_cannot_leave_its_code_block(
     sent += json.dumps(update.params)
     assert "<!channel>" not in sent and "<!here>" not in sent and "<http://evil" not in sent
     assert "&lt;!channel&gt; see &lt;http://evil.example|the docs&gt; &amp; more" in sent
-    assert f"<@{ALICE}>" in reply.params["text"] and "*Cause:*" in block_text(reply), "our own markup is kept"
+    assert f"<@{ALICE}>" in reply.params["text"] and "*Cause:*" in block_text(reply), (
+        "our own markup is kept"
+    )
     for block in reply.params["blocks"]:
         text = block.get("text", {}).get("text", "")
         if "```" in text:  # exactly one code block, opened and closed by our fences
@@ -123,18 +179,23 @@ async def test_untrusted_text_is_posted_escaped_and_cannot_leave_its_code_block(
 
 
 async def test_bench_is_filed_under_the_launched_setup_and_compared_from_the_store(tmp_path):
-    async with embedded_cluster(nodes=2) as embedded:
-        async with running_dispatcher(real_controller, settings(tmp_path),
-                                      cluster=embedded.config) as (dispatcher, chat):
-            await dispatcher.command(Invocation(ALICE, CH, "up max_model_len=4096"))
-            await asyncio.wait_for(dispatcher.idle(), 90)  # the job has ended (the watch goes on)
-            assert any(p.message.title == "✅ Ready" for p in chat.posts)
-            for _ in range(2):
-                await dispatcher.command(Invocation(ALICE, CH, "bench max_tokens=16 runs=1"))
-                await asyncio.wait_for(dispatcher.idle(), 60)
+    async with embedded_cluster(nodes=2) as embedded, running_dispatcher(
+        real_controller, settings(tmp_path), cluster=embedded.config
+    ) as (dispatcher, chat):
+        await dispatcher.command(Invocation(ALICE, CH, "up max_model_len=4096"))
+        await asyncio.wait_for(dispatcher.idle(), 90)  # the job has ended (the watch goes on)
+        assert any(p.message.title == "✅ Ready" for p in chat.posts)
+        for _ in range(2):
+            await dispatcher.command(Invocation(ALICE, CH, "bench max_tokens=16 runs=1"))
+            await asyncio.wait_for(dispatcher.idle(), 60)
     results = [p.message for p in chat.posts if p.message.title == "📊 Benchmark"]
-    assert len(results) == 2 and "vs previous:" in results[1].text, "the second run is compared with the first"
-    reports = [json.loads(r) for (r,) in db_rows(tmp_path, "SELECT report_json FROM bench_results ORDER BY id")]
+    assert len(results) == 2 and "vs previous:" in results[1].text, (
+        "the second run is compared with the first"
+    )
+    reports = [
+        json.loads(r)
+        for (r,) in db_rows(tmp_path, "SELECT report_json FROM bench_results ORDER BY id")
+    ]
     assert [r["fingerprint"]["serve"]["max_model_len"] for r in reports] == [4096, 4096]
     assert reports[1]["comparisons"] and reports[0]["setup_key"] == reports[1]["setup_key"]
     assert not list(tmp_path.glob("*.jsonl")), "one bench history for the bot: the store"

@@ -14,7 +14,10 @@ from tests.handlers.helpers import bot_config, lines
 
 pytestmark = pytest.mark.timeout(60)
 
-OVERRIDES = {"gpu_memory_utilization": {"min": 0.1, "max": 0.95}, "max_model_len": {"min": 1024, "max": 32768}}
+OVERRIDES = {
+    "gpu_memory_utilization": {"min": 0.1, "max": 0.95},
+    "max_model_len": {"min": 1024, "max": 32768},
+}
 
 
 @pytest.mark.parametrize("typed", ["0.9123456", "0.1234567891", "0.5", "0.95"])
@@ -31,8 +34,12 @@ def test_the_command_text_carries_the_number_as_typed(tmp_path, typed):
 
 async def test_the_audit_and_the_job_record_keep_the_number_as_typed(tmp_path):
     out = io.StringIO()
-    await run_console(bot_config(tmp_path, OVERRIDES), {},
-                      lines=lines("/spark up gpu_memory_utilization=0.9123456 max_model_len=8192"), out=out)
+    await run_console(
+        bot_config(tmp_path, OVERRIDES),
+        {},
+        lines=lines("/spark up gpu_memory_utilization=0.9123456 max_model_len=8192"),
+        out=out,
+    )
     with sqlite3.connect(tmp_path / "spark-bot.db") as db:
         audited = [row[0] for row in db.execute("SELECT command FROM audit")]
         jobs = [row[0] for row in db.execute("SELECT command FROM jobs")]

@@ -13,7 +13,16 @@ from handlers.errors import AnotherInstance
 from handlers.job_state import JobState
 from handlers.store import MIGRATIONS, SCHEMA, Store
 from tests.handlers.doubles import (
-    ALICE, BOB, CH, CLUSTER, Clock, Hold, RecordingChat, ScriptedControllers, running_dispatcher, settings,
+    ALICE,
+    BOB,
+    CH,
+    CLUSTER,
+    Clock,
+    Hold,
+    RecordingChat,
+    ScriptedControllers,
+    running_dispatcher,
+    settings,
 )
 
 pytestmark = pytest.mark.timeout(10)
@@ -26,14 +35,20 @@ async def test_a_second_instance_cannot_touch_the_first_ones_lock_until_its_leas
     bot_settings = settings(tmp_path)
     path = bot_settings.store.path
     first_hold, second_hold = Hold(), Hold()
-    async with running_dispatcher(ScriptedControllers(up=[first_hold]), bot_settings,
-                                  store=Store(path, clock)) as (first, _):
+    async with running_dispatcher(
+        ScriptedControllers(up=[first_hold]), bot_settings, store=Store(path, clock)
+    ) as (first, _):
         await first.command(Invocation(ALICE, CH, "up"))
         await first_hold.reached.wait()
         first_id = first.jobs.owner.id
 
-        second = Dispatcher(CLUSTER, bot_settings, RecordingChat(), Store(path, clock),
-                            ScriptedControllers(verify=[second_hold]))
+        second = Dispatcher(
+            CLUSTER,
+            bot_settings,
+            RecordingChat(),
+            Store(path, clock),
+            ScriptedControllers(verify=[second_hold]),
+        )
         with pytest.raises(AnotherInstance, match=f"another spark-bot uses {path} .*stop it first"):
             await second.start()
 
@@ -70,7 +85,8 @@ async def test_a_second_instance_cannot_touch_the_first_ones_lock_until_its_leas
             first_hold.release.set()  # the first's job ends: it cannot free the second's lock
             await first.idle()
             assert [(lock.job.id, lock.instance) for lock in await second.store.locks()] == [
-                (3, second.jobs.owner.id)]
+                (3, second.jobs.owner.id)
+            ]
             second_hold.release.set()
             await second.idle()
             assert (await second.store.job(3)).state == JobState.SUCCEEDED
@@ -92,10 +108,15 @@ async def test_a_database_of_an_earlier_version_is_migrated_and_its_lock_release
     bot_settings = settings(tmp_path)
     with sqlite3.connect(bot_settings.store.path) as db:
         db.executescript(SCHEMA)  # as spark-bot wrote it before leases
-        db.execute("INSERT INTO jobs (cluster, command, user, channel, state, started_at) "
-                   "VALUES (?, 'up', ?, ?, 'running', '2026-11-30T08:00:00+00:00')", (CLUSTER.name, ALICE, CH))
-        db.execute("INSERT INTO locks (cluster, job_id, instance, since) VALUES (?, 1, 'old', '2026-11-30T08:00:00')",
-                   (CLUSTER.name,))
+        db.execute(
+            "INSERT INTO jobs (cluster, command, user, channel, state, started_at) "
+            "VALUES (?, 'up', ?, ?, 'running', '2026-11-30T08:00:00+00:00')",
+            (CLUSTER.name, ALICE, CH),
+        )
+        db.execute(
+            "INSERT INTO locks (cluster, job_id, instance, since) VALUES (?, 1, 'old', '2026-11-30T08:00:00')",
+            (CLUSTER.name,),
+        )
     db.close()
     async with running_dispatcher(ScriptedControllers(), bot_settings) as (dispatcher, _):
         await dispatcher.idle()

@@ -14,12 +14,24 @@ from handlers.dispatch import Action, Dispatcher, Invocation
 from handlers.job_state import JobState
 from handlers.messages import CONFIRM_ACTION, Message, Tone
 from handlers.store import Store
-from tests.handlers.test_dispatch import db_rows
 from tests.handlers.doubles import (
-    ALICE, BOB, CH, CLUSTER, Hold, RecordingChat, ScriptedControllers, Step, failed, launch_passes, passed, ready,
+    ALICE,
+    BOB,
+    CH,
+    CLUSTER,
+    Hold,
+    RecordingChat,
+    ScriptedControllers,
+    Step,
+    failed,
+    launch_passes,
+    passed,
+    ready,
     running_dispatcher,
-    settings, status_report,
+    settings,
+    status_report,
 )
+from tests.handlers.test_dispatch import db_rows
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -35,7 +47,9 @@ async def shut_down(dispatcher: Dispatcher) -> None:
 
 @dataclass(frozen=True)
 class Ending:
-    script: Callable[[Hold], list[Step]]  # what `up` plays; the Hold is where the job is stopped, if it is
+    script: Callable[
+        [Hold], list[Step]
+    ]  # what `up` plays; the Hold is where the job is stopped, if it is
     stop: Callable[[Dispatcher], Awaitable[None]] | None  # None: the job ends by itself
     state: JobState
     outcome: str
@@ -45,21 +59,51 @@ class Ending:
 
 
 ENDINGS = {
-    "success": Ending(lambda hold: [*launch_passes(), ready()], None, JobState.SUCCEEDED, "succeeded",
-                      f"✔ Ready: `{CLUSTER.serve.api_model_name}`, sample at 401.0 tok/s in ", "success",
-                      "✅ Ready"),
-    "failure": Ending(lambda hold: [passed("ssh"), failed("weights")], None, JobState.FAILED,
-                      "failed: Weights loaded on every rank: NCCL failed to initialise",
-                      f"✘ Weights loaded on every rank on {CLUSTER.head.name} failed: NCCL failed to initialise",
-                      "failure", "✘ Weights loaded on every rank failed"),
-    "cancel": Ending(lambda hold: [passed("ssh"), hold, ready()], cancel, JobState.CANCELLED,
-                     f"cancelled by {ALICE}", f"✋ Cancelled by <@{ALICE}> after ", "warning", "✋ Cancelled"),
-    "shutdown": Ending(lambda hold: [passed("ssh"), hold, ready()], shut_down, JobState.SHUTDOWN,
-                       "cancelled: the bot is shutting down",
-                       "✋ Cancelled: the bot shut down; the controller removed what it started", "warning",
-                       "✋ Cancelled"),
-    "crash": Ending(lambda hold: [passed("ssh"), RuntimeError("disk on fire")], None, JobState.CRASHED,
-                    "error: disk on fire", "✘ Error: disk on fire", "failure", "✘ The job stopped on an error"),
+    "success": Ending(
+        lambda hold: [*launch_passes(), ready()],
+        None,
+        JobState.SUCCEEDED,
+        "succeeded",
+        f"✔ Ready: `{CLUSTER.serve.api_model_name}`, sample at 401.0 tok/s in ",
+        "success",
+        "✅ Ready",
+    ),
+    "failure": Ending(
+        lambda hold: [passed("ssh"), failed("weights")],
+        None,
+        JobState.FAILED,
+        "failed: Weights loaded on every rank: NCCL failed to initialise",
+        f"✘ Weights loaded on every rank on {CLUSTER.head.name} failed: NCCL failed to initialise",
+        "failure",
+        "✘ Weights loaded on every rank failed",
+    ),
+    "cancel": Ending(
+        lambda hold: [passed("ssh"), hold, ready()],
+        cancel,
+        JobState.CANCELLED,
+        f"cancelled by {ALICE}",
+        f"✋ Cancelled by <@{ALICE}> after ",
+        "warning",
+        "✋ Cancelled",
+    ),
+    "shutdown": Ending(
+        lambda hold: [passed("ssh"), hold, ready()],
+        shut_down,
+        JobState.SHUTDOWN,
+        "cancelled: the bot is shutting down",
+        "✋ Cancelled: the bot shut down; the controller removed what it started",
+        "warning",
+        "✋ Cancelled",
+    ),
+    "crash": Ending(
+        lambda hold: [passed("ssh"), RuntimeError("disk on fire")],
+        None,
+        JobState.CRASHED,
+        "error: disk on fire",
+        "✘ Error: disk on fire",
+        "failure",
+        "✘ The job stopped on an error",
+    ),
 }
 
 
@@ -115,13 +159,21 @@ async def test_a_second_job_is_refused_while_one_runs_and_told_who_holds_the_loc
         await hold.reached.wait()
         await dispatcher.command(Invocation(ALICE, CH, "down"))
         await dispatcher.command(Invocation(BOB, CH, "verify"))
-        await chat.wait_until(lambda: len(chat.private) == 2)  # not idle(): the first job still runs
-        assert [(await dispatcher.store.job(n)).state for n in (2, 3)] == [JobState.REFUSED, JobState.REFUSED]
+        await chat.wait_until(
+            lambda: len(chat.private) == 2
+        )  # not idle(): the first job still runs
+        assert [(await dispatcher.store.job(n)).state for n in (2, 3)] == [
+            JobState.REFUSED,
+            JobState.REFUSED,
+        ]
         hold.release.set()
         await dispatcher.idle()
     for _, refusal in chat.private:
         assert refusal.title == "Busy: one job at a time on this cluster"
-        assert f"Job #1 `/spark up` by <@{ALICE}> since" in refusal.text and "the job's thread" in refusal.text
+        assert (
+            f"Job #1 `/spark up` by <@{ALICE}> since" in refusal.text
+            and "the job's thread" in refusal.text
+        )
 
 
 async def test_down_asks_first_and_runs_once_confirmed():
@@ -130,7 +182,9 @@ async def test_down_asks_first_and_runs_once_confirmed():
         await dispatcher.command(Invocation(ALICE, CH, "down"))
         await dispatcher.idle()
         [(_, question)] = chat.private
-        assert (await dispatcher.store.job(1)).state == JobState.UNCONFIRMED and "down" not in controllers.cleaned_up
+        assert (
+            await dispatcher.store.job(1)
+        ).state == JobState.UNCONFIRMED and "down" not in controllers.cleaned_up
         [button] = question.buttons
         reply = await dispatcher.action(Action(ALICE, CH, CONFIRM_ACTION, button.value))
         await dispatcher.idle()
@@ -140,7 +194,9 @@ async def test_down_asks_first_and_runs_once_confirmed():
 
 
 async def test_up_asks_before_replacing_a_running_cluster_and_replaces_once_confirmed():
-    controllers = ScriptedControllers(status=[status_report(running=True)], up=[*launch_passes(), ready()])
+    controllers = ScriptedControllers(
+        status=[status_report(running=True)], up=[*launch_passes(), ready()]
+    )
     async with running_dispatcher(controllers) as (dispatcher, chat):
         await dispatcher.command(Invocation(ALICE, CH, "up"))
         await dispatcher.idle()
@@ -172,26 +228,45 @@ async def test_a_cancel_reaches_a_job_still_preparing():
         await dispatcher.idle()  # the start-up reconciliation has asked the nodes
         controllers.scripts["status"] = [asking, status_report()]
         await dispatcher.command(Invocation(ALICE, CH, "up"))
-        await asking.reached.wait()  # `up` asks the nodes whether a cluster runs (to confirm a replace)
+        await (
+            asking.reached.wait()
+        )  # `up` asks the nodes whether a cluster runs (to confirm a replace)
         await cancel(dispatcher)
         await dispatcher.idle()
 
         assert await dispatcher.store.locks() == [] and dispatcher.jobs.claim is None
         record = await dispatcher.store.job(1)
-        assert (record.state, record.outcome) == (JobState.CANCELLED, f"cancelled by {ALICE} before it started")
+        assert (record.state, record.outcome) == (
+            JobState.CANCELLED,
+            f"cancelled by {ALICE} before it started",
+        )
     assert "up" not in [call.operation for call in controllers.calls], "nothing was started"
     assert chat.posts == []
     assert [message.title for user, message in chat.private if user == ALICE] == [
-        "✋ `/spark up` cancelled before it started"]
+        "✋ `/spark up` cancelled before it started"
+    ]
 
 
 async def test_monitoring_lost_and_resumed_are_told_in_the_thread_and_the_watch_goes_on():
     worker = CLUSTER.nodes[1].name
-    news = [Progress(elapsed_s=1, phase="monitoring_lost", node=worker,
-                     message=f"monitoring lost on {worker} (Docker event stream ended), but the API still serves"),
-            Progress(elapsed_s=5, phase="monitoring_resumed", node=worker, message=f"monitoring resumed on {worker}")]
+    news = [
+        Progress(
+            elapsed_s=1,
+            phase="monitoring_lost",
+            node=worker,
+            message=f"monitoring lost on {worker} (Docker event stream ended), but the API still serves",
+        ),
+        Progress(
+            elapsed_s=5,
+            phase="monitoring_resumed",
+            node=worker,
+            message=f"monitoring resumed on {worker}",
+        ),
+    ]
     hold = Hold()
-    controllers = ScriptedControllers(up=[*launch_passes(), ready()], watch=[*news, hold, failed("health")])
+    controllers = ScriptedControllers(
+        up=[*launch_passes(), ready()], watch=[*news, hold, failed("health")]
+    )
     async with running_dispatcher(controllers) as (dispatcher, chat):
         await dispatcher.command(Invocation(ALICE, CH, "up"))
         await hold.reached.wait()
@@ -211,11 +286,14 @@ async def test_a_success_is_recorded_before_its_message_turns_green(tmp_path):
     class Chat(RecordingChat):
         async def update(self, posted, message):
             if message.tone == "success":
-                seen.extend(db_rows(tmp_path, "SELECT state FROM jobs UNION ALL SELECT 'lock' FROM locks"))
+                seen.extend(
+                    db_rows(tmp_path, "SELECT state FROM jobs UNION ALL SELECT 'lock' FROM locks")
+                )
             await super().update(posted, message)
 
-    async with running_dispatcher(ScriptedControllers(up=[*launch_passes(), ready()]), settings(tmp_path),
-                                  chat=Chat()) as (dispatcher, chat):
+    async with running_dispatcher(
+        ScriptedControllers(up=[*launch_passes(), ready()]), settings(tmp_path), chat=Chat()
+    ) as (dispatcher, chat):
         await dispatcher.command(Invocation(ALICE, CH, "up"))
         await dispatcher.idle()
         assert chat.parent().tone == "success"

@@ -12,7 +12,9 @@ TAIL = [f"INFO line {n}" for n in range(300)]
 
 
 def long_tail() -> ScriptedControllers:
-    return ScriptedControllers(logs=[LogTail(elapsed_s=0.1, node="spark-lab-0", container="vllm_lab", lines=TAIL)])
+    return ScriptedControllers(
+        logs=[LogTail(elapsed_s=0.1, node="spark-lab-0", container="vllm_lab", lines=TAIL)]
+    )
 
 
 async def test_a_long_log_goes_to_the_asker_alone():

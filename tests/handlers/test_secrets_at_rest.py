@@ -27,14 +27,19 @@ TOKENS = [SLACK, HF, OPENAI, GITHUB]
 
 def fragments(token: str, size: int = 10) -> list[str]:
     """Every piece of `token` long enough to matter if it leaked."""
-    return [token[i:i + size] for i in range(len(token) - size + 1)]
+    return [token[i : i + size] for i in range(len(token) - size + 1)]
 
 
 def every_stored_value(db_path: Path) -> list[str]:
     with sqlite3.connect(db_path) as db:
         tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return [str(value) for table in tables for row in db.execute(f"SELECT * FROM {table}")  # noqa: S608
-                for value in row if value is not None]
+        return [
+            str(value)
+            for table in tables
+            for row in db.execute(f"SELECT * FROM {table}")
+            for value in row
+            if value is not None
+        ]
 
 
 async def test_tokens_pasted_into_commands_are_neither_stored_nor_shown(tmp_path):
@@ -49,7 +54,9 @@ async def test_tokens_pasted_into_commands_are_neither_stored_nor_shown(tmp_path
     assert await run_console(bot_config(tmp_path), {}, lines=lines(*commands), out=out) == 0
     stored = every_stored_value(tmp_path / "spark-bot.db")
     with sqlite3.connect(tmp_path / "spark-bot.db") as db:
-        audited = [row[0] for row in db.execute("SELECT command FROM audit WHERE outcome LIKE 'invalid:%'")]
+        audited = [
+            row[0] for row in db.execute("SELECT command FROM audit WHERE outcome LIKE 'invalid:%'")
+        ]
     assert len(audited) == len(commands) and all("***" in text for text in audited), audited
     shown = out.getvalue()
     assert shown.count("That is not a /spark command I can run") == len(commands)

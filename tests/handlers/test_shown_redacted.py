@@ -16,9 +16,15 @@ TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
 
 
 def failure() -> Failed:
-    return Failed(elapsed_s=1.0, checkpoint="containers", title="Containers", node="spark-a",
-                  summary=f"create failed: invalid env HF_TOKEN={TOKEN}", cause=f"Docker quoted {TOKEN}",
-                  fix="check secret_env")
+    return Failed(
+        elapsed_s=1.0,
+        checkpoint="containers",
+        title="Containers",
+        node="spark-a",
+        summary=f"create failed: invalid env HF_TOKEN={TOKEN}",
+        cause=f"Docker quoted {TOKEN}",
+        fix="check secret_env",
+    )
 
 
 def test_a_token_in_an_error_is_masked_in_the_chat_message():

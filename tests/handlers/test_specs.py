@@ -16,8 +16,15 @@ SHARED_WITH_THE_CLI = ["up", "verify", "bench", "status", "logs", "down"]
 
 def test_every_command_is_declared_once_with_the_access_level_the_settings_document():
     assert {name: spec.level for name, spec in SPECS.items()} == {
-        "up": "operate", "verify": "read", "bench": "operate", "status": "read",
-        "logs": "read", "down": "operate", "cancel": "operate", "help": "read"}
+        "up": "operate",
+        "verify": "read",
+        "bench": "operate",
+        "status": "read",
+        "logs": "read",
+        "down": "operate",
+        "cancel": "operate",
+        "help": "read",
+    }
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS.values() if s.example], ids=lambda s: s.name)
@@ -29,8 +36,14 @@ def test_chat_help_has_one_line_per_command_with_its_arguments_and_when_it_asks(
     lines = chat_usage().splitlines()
     assert [line.split()[1].rstrip("`") for line in lines] == list(SPECS)
     assert lines[0].startswith("`/spark up [PRESET] [max_model_len=N]")
-    assert "(asks before replacing a running cluster), e.g. `/spark up max_model_len=32768`" in lines[0]
-    assert "`/spark down` stop and remove the containers on every node (asks for confirmation)" in lines
+    assert (
+        "(asks before replacing a running cluster), e.g. `/spark up max_model_len=32768`"
+        in lines[0]
+    )
+    assert (
+        "`/spark down` stop and remove the containers on every node (asks for confirmation)"
+        in lines
+    )
 
 
 @pytest.mark.parametrize("name", SHARED_WITH_THE_CLI)
@@ -47,9 +60,21 @@ def test_a_spec_is_exactly_one_kind_of_command():
     with pytest.raises(TypeError, match="exactly one of reply, answer and job"):
         CommandSpec(c.Status, summary="s", level="read", reply=anything, answer=anything)
     with pytest.raises(TypeError, match="only an operate-level job asks for confirmation"):
-        CommandSpec(c.Status, summary="s", level="read", answer=anything, confirmation=Confirmation("x", anything))
+        CommandSpec(
+            c.Status,
+            summary="s",
+            level="read",
+            answer=anything,
+            confirmation=Confirmation("x", anything),
+        )
     with pytest.raises(TypeError, match="only an operate-level job asks for confirmation"):
-        CommandSpec(c.Verify, summary="s", level="read", job=anything, confirmation=Confirmation("x", anything))
+        CommandSpec(
+            c.Verify,
+            summary="s",
+            level="read",
+            job=anything,
+            confirmation=Confirmation("x", anything),
+        )
 
 
 async def test_help_is_the_generated_usage_and_what_this_config_lets_up_change():
@@ -58,5 +83,7 @@ async def test_help_is_the_generated_usage_and_what_this_config_lets_up_change()
         invalid = await dispatcher.command(Invocation(BOB, CH, "up tensor_parallel_size=1"))
     assert help_ is not None and chat_usage() in help_.text
     assert "`/spark up` may override: `max_model_len` 1024..32768; presets: none." in help_.text
-    assert invalid is not None and invalid.text.startswith("`up`: `tensor_parallel_size` cannot be overridden")
+    assert invalid is not None and invalid.text.startswith(
+        "`up`: `tensor_parallel_size` cannot be overridden"
+    )
     assert invalid.text.endswith(f"*Usage*\n{chat_usage()}")

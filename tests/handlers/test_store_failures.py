@@ -9,8 +9,19 @@ import pytest
 from handlers.dispatch import Dispatcher, Invocation
 from handlers.job_state import JobState
 from tests.handlers.doubles import (
-    ALICE, CH, CLUSTER, FailingStore, Hold, RecordingChat, ScriptedControllers, failed, launch_passes, passed, ready,
-    running_dispatcher, settings,
+    ALICE,
+    CH,
+    CLUSTER,
+    FailingStore,
+    Hold,
+    RecordingChat,
+    ScriptedControllers,
+    failed,
+    launch_passes,
+    passed,
+    ready,
+    running_dispatcher,
+    settings,
 )
 
 pytestmark = pytest.mark.timeout(20)
@@ -19,7 +30,9 @@ TOLD = "⚠ The bot could not record job #1"
 
 
 def told(chat: RecordingChat) -> list[str]:
-    return [message.text for user, message in chat.private if user == ALICE and message.title == TOLD]
+    return [
+        message.text for user, message in chat.private if user == ALICE and message.title == TOLD
+    ]
 
 
 async def run_until(dispatcher: Dispatcher, hold: Hold, store: FailingStore) -> None:
@@ -35,14 +48,19 @@ async def test_a_store_failing_at_ready_keeps_the_cluster_and_finishes_the_job(t
     hold = Hold()
     controllers = ScriptedControllers(up=[*launch_passes(), hold, ready()], verify=[])
     store = FailingStore(tmp_path / "spark-bot.db", error)
-    async with running_dispatcher(controllers, settings(tmp_path), store=store) as (dispatcher, chat):
+    async with running_dispatcher(controllers, settings(tmp_path), store=store) as (
+        dispatcher,
+        chat,
+    ):
         await run_until(dispatcher, hold, store)
         await dispatcher.idle()
 
         assert controllers.stopped_early == [], "the launch was not cut short: its containers stay"
         assert "down" not in [call.operation for call in controllers.calls]
         job_message = chat.parent()
-        assert job_message.footer.startswith(f"✔ Ready: `{CLUSTER.serve.api_model_name}`"), job_message.footer
+        assert job_message.footer.startswith(f"✔ Ready: `{CLUSTER.serve.api_model_name}`"), (
+            job_message.footer
+        )
         assert (job_message.tone, job_message.buttons) == ("success", [])
         assert dispatcher.jobs.claim is None, "the lock is released in memory"
         assert dispatcher.jobs.watching is not None, "the running cluster is watched"
@@ -64,7 +82,10 @@ async def test_a_job_failing_while_the_store_fails_ends_its_message_and_frees_th
     hold = Hold()
     controllers = ScriptedControllers(up=[passed("ssh"), hold, failed("weights")])
     store = FailingStore(tmp_path / "spark-bot.db", "disk I/O error")
-    async with running_dispatcher(controllers, settings(tmp_path), store=store) as (dispatcher, chat):
+    async with running_dispatcher(controllers, settings(tmp_path), store=store) as (
+        dispatcher,
+        chat,
+    ):
         await run_until(dispatcher, hold, store)
         await dispatcher.idle()
 
@@ -78,9 +99,14 @@ async def test_a_job_failing_while_the_store_fails_ends_its_message_and_frees_th
 
 async def test_a_cancel_reaches_a_job_while_the_store_fails(tmp_path):
     hold, stop_here = Hold(), Hold()
-    controllers = ScriptedControllers(up=[passed("ssh"), hold, passed("docker"), stop_here, ready()])
+    controllers = ScriptedControllers(
+        up=[passed("ssh"), hold, passed("docker"), stop_here, ready()]
+    )
     store = FailingStore(tmp_path / "spark-bot.db", "disk I/O error")
-    async with running_dispatcher(controllers, settings(tmp_path), store=store) as (dispatcher, chat):
+    async with running_dispatcher(controllers, settings(tmp_path), store=store) as (
+        dispatcher,
+        chat,
+    ):
         await run_until(dispatcher, hold, store)
         await stop_here.reached.wait()
         reply = await dispatcher.command(Invocation(ALICE, CH, "cancel"))

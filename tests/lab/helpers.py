@@ -1,5 +1,6 @@
 """SSH and Docker helpers for the lab tests: asyncssh to a node (host-key checked),
 aiodocker over an SSH-forwarded Docker socket."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,15 +15,31 @@ from lab.api import LabInfo, NodeInfo
 
 EMULATOR_READY = all(
     os.path.exists(os.path.join(os.path.dirname(__file__), "..", "..", "lab", "emulator", f))
-    for f in ("__main__.py", "serve.py", "ray_cli.py", "gpu_tools.py"))
+    for f in ("__main__.py", "serve.py", "ray_cli.py", "gpu_tools.py")
+)
 
 
-async def connect(info: LabInfo, node: NodeInfo, *, known_hosts: str | None = None,
-                  tunnel=None, host: str | None = None) -> asyncssh.SSHClientConnection:
-    return await asyncio.wait_for(asyncssh.connect(
-        host or node.ssh_host, port=info.ssh_port, username=info.ssh_user,
-        client_keys=[info.key_path], known_hosts=known_hosts or info.known_hosts_path,
-        tunnel=tunnel, agent_path=None, config=None), 15)
+async def connect(
+    info: LabInfo,
+    node: NodeInfo,
+    *,
+    known_hosts: str | None = None,
+    tunnel=None,
+    host: str | None = None,
+) -> asyncssh.SSHClientConnection:
+    return await asyncio.wait_for(
+        asyncssh.connect(
+            host or node.ssh_host,
+            port=info.ssh_port,
+            username=info.ssh_user,
+            client_keys=[info.key_path],
+            known_hosts=known_hosts or info.known_hosts_path,
+            tunnel=tunnel,
+            agent_path=None,
+            config=None,
+        ),
+        15,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -64,18 +81,20 @@ async def wait_log_line(container, needle: str, timeout: float = 30) -> list[str
 
     try:
         await asyncio.wait_for(follow(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise AssertionError(f"{needle!r} not in logs after {timeout}s:\n" + "\n".join(seen[-40:]))
     return seen
 
 
-async def run_container(docker: aiodocker.Docker, image: str, cmd: list[str], name: str,
-                        env: dict | None = None):
+async def run_container(
+    docker: aiodocker.Docker, image: str, cmd: list[str], name: str, env: dict | None = None
+):
     with contextlib.suppress(aiodocker.DockerError):
         old = await docker.containers.get(name)
         await old.delete(force=True)
     config = {
-        "Image": image, "Cmd": cmd,
+        "Image": image,
+        "Cmd": cmd,
         "Env": [f"{k}={v}" for k, v in (env or {}).items()],
         "HostConfig": {"NetworkMode": "host", "IpcMode": "host"},
     }
@@ -84,8 +103,9 @@ async def run_container(docker: aiodocker.Docker, image: str, cmd: list[str], na
     return c
 
 
-async def exec_out(container, cmd: list[str] | str, timeout: float = 60,
-                   env: dict | None = None) -> tuple[int, str]:
+async def exec_out(
+    container, cmd: list[str] | str, timeout: float = 60, env: dict | None = None
+) -> tuple[int, str]:
     """Run a command in a container; returns (exit code, stdout+stderr)."""
     if isinstance(cmd, str):
         cmd = ["sh", "-c", cmd]

@@ -1,7 +1,6 @@
 """Hooks for the controller's infrastructure-fault tests: image variant, sshd, dockerd."""
-from __future__ import annotations
 
-import asyncio
+from __future__ import annotations
 
 import asyncssh
 import pytest
@@ -20,7 +19,7 @@ def test_image_variant_and_restore(lab):
         assert new_id != lab.image_id
         assert image.image_id(T.Node(1)) == new_id
         assert image.image_id(T.Node(0)) == lab.image_id
-        assert api.status()["ok"]            # a requested variant is not a fault of the lab
+        assert api.status()["ok"]  # a requested variant is not a fault of the lab
     finally:
         api.restore_image()
     assert image.image_id(T.Node(1)) == lab.image_id
@@ -53,8 +52,11 @@ def test_stop_and_start_dockerd_keeping_the_containers(lab):
     """With live-restore the engine's API goes away and its containers keep running; started
     again, the engine restores them and runs without live-restore as before."""
     node = T.Node(1)
-    cid = dockerd.cli(node, "run", "-d", "--network", "host", lab.image_tag,
-                      "sleep", "infinity").stdout.decode().strip()
+    cid = (
+        dockerd.cli(node, "run", "-d", "--network", "host", lab.image_tag, "sleep", "infinity")
+        .stdout.decode()
+        .strip()
+    )
     try:
         pids = dockerd.cgroup_pids(node)
         assert pids
@@ -64,9 +66,14 @@ def test_stop_and_start_dockerd_keeping_the_containers(lab):
             assert dockerd.cgroup_pids(node) == pids, "the container survives its engine"
         finally:
             api.start_dockerd(1, keep_containers=True)
-        state = dockerd.cli(node, "inspect", "-f", "{{.State.Running}}", cid).stdout.decode().strip()
+        state = (
+            dockerd.cli(node, "inspect", "-f", "{{.State.Running}}", cid).stdout.decode().strip()
+        )
         assert state == "true"
-        assert dockerd.cli(node, "info", "-f", "{{.LiveRestoreEnabled}}").stdout.decode().strip() == "false"
+        assert (
+            dockerd.cli(node, "info", "-f", "{{.LiveRestoreEnabled}}").stdout.decode().strip()
+            == "false"
+        )
     finally:
         dockerd.cli(node, "rm", "-f", cid, check=False)
 
@@ -80,8 +87,11 @@ def test_up_after_a_crash_cleans_stale_state(lab):
     from lab import proc, sshd
 
     node = T.Node(1)
-    cid = dockerd.cli(node, "run", "-d", "--network", "host", lab.image_tag,
-                      "sleep", "infinity").stdout.decode().strip()
+    cid = (
+        dockerd.cli(node, "run", "-d", "--network", "host", lab.image_tag, "sleep", "infinity")
+        .stdout.decode()
+        .strip()
+    )
     assert dockerd.cgroup_pids(node)
     for pidfile in (node.docker_pidfile, node.sshd_pidfile):
         os.kill(proc.read_pidfile(pidfile), signal.SIGKILL)

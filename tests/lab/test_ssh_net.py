@@ -1,7 +1,7 @@
 """SSH with host-key checking, interfaces, fabric reachability, status, preflight."""
+
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -27,7 +27,6 @@ async def test_ssh_every_node_checks_host_key(lab):
             assert uid == "0"
             r = await conn.run("command -v nvidia-smi ibdev2netdev docker", check=True)
             assert f"{node.bin_dir}/nvidia-smi" in r.stdout
-
 
 
 async def test_wrong_known_hosts_is_refused(lab, tmp_path):
@@ -56,19 +55,27 @@ async def test_interfaces_inside_each_node(lab):
             r = await conn.run("ip -o -4 addr show", check=True)
             lines = r.stdout.splitlines()
             assert any(l.split()[1] == "lo" and "127.0.0.1/8" in l for l in lines), r.stdout
-            assert any(l.split()[1] == T.MGMT_IFNAME and f"{node.mgmt_ip}/24" in l for l in lines), r.stdout
-            assert any(l.split()[1] == T.FABRIC_IFNAME and f"{node.fabric_ip}/24" in l for l in lines), r.stdout
+            assert any(
+                l.split()[1] == T.MGMT_IFNAME and f"{node.mgmt_ip}/24" in l for l in lines
+            ), r.stdout
+            assert any(
+                l.split()[1] == T.FABRIC_IFNAME and f"{node.fabric_ip}/24" in l for l in lines
+            ), r.stdout
             assert len([l for l in lines if "inet " in l]) == 3, r.stdout
 
 
 async def test_fabric_reachability_between_nodes(lab):
     head, worker = lab.nodes[0], lab.nodes[1]
     async with ssh_to(lab, head) as conn:
-        r = await conn.run(f"timeout 5 bash -c 'exec 3<>/dev/tcp/{worker.fabric_ip}/22 && head -c 8 <&3'")
+        r = await conn.run(
+            f"timeout 5 bash -c 'exec 3<>/dev/tcp/{worker.fabric_ip}/22 && head -c 8 <&3'"
+        )
         assert r.exit_status == 0 and r.stdout.startswith("SSH-2.0"), (r.stdout, r.stderr)
-        py = ("import socket;s=socket.create_connection(('%s',22),3);"
-              "print(s.getsockname()[0], s.recv(8).decode())" % worker.fabric_ip)
-        r = await conn.run(f"python3 -c \"{py}\"", check=True)
+        py = (
+            "import socket;s=socket.create_connection(('%s',22),3);"
+            "print(s.getsockname()[0], s.recv(8).decode())" % worker.fabric_ip
+        )
+        r = await conn.run(f'python3 -c "{py}"', check=True)
         src, banner = r.stdout.split()
         assert src == head.fabric_ip and banner.startswith("SSH-2.0")
 
@@ -79,13 +86,18 @@ def test_status_all_good(lab):
     for n, entry in zip(lab.nodes, rep["nodes"]):
         assert entry["dockerd_version"]
         assert entry["image_id"] == lab.image_id
-    p = subprocess.run([sys.executable, "-m", "lab", "status"], capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    p = subprocess.run(
+        [sys.executable, "-m", "lab", "status"],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
     assert p.returncode == 0, p.stdout + p.stderr
 
 
 def test_warm_up_is_fast(lab):
     import time
+
     t = time.monotonic()
     api.lab_up(nodes=2)
     assert time.monotonic() - t < 3
@@ -93,9 +105,24 @@ def test_warm_up_is_fast(lab):
 
 def test_not_root_exits_2():
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    code = "import sys; sys.path.insert(0, %r); from lab.__main__ import main; sys.exit(main(['up']))" % repo
-    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                        "/usr/bin/python3", "-c", code], capture_output=True, text=True, cwd="/")
+    code = (
+        "import sys; sys.path.insert(0, %r); from lab.__main__ import main; sys.exit(main(['up']))"
+        % repo
+    )
+    p = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert "root" in p.stderr
 
@@ -103,6 +130,7 @@ def test_not_root_exits_2():
 def test_missing_system_tool_says_what_to_install(monkeypatch):
     from lab import preflight
     from lab.errors import LabError
+
     monkeypatch.setitem(preflight.REQUIRED, "no-such-dockerd", "docker.io")
     with pytest.raises(LabError) as e:
         preflight.check()

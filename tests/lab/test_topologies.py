@@ -1,4 +1,5 @@
 """A 3-node lab, and isolated workers reached through the head as an SSH jump host."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +25,9 @@ async def test_three_nodes(relab):
             assert r.stdout.strip() == info.image_id
     async with ssh_to(info, info.nodes[2]) as conn:
         for other in info.nodes[:2]:
-            r = await conn.run(f"timeout 5 bash -c 'exec 3<>/dev/tcp/{other.fabric_ip}/22 && head -c 7 <&3'")
+            r = await conn.run(
+                f"timeout 5 bash -c 'exec 3<>/dev/tcp/{other.fabric_ip}/22 && head -c 7 <&3'"
+            )
             assert r.stdout == "SSH-2.0", r.stderr
     # back to 2: node 2 disappears completely
     info2 = relab(nodes=2)
@@ -45,7 +48,9 @@ async def test_isolated_workers_via_jump_host(relab):
             r = await wconn.run("ip -o -4 addr show", check=True)
             assert T.FABRIC_IFNAME in r.stdout and T.MGMT_IFNAME not in r.stdout
             assert worker.fabric_ip in r.stdout
-            r = await wconn.run("echo $DOCKER_HOST; docker info -f '{{.ServerVersion}}'", check=True)
+            r = await wconn.run(
+                "echo $DOCKER_HOST; docker info -f '{{.ServerVersion}}'", check=True
+            )
             assert r.stdout.splitlines()[0] == worker.docker_host
     # and back: the worker gets its management interface again
     info2 = relab(nodes=2)

@@ -1,4 +1,5 @@
 """`down` leaves nothing behind; `up` after it works again (runs last)."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ def test_down_leaves_nothing_then_up_again(lab):
         links = _links()
         assert T.MGMT_BRIDGE not in links and T.FABRIC_BRIDGE not in links
         assert not [l for l in links if l[:3] in ("sbm", "sbf")]
-        assert not proc.pids_with_cmdline(str(T.RUN_ROOT))      # no dockerd/sshd/shims
+        assert not proc.pids_with_cmdline(str(T.RUN_ROOT))  # no dockerd/sshd/shims
         assert not proc.pids_with_cmdline(str(T.STATE_ROOT) + "/node")
         assert not T.RUN_ROOT.exists()
         assert not api.netns.forwarding_ok()

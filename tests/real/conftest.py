@@ -24,7 +24,9 @@ def real_lab():
 @pytest.fixture
 async def real_clean(real_lab):
     """No container of ours before and after the test."""
-    quick = real_controller(timeouts={"down": 6})  # a failed start may not heed SIGTERM: no long grace
+    quick = real_controller(
+        timeouts={"down": 6}
+    )  # a failed start may not heed SIGTERM: no long grace
     await collect(quick.down())
     yield real_lab
     await collect(quick.down())

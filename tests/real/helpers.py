@@ -14,15 +14,22 @@ RAY = CONFIGS / "lab-real-ray.yaml"
 VERSION = "0.32.0"
 
 
-def real_cluster(path: Path = MP, *, env: dict[str, str] | None = None, serve: dict | None = None,
-                 timeouts: dict | None = None) -> ClusterConfig:
+def real_cluster(
+    path: Path = MP,
+    *,
+    env: dict[str, str] | None = None,
+    serve: dict | None = None,
+    timeouts: dict | None = None,
+) -> ClusterConfig:
     base = load_config(path).cluster
     container = base.container.model_copy(update={"env": {**base.container.env, **(env or {})}})
-    return base.model_copy(update={
-        "container": container,
-        "serve": base.serve.model_copy(update=serve or {}),
-        "timeouts": base.timeouts.model_copy(update=timeouts or {}),
-    })
+    return base.model_copy(
+        update={
+            "container": container,
+            "serve": base.serve.model_copy(update=serve or {}),
+            "timeouts": base.timeouts.model_copy(update=timeouts or {}),
+        }
+    )
 
 
 def real_controller(path: Path = MP, *, secrets: Secrets | None = None, **kwargs) -> Controller:

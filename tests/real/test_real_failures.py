@@ -16,7 +16,15 @@ from tests.real.helpers import RAY, real_controller
 pytestmark = [pytest.mark.lab, pytest.mark.real_engine, pytest.mark.timeout(300)]
 
 # A failing launch should not wait out the lab's generous limits.
-QUICK = {"weights": 120, "engine": 60, "api": 60, "stall": 40, "ray": 60, "containers": 60, "down": 6}
+QUICK = {
+    "weights": 120,
+    "engine": 60,
+    "api": 60,
+    "stall": 40,
+    "ray": 60,
+    "containers": 60,
+    "down": 6,
+}
 
 
 def the_failure(events) -> Failed:
@@ -30,10 +38,16 @@ def squatter(real_lab, port: int):
     """A socket bound to `port` on the head and never listening: invisible to `ss -ltn` (the
     preflight passes), but nothing else may bind the port."""
     head = real_lab.nodes[0]
-    code = ("import socket, sys; s = socket.socket(); s.bind(('0.0.0.0', %d)); print('bound', flush=True); "
-            "sys.stdin.read()" % port)
-    proc = subprocess.Popen(["ip", "netns", "exec", head.netns, "python3", "-c", code],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    code = (
+        "import socket, sys; s = socket.socket(); s.bind(('0.0.0.0', %d)); print('bound', flush=True); "
+        "sys.stdin.read()" % port
+    )
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", head.netns, "python3", "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "bound"
         yield
@@ -43,8 +57,14 @@ def squatter(real_lab, port: int):
 
 
 async def test_an_unknown_vllm_flag(real_clean):
-    failure = the_failure(await collect(real_controller(
-        serve={"extra_args": ["--load-format=dummy", "--enforce-eager", "--no-such-flag"]}, timeouts=QUICK).up()))
+    failure = the_failure(
+        await collect(
+            real_controller(
+                serve={"extra_args": ["--load-format=dummy", "--enforce-eager", "--no-such-flag"]},
+                timeouts=QUICK,
+            ).up()
+        )
+    )
     assert failure.signature == "vllm_unrecognized_arguments"
     assert "--no-such-flag" in failure.evidence and "--no-such-flag" in failure.cause
 
@@ -64,9 +84,14 @@ async def test_the_master_port_already_taken_on_the_head(real_clean):
 
 
 async def test_a_gloo_interface_that_does_not_exist(real_clean):
-    failure = the_failure(await collect(real_controller(env={"GLOO_SOCKET_IFNAME": "eth9"}, timeouts=QUICK).up()))
+    failure = the_failure(
+        await collect(real_controller(env={"GLOO_SOCKET_IFNAME": "eth9"}, timeouts=QUICK).up())
+    )
     # both ranks are given the missing interface: whichever node fails first is named
-    assert failure.signature == "gloo_interface_missing" and failure.node in {"spark-lab-0", "spark-lab-1"}
+    assert failure.signature == "gloo_interface_missing" and failure.node in {
+        "spark-lab-0",
+        "spark-lab-1",
+    }
     assert "eth9" in failure.evidence and "GLOO_SOCKET_IFNAME" in failure.fix
 
 
@@ -97,16 +122,21 @@ async def test_a_worker_container_killed_while_the_engine_initialises(real_clean
 async def test_a_ray_worker_that_cannot_reach_its_head(real_clean):
     worker = real_clean.nodes[1]
     rule = ["-p", "tcp", "--dport", "6379", "-j", "REJECT"]
-    subprocess.run(["ip", "netns", "exec", worker.netns, "iptables", "-I", "OUTPUT", *rule], check=True)
+    subprocess.run(
+        ["ip", "netns", "exec", worker.netns, "iptables", "-I", "OUTPUT", *rule], check=True
+    )
     try:
         failure = the_failure(await collect(real_controller(RAY, timeouts=QUICK).up()))
     finally:
-        subprocess.run(["ip", "netns", "exec", worker.netns, "iptables", "-D", "OUTPUT", *rule], check=True)
+        subprocess.run(
+            ["ip", "netns", "exec", worker.netns, "iptables", "-D", "OUTPUT", *rule], check=True
+        )
     assert failure.signature == "ray_gcs_connect_failed" and failure.node == "spark-lab-1"
     assert "198.18.1.10:6379" in failure.evidence
 
 
 async def docker(lab, index: int, *args: str) -> None:
-    proc = await asyncio.create_subprocess_exec("docker", "-H", lab.nodes[index].docker_host, *args,
-                                                stdout=asyncio.subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        "docker", "-H", lab.nodes[index].docker_host, *args, stdout=asyncio.subprocess.DEVNULL
+    )
     assert await proc.wait() == 0

@@ -21,7 +21,16 @@ import pytest
 from cluster.bench.history import JsonLinesHistory
 from cluster.checkpoints import BY_ID, launch_plan, verify_plan
 from cluster.config import Secrets
-from cluster.events import BenchResult, CheckpointPassed, Failed, LogTail, Progress, Ready, Removed, StatusReport
+from cluster.events import (
+    BenchResult,
+    CheckpointPassed,
+    Failed,
+    LogTail,
+    Progress,
+    Ready,
+    Removed,
+    StatusReport,
+)
 from cluster.launch import api_base_url
 from cluster.logtext import clean_line, strip_prefixes
 from cluster.nodes import connect_cluster
@@ -58,7 +67,9 @@ def test_the_real_engine_wants_the_key_the_bot_sends(launched):
     controller, events = launched
     assert isinstance(events[-1], Ready), "launched, verified by the bot's own client with the key"
     refused = asyncio.run(_unauthenticated_models(controller.config))
-    assert refused.status_code == 401 and refused.json() == {"error": "Unauthorized"}, "as the emulator says it"
+    assert refused.status_code == 401 and refused.json() == {"error": "Unauthorized"}, (
+        "as the emulator says it"
+    )
     assert API_KEY not in "".join(e.model_dump_json() for e in events)
 
 
@@ -72,39 +83,84 @@ def test_up_reaches_ready_with_every_checkpoint_proven_by_a_real_line(launched):
     assert not failures, failures[0].model_dump_json(indent=1)
     by_id = passed(events)
     assert list(by_id) == [c.id for c in launch_plan(controller.config)]
-    assert not [e for e in by_id.values() if e.warning and "not seen" in e.warning], "no line missed"
+    assert not [e for e in by_id.values() if e.warning and "not seen" in e.warning], (
+        "no line missed"
+    )
     # vLLM 0.32.0 (CPU, dummy weights) as it prints itself: one line per node for the ranks
     weights = by_id["weights"].evidence.splitlines()
     assert len(weights) == 2 and all("Initializing model took" in line for line in weights)
-    assert sorted(re.search(r"Worker_TP\d", line).group(0) for line in weights) == ["Worker_TP0", "Worker_TP1"]
+    assert sorted(re.search(r"Worker_TP\d", line).group(0) for line in weights) == [
+        "Worker_TP0",
+        "Worker_TP1",
+    ]
     assert "CPU KV cache size:" in by_id["kv_cache"].evidence
-    assert re.search(r"init engine \(profile, create kv cache, warmup model\) took [\d.]+ s$", by_id["engine"].evidence)
+    assert re.search(
+        r"init engine \(profile, create kv cache, warmup model\) took [\d.]+ s$",
+        by_id["engine"].evidence,
+    )
     assert by_id["api_server"].evidence == "INFO:     Application startup complete."
     ready = events[-1]
     assert isinstance(ready, Ready) and ready.model == "tiny" and ready.vllm_version == VERSION
-    assert ready.sample.completion_tokens > 1 and ready.sample.decode_tps > 0, "the real engine's own answer"
+    assert ready.sample.completion_tokens > 1 and ready.sample.decode_tps > 0, (
+        "the real engine's own answer"
+    )
 
 
 def test_the_emulators_0_32_dialect_prints_the_real_engines_checkpoint_lines(launched, tmp_path):
     _, events = launched
-    real = {cid: e.evidence.splitlines()[0] for cid, e in passed(events).items() if BY_ID[cid].logged}
+    real = {
+        cid: e.evidence.splitlines()[0] for cid, e in passed(events).items() if BY_ID[cid].logged
+    }
     emulated = emulator_lines(tmp_path)
     for cid, real_line in real.items():
         checkpoint = BY_ID[cid]
         mine = next((line for line in emulated if spelling_of(checkpoint, line) is not None), None)
-        assert mine is not None, f"the emulator's 0.32 dialect prints no {cid} line (real: {real_line})"
-        assert spelling_of(checkpoint, mine) == spelling_of(checkpoint, real_line), (cid, mine, real_line)
-        assert shape(mine) == shape(real_line), f"{cid}:\n  emulator: {mine}\n  real:     {real_line}"
+        assert mine is not None, (
+            f"the emulator's 0.32 dialect prints no {cid} line (real: {real_line})"
+        )
+        assert spelling_of(checkpoint, mine) == spelling_of(checkpoint, real_line), (
+            cid,
+            mine,
+            real_line,
+        )
+        assert shape(mine) == shape(real_line), (
+            f"{cid}:\n  emulator: {mine}\n  real:     {real_line}"
+        )
 
 
 def emulator_lines(tmp_path: Path) -> list[str]:
     """The emulator's start-up in the 0.32 dialect, on this host, up to its API server line."""
-    env = dict(os.environ, SPARK_EMU_VLLM_DIALECT="0.32", SPARK_EMU_TIME_SCALE="0.01", SPARK_EMU_GPUS="2",
-               SPARK_EMU_STATE_DIR=str(tmp_path), PYTHONPATH=str(REPO / "lab"))
+    env = dict(
+        os.environ,
+        SPARK_EMU_VLLM_DIALECT="0.32",
+        SPARK_EMU_TIME_SCALE="0.01",
+        SPARK_EMU_GPUS="2",
+        SPARK_EMU_STATE_DIR=str(tmp_path),
+        PYTHONPATH=str(REPO / "lab"),
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "emulator", "vllm", "serve", "tiny", "--host", "127.0.0.1", "--port", "0",
-         "--tensor-parallel-size", "2", "--max-model-len", "512"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "emulator",
+            "vllm",
+            "serve",
+            "tiny",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--tensor-parallel-size",
+            "2",
+            "--max-model-len",
+            "512",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines = []
     deadline = time.monotonic() + 60
     try:
@@ -134,27 +190,44 @@ def test_verify_status_and_logs_on_the_real_server(launched):
     verified = asyncio.run(collect(controller.verify()))
     assert not [e for e in verified if isinstance(e, Failed)], verified[-1]
     assert [e.checkpoint for e in verified if isinstance(e, CheckpointPassed)] == [
-        c.id for c in verify_plan(controller.config)]
+        c.id for c in verify_plan(controller.config)
+    ]
     [status] = asyncio.run(collect(controller.status()))
-    assert isinstance(status, StatusReport) and status.api_healthy and status.vllm_version == VERSION
+    assert (
+        isinstance(status, StatusReport) and status.api_healthy and status.vllm_version == VERSION
+    )
     assert [c.running for c in status.containers] == [True, True]
     [head] = asyncio.run(collect(controller.logs(lines=40)))
     [worker] = asyncio.run(collect(controller.logs("spark-lab-1", lines=40)))
-    assert isinstance(head, LogTail) and any("Application startup complete." in line for line in head.lines)
+    assert isinstance(head, LogTail) and any(
+        "Application startup complete." in line for line in head.lines
+    )
     assert any("Worker_TP1" in line for line in worker.lines), "the headless rank's own log"
 
 
-def test_bench_measures_the_real_server_and_its_tokens_match_the_engines_counter(launched, tmp_path):
+def test_bench_measures_the_real_server_and_its_tokens_match_the_engines_counter(
+    launched, tmp_path
+):
     controller, _ = launched
-    events = asyncio.run(collect(controller.bench(concurrency=[1, 2], max_tokens=24, runs=2,
-                                                  history=JsonLinesHistory(tmp_path / "bench.jsonl"))))
+    events = asyncio.run(
+        collect(
+            controller.bench(
+                concurrency=[1, 2],
+                max_tokens=24,
+                runs=2,
+                history=JsonLinesHistory(tmp_path / "bench.jsonl"),
+            )
+        )
+    )
     result = events[-1]
     assert isinstance(result, BenchResult), result
     report = result.report
     assert report.single.decode_tok_s > 0 and report.single.ttft_s > 0
     assert [level.concurrency for level in report.sweep] == [1, 2]
     assert all(level.ok == level.requests for level in report.sweep)
-    assert report.metrics_check.matches is True, report.metrics_check.detail  # vllm:generation_tokens_total
+    assert report.metrics_check.matches is True, (
+        report.metrics_check.detail
+    )  # vllm:generation_tokens_total
     assert report.fingerprint.vllm_version == VERSION
 
 
@@ -174,6 +247,8 @@ def test_watch_then_down_is_a_stop_not_an_engine_death(launched):
 
     seen, removed = asyncio.run(watch_through_down())
     assert [e.removed for e in removed if isinstance(e, Removed)] == [True, True]
-    assert not [e for e in seen if isinstance(e, Failed)], [e for e in seen if isinstance(e, Failed)][0]
+    assert not [e for e in seen if isinstance(e, Failed)], [
+        e for e in seen if isinstance(e, Failed)
+    ][0]
     assert isinstance(seen[-1], Progress) and seen[-1].phase == "stopped"
     assert "SIGTERM" in seen[-1].message

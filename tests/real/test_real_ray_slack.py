@@ -7,13 +7,26 @@ from __future__ import annotations
 import pytest
 
 from cluster.checkpoints import launch_plan
-from tests.bot.helpers import ALICE, CH, GREEN, attachment_color, attachment_text, block_text, down, header, settings, slack_bot
+from tests.bot.helpers import (
+    ALICE,
+    CH,
+    GREEN,
+    attachment_color,
+    attachment_text,
+    block_text,
+    down,
+    header,
+    settings,
+    slack_bot,
+)
 from tests.real.helpers import RAY, VERSION, real_cluster
 
 pytestmark = [pytest.mark.lab, pytest.mark.real_engine, pytest.mark.timeout(400)]
 
 
-async def test_slash_up_on_the_real_ray_cluster_posts_every_checkpoint_with_its_log_tail(slack, real_lab, tmp_path):
+async def test_slash_up_on_the_real_ray_cluster_posts_every_checkpoint_with_its_log_tail(
+    slack, real_lab, tmp_path
+):
     cluster = real_cluster(RAY)
     plan = launch_plan(cluster)
     await down(cluster)
@@ -21,20 +34,35 @@ async def test_slash_up_on_the_real_ray_cluster_posts_every_checkpoint_with_its_
         async with slack_bot(slack, cluster, settings(tmp_path)):
             ack = await slack.send_slash_command(ALICE, CH, "up")
             assert ack.payload is None and ack.latency < 3
-            ready = await slack.wait_for(lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 300)
+            ready = await slack.wait_for(
+                lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 300
+            )
             parent_ts = ready.params["thread_ts"]
-            await slack.wait_until(lambda: "Ready" in attachment_text(slack.message(CH, parent_ts)), 10)
-            replies = [c for c in slack.calls()
-                       if c.method == "chat.postMessage" and c.params.get("thread_ts") == parent_ts]
+            await slack.wait_until(
+                lambda: "Ready" in attachment_text(slack.message(CH, parent_ts)), 10
+            )
+            replies = [
+                c
+                for c in slack.calls()
+                if c.method == "chat.postMessage" and c.params.get("thread_ts") == parent_ts
+            ]
     finally:
         await down(cluster)
-    assert [header(r).split(" (")[0] for r in replies] == [f"✔ {c.title}" for c in plan] + ["✅ Ready"], \
-        "no checkpoint warned: every one proven by the real engine"
+    assert [header(r).split(" (")[0] for r in replies] == [f"✔ {c.title}" for c in plan] + [
+        "✅ Ready"
+    ], "no checkpoint warned: every one proven by the real engine"
     by_title = {header(r).split(" (")[0]: block_text(r) for r in replies}
-    assert "2 active node(s), 0.0/2.0 GPU" in by_title["✔ Ray sees every node and GPU"]  # real `ray status`
+    assert (
+        "2 active node(s), 0.0/2.0 GPU" in by_title["✔ Ray sees every node and GPU"]
+    )  # real `ray status`
     weights = by_title["✔ Weights loaded on every rank"]
-    assert weights.count("Initializing model took") >= 2 and "ip=198.18.1.11" in weights, "rank 1 on the worker"
-    assert "CPU KV cache size" in by_title["✔ KV cache sized"] and "```" in by_title["✔ KV cache sized"]
+    assert weights.count("Initializing model took") >= 2 and "ip=198.18.1.11" in weights, (
+        "rank 1 on the worker"
+    )
+    assert (
+        "CPU KV cache size" in by_title["✔ KV cache sized"]
+        and "```" in by_title["✔ KV cache sized"]
+    )
     assert f"vLLM {VERSION}" in block_text(replies[-1]) and "tok/s" in block_text(replies[-1])
     parent = slack.message(CH, parent_ts)
     assert attachment_color(parent) == GREEN and block_text(parent).count("✅") == len(plan)

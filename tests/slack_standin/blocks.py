@@ -10,7 +10,7 @@ human-readable messages Slack puts in ``errors`` / ``response_metadata.messages`
 from __future__ import annotations
 
 import json
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 MAX_BLOCKS = 50
 MAX_BLOCKS_JSON_CHARS = 12_000  # Slack reports msg_blocks_too_long around 12-13k chars
@@ -48,7 +48,7 @@ KNOWN_BLOCK_TYPES = {
 
 class _V:
     def __init__(self) -> None:
-        self.errors: List[str] = []
+        self.errors: list[str] = []
 
     def err(self, msg: str, ptr: str) -> None:
         self.errors.append(f"{msg} [json-pointer:{ptr}]")
@@ -61,7 +61,7 @@ class _V:
         self,
         obj: Any,
         ptr: str,
-        limit: Optional[int],
+        limit: int | None,
         plain_only: bool = False,
         required: bool = True,
     ) -> None:
@@ -137,7 +137,9 @@ class _V:
                     self.err("must be a non-empty array", ptr + "/fields")
                 else:
                     if len(fields) > MAX_SECTION_FIELDS:
-                        self.err(f"must be less than {MAX_SECTION_FIELDS + 1} items", ptr + "/fields")
+                        self.err(
+                            f"must be less than {MAX_SECTION_FIELDS + 1} items", ptr + "/fields"
+                        )
                     for j, f in enumerate(fields):
                         self.text_obj(f, f"{ptr}/fields/{j}", MAX_SECTION_FIELD_TEXT)
             if "accessory" in b:
@@ -150,7 +152,9 @@ class _V:
                 self.err("must be a non-empty array", ptr + "/elements")
             else:
                 if len(els) > MAX_CONTEXT_ELEMENTS:
-                    self.err(f"must be less than {MAX_CONTEXT_ELEMENTS + 1} items", ptr + "/elements")
+                    self.err(
+                        f"must be less than {MAX_CONTEXT_ELEMENTS + 1} items", ptr + "/elements"
+                    )
                 for j, el in enumerate(els):
                     eptr = f"{ptr}/elements/{j}"
                     if isinstance(el, dict) and el.get("type") == "image":
@@ -163,7 +167,9 @@ class _V:
                 self.err("must be a non-empty array", ptr + "/elements")
             else:
                 if len(els) > MAX_ACTIONS_ELEMENTS:
-                    self.err(f"must be less than {MAX_ACTIONS_ELEMENTS + 1} items", ptr + "/elements")
+                    self.err(
+                        f"must be less than {MAX_ACTIONS_ELEMENTS + 1} items", ptr + "/elements"
+                    )
                 for j, el in enumerate(els):
                     self.element(el, f"{ptr}/elements/{j}")
         elif t == "image":
@@ -179,7 +185,7 @@ class _V:
                 self.max_len(text, MAX_MARKDOWN_BLOCK_TEXT, ptr + "/text")
 
 
-def parse_blocks(raw: Any) -> Tuple[Optional[list], Optional[str]]:
+def parse_blocks(raw: Any) -> tuple[list | None, str | None]:
     """Blocks arrive as a list (JSON body) or a JSON string (form body)."""
     if raw is None:
         return None, None
@@ -193,9 +199,13 @@ def parse_blocks(raw: Any) -> Tuple[Optional[list], Optional[str]]:
     return raw, None
 
 
-def validate_blocks(blocks: list, max_json_chars: int = MAX_BLOCKS_JSON_CHARS) -> Tuple[Optional[str], List[str]]:
+def validate_blocks(
+    blocks: list, max_json_chars: int = MAX_BLOCKS_JSON_CHARS
+) -> tuple[str | None, list[str]]:
     if len(blocks) > MAX_BLOCKS:
-        return "invalid_blocks", [f"must be less than {MAX_BLOCKS + 1} items [json-pointer:/blocks]"]
+        return "invalid_blocks", [
+            f"must be less than {MAX_BLOCKS + 1} items [json-pointer:/blocks]"
+        ]
     size = len(json.dumps(blocks, separators=(",", ":"), ensure_ascii=False))
     if size > max_json_chars:
         return "msg_blocks_too_long", [f"blocks JSON is {size} characters; limit {max_json_chars}"]
@@ -212,7 +222,7 @@ def validate_blocks(blocks: list, max_json_chars: int = MAX_BLOCKS_JSON_CHARS) -
     return None, []
 
 
-def find_button(blocks: Optional[list], action_id: str) -> Optional[Tuple[str, dict]]:
+def find_button(blocks: list | None, action_id: str) -> tuple[str, dict] | None:
     """Return (block_id, element) for the interactive element with `action_id`."""
     for b in blocks or []:
         if not isinstance(b, dict):

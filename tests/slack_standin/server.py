@@ -20,16 +20,22 @@ import json
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any
 
 import aiohttp
 from aiohttp import WSMsgType, web
 
 from tests import secrets
 
-from .blocks import find_button, parse_blocks, validate_blocks, MAX_BLOCKS_JSON_CHARS
-from .signing import DEFAULT_APP_ID, DEFAULT_TEAM_DOMAIN, DEFAULT_TEAM_ID, build_signed_slash_command
+from .blocks import MAX_BLOCKS_JSON_CHARS, find_button, parse_blocks, validate_blocks
+from .signing import (
+    DEFAULT_APP_ID,
+    DEFAULT_TEAM_DOMAIN,
+    DEFAULT_TEAM_ID,
+    build_signed_slash_command,
+)
 
 MAX_MESSAGE_TEXT = 40_000
 ACK_TIMEOUT = 3.0
@@ -48,23 +54,23 @@ class Call:
 
     seq: int
     method: str
-    params: Dict[str, Any]
-    token: Optional[str]
+    params: dict[str, Any]
+    token: str | None
     time: float  # time.monotonic() when received
     wall_time: float
     http_method: str = "POST"
     content_type: str = ""
     status: int = 200
-    result: Optional[Dict[str, Any]] = None  # None when the connection was dropped
+    result: dict[str, Any] | None = None  # None when the connection was dropped
     dropped: bool = False
-    notes: List[str] = field(default_factory=list)  # e.g. "text_truncated"
+    notes: list[str] = field(default_factory=list)  # e.g. "text_truncated"
 
     @property
     def ok(self) -> bool:
         return bool(self.result and self.result.get("ok"))
 
     @property
-    def error(self) -> Optional[str]:
+    def error(self) -> str | None:
         return None if self.result is None else self.result.get("error")
 
 
@@ -72,8 +78,8 @@ class Call:
 class Ack:
     envelope_id: str
     type: str  # "slash_commands" / "interactive"
-    envelope: Dict[str, Any]
-    payload: Optional[Dict[str, Any]]  # what the app put in its ack (None if empty)
+    envelope: dict[str, Any]
+    payload: dict[str, Any] | None  # what the app put in its ack (None if empty)
     latency: float  # seconds from envelope sent to ack received
     connection_id: int
     sent_at: float = 0.0  # time.monotonic() when the envelope was sent
@@ -83,8 +89,8 @@ class Ack:
 class ResponseUrlPost:
     seq: int
     key: str
-    envelope_id: Optional[str]
-    body: Dict[str, Any]
+    envelope_id: str | None
+    body: dict[str, Any]
     time: float
 
     @property
@@ -92,7 +98,7 @@ class ResponseUrlPost:
         return self.body.get("response_type", "ephemeral")
 
     @property
-    def text(self) -> Optional[str]:
+    def text(self) -> str | None:
         return self.body.get("text")
 
 
@@ -102,9 +108,9 @@ class SocketConnection:
     ws: web.WebSocketResponse
     ticket: str
     opened_at: float
-    closed_at: Optional[float] = None
+    closed_at: float | None = None
     pings: int = 0
-    received: List[Dict[str, Any]] = field(default_factory=list)
+    received: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def open(self) -> bool:
@@ -146,8 +152,8 @@ class SlackStandIn:
         app_id: str = DEFAULT_APP_ID,
         bot_user_id: str = "U0SPARKBOT",
         bot_id: str = "B0SPARKBOT",
-        channels: Optional[Dict[str, str]] = None,
-        users: Optional[Dict[str, str]] = None,
+        channels: dict[str, str] | None = None,
+        users: dict[str, str] | None = None,
         blocks_max_chars: int = MAX_BLOCKS_JSON_CHARS,
         ack_timeout: float = ACK_TIMEOUT,
         host: str = "127.0.0.1",
@@ -166,41 +172,45 @@ class SlackStandIn:
         self.blocks_max_chars = blocks_max_chars
         self.ack_timeout = ack_timeout
         # id -> name
-        self.channels: Dict[str, str] = dict(
-            channels if channels is not None else {"C0SPARKOPS": "spark-ops", "C0GENERAL": "general"}
+        self.channels: dict[str, str] = dict(
+            channels
+            if channels is not None
+            else {"C0SPARKOPS": "spark-ops", "C0GENERAL": "general"}
         )
-        self.users: Dict[str, str] = dict(users if users is not None else {"U0ALICE": "alice", "U0BOB": "bob"})
+        self.users: dict[str, str] = dict(
+            users if users is not None else {"U0ALICE": "alice", "U0BOB": "bob"}
+        )
         self.users.setdefault(bot_user_id, "spark-bot")
 
-        self._calls: List[Call] = []
+        self._calls: list[Call] = []
         self._seq = itertools.count(1)
-        self._changed: Optional[asyncio.Condition] = None
-        self._faults: Dict[str, Deque[_Fault]] = {}
-        self._share: Optional[tuple] = None  # (every, methods, retry_after, calls so far)
+        self._changed: asyncio.Condition | None = None
+        self._faults: dict[str, deque[_Fault]] = {}
+        self._share: tuple | None = None  # (every, methods, retry_after, calls so far)
         self._last_ts_us = 0
         self._file_seq = itertools.count(1)
         self._block_seq = itertools.count(1)
 
         # channel -> ts -> message (parents and replies both live here, ordered by ts)
-        self._store: Dict[str, Dict[str, Dict[str, Any]]] = {}
-        self._ephemerals: List[Dict[str, Any]] = []
-        self._files: Dict[str, Dict[str, Any]] = {}
-        self._upload_keys: Dict[str, str] = {}  # upload key -> file id
+        self._store: dict[str, dict[str, dict[str, Any]]] = {}
+        self._ephemerals: list[dict[str, Any]] = []
+        self._files: dict[str, dict[str, Any]] = {}
+        self._upload_keys: dict[str, str] = {}  # upload key -> file id
 
-        self._tickets: Dict[str, int] = {}  # ticket -> times used
-        self.connections: List[SocketConnection] = []
+        self._tickets: dict[str, int] = {}  # ticket -> times used
+        self.connections: list[SocketConnection] = []
         self._conn_seq = itertools.count(1)
-        self._pending: Dict[str, asyncio.Future] = {}
-        self._sent_at: Dict[str, float] = {}
-        self._envelopes: Dict[str, Dict[str, Any]] = {}
-        self.acks: List[Ack] = []
-        self.late_acks: List[Ack] = []
-        self.responses: List[ResponseUrlPost] = []
-        self._response_keys: Dict[str, Dict[str, Any]] = {}  # key -> context
+        self._pending: dict[str, asyncio.Future] = {}
+        self._sent_at: dict[str, float] = {}
+        self._envelopes: dict[str, dict[str, Any]] = {}
+        self.acks: list[Ack] = []
+        self.late_acks: list[Ack] = []
+        self.responses: list[ResponseUrlPost] = []
+        self._response_keys: dict[str, dict[str, Any]] = {}  # key -> context
 
-        self._runner: Optional[web.AppRunner] = None
-        self.port: Optional[int] = None
-        self._http: Optional[aiohttp.ClientSession] = None
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+        self._http: aiohttp.ClientSession | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -213,7 +223,7 @@ class SlackStandIn:
         """Pass as ``AsyncWebClient(base_url=...)`` (trailing slash, like slack_sdk's default)."""
         return f"{self.base_url}/api/"
 
-    async def start(self) -> "SlackStandIn":
+    async def start(self) -> SlackStandIn:
         self._changed = asyncio.Condition()
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/api/{method}", self._handle_api)
@@ -221,7 +231,9 @@ class SlackStandIn:
         app.router.add_get("/link/", self._handle_ws)
         app.router.add_get("/link", self._handle_ws)
         app.router.add_post("/response_url/{key}", self._handle_response_url)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(
+            app, handle_signals=False, access_log=None, shutdown_timeout=1.0
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, 0)
         await site.start()
@@ -241,7 +253,7 @@ class SlackStandIn:
             await self._runner.cleanup()
             self._runner = None
 
-    async def __aenter__(self) -> "SlackStandIn":
+    async def __aenter__(self) -> SlackStandIn:
         return await self.start()
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -249,10 +261,10 @@ class SlackStandIn:
 
     # ------------------------------------------------------------------ registry
 
-    def add_channel(self, channel_id: str, name: Optional[str] = None) -> None:
+    def add_channel(self, channel_id: str, name: str | None = None) -> None:
         self.channels[channel_id] = name or channel_id.lower()
 
-    def add_user(self, user_id: str, name: Optional[str] = None) -> None:
+    def add_user(self, user_id: str, name: str | None = None) -> None:
         self.users[user_id] = name or user_id.lower()
 
     def add_token(self, token: str) -> None:
@@ -265,12 +277,14 @@ class SlackStandIn:
         q = self._faults.setdefault(method, deque())
         q.extend(_Fault("ratelimit", retry_after=retry_after) for _ in range(times))
 
-    def rate_limit_share(self, every: int, methods: List[str], retry_after: int = 1) -> None:
+    def rate_limit_share(self, every: int, methods: list[str], retry_after: int = 1) -> None:
         """Answer every `every`-th call of `methods` (counted together, after any armed fault)
         with HTTP 429 + Retry-After, until `rate_limit_share(0, [])`."""
         self._share = (every, set(methods), retry_after, 0) if every else None
 
-    def fail(self, method: str, error: str = "internal_error", times: int = 1, status: int = 200) -> None:
+    def fail(
+        self, method: str, error: str = "internal_error", times: int = 1, status: int = 200
+    ) -> None:
         """Answer the next `times` calls with {"ok": false, "error": error} (HTTP `status`)."""
         q = self._faults.setdefault(method, deque())
         q.extend(_Fault("error", error=error, status=status) for _ in range(times))
@@ -282,10 +296,10 @@ class SlackStandIn:
 
     # ------------------------------------------------------------------ query helpers
 
-    def calls(self, method: Optional[str] = None) -> List[Call]:
+    def calls(self, method: str | None = None) -> list[Call]:
         return [c for c in self._calls if method is None or c.method == method]
 
-    def messages(self, channel: str) -> List[Dict[str, Any]]:
+    def messages(self, channel: str) -> list[dict[str, Any]]:
         """Current state of `channel`: parent messages (ts order), each with "replies"."""
         msgs = self._store.get(channel, {})
         parents = []
@@ -302,30 +316,39 @@ class SlackStandIn:
             parents.append(p)
         return parents
 
-    def sent_by_apps(self) -> List[tuple]:
+    def sent_by_apps(self) -> list[tuple]:
         """(where, text) for everything an app sent: each call's params, each ack's payload, each
         response_url post, each uploaded file's content (the token of a call is not included)."""
         sent = [(f"{c.method} #{c.seq}", json.dumps(c.params, default=repr)) for c in self._calls]
-        sent += [(f"ack of {a.envelope_id}", json.dumps(a.payload)) for a in self.acks + self.late_acks]
+        sent += [
+            (f"ack of {a.envelope_id}", json.dumps(a.payload)) for a in self.acks + self.late_acks
+        ]
         sent += [(f"response_url post #{r.seq}", json.dumps(r.body)) for r in self.responses]
-        sent += [(f"file {f['id']}", (f["content"] or b"").decode(errors="replace")) for f in self._files.values()]
+        sent += [
+            (f"file {f['id']}", (f["content"] or b"").decode(errors="replace"))
+            for f in self._files.values()
+        ]
         return sent
 
-    def message(self, channel: str, ts: str) -> Optional[Dict[str, Any]]:
+    def message(self, channel: str, ts: str) -> dict[str, Any] | None:
         m = self._store.get(channel, {}).get(ts)
         return copy.deepcopy(m) if m else None
 
-    def thread(self, channel: str, thread_ts: str) -> List[Dict[str, Any]]:
+    def thread(self, channel: str, thread_ts: str) -> list[dict[str, Any]]:
         """Replies in a thread (excluding the parent), in order."""
         for p in self.messages(channel):
             if p["ts"] == thread_ts:
                 return p["replies"]
         return []
 
-    def ephemerals(self, user_id: Optional[str] = None) -> List[Dict[str, Any]]:
-        return [copy.deepcopy(e) for e in self._ephemerals if user_id is None or e.get("user") == user_id]
+    def ephemerals(self, user_id: str | None = None) -> list[dict[str, Any]]:
+        return [
+            copy.deepcopy(e)
+            for e in self._ephemerals
+            if user_id is None or e.get("user") == user_id
+        ]
 
-    def files(self) -> Dict[str, Dict[str, Any]]:
+    def files(self) -> dict[str, dict[str, Any]]:
         return copy.deepcopy(self._files)
 
     # ------------------------------------------------------------------ waiting (event-driven)
@@ -337,7 +360,7 @@ class SlackStandIn:
 
     async def _wait(self, find: Callable[[], Any], timeout: float, what: str) -> Any:
         assert self._changed is not None
-        result: List[Any] = []
+        result: list[Any] = []
 
         def check() -> bool:
             r = find()
@@ -349,8 +372,10 @@ class SlackStandIn:
         async with self._changed:
             try:
                 await asyncio.wait_for(self._changed.wait_for(check), timeout)
-            except asyncio.TimeoutError:
-                raise asyncio.TimeoutError(f"timed out after {timeout}s waiting for {what}") from None
+            except TimeoutError:
+                raise TimeoutError(
+                    f"timed out after {timeout}s waiting for {what}"
+                ) from None
         return result[0]
 
     async def wait_until(self, condition: Callable[[], Any], timeout: float = 5.0) -> Any:
@@ -367,7 +392,7 @@ class SlackStandIn:
     ) -> Call:
         """The first recorded call (with seq > `after`) matching `predicate`."""
 
-        def find() -> Optional[Call]:
+        def find() -> Call | None:
             for c in self._calls:
                 if c.seq > after and predicate(c):
                     return c
@@ -375,7 +400,9 @@ class SlackStandIn:
 
         return await self._wait(find, timeout, "a matching call")
 
-    async def wait_for_call(self, method: str, timeout: float = 5.0, *, after: int = 0, **params: Any) -> Call:
+    async def wait_for_call(
+        self, method: str, timeout: float = 5.0, *, after: int = 0, **params: Any
+    ) -> Call:
         """The first call of `method` whose params include all of `params`."""
         return await self.wait_for(
             lambda c: c.method == method and all(c.params.get(k) == v for k, v in params.items()),
@@ -383,7 +410,7 @@ class SlackStandIn:
             after=after,
         )
 
-    async def wait_for_calls(self, method: str, count: int, timeout: float = 5.0) -> List[Call]:
+    async def wait_for_calls(self, method: str, count: int, timeout: float = 5.0) -> list[Call]:
         return await self._wait(
             lambda: (lambda cs: cs if len(cs) >= count else None)(self.calls(method)),
             timeout,
@@ -392,14 +419,14 @@ class SlackStandIn:
 
     async def wait_for_response(
         self,
-        predicate: Optional[Callable[[ResponseUrlPost], bool]] = None,
+        predicate: Callable[[ResponseUrlPost], bool] | None = None,
         timeout: float = 5.0,
         *,
         after: int = 0,
     ) -> ResponseUrlPost:
         """The first POST to a response_url (seq > `after`) matching `predicate`."""
 
-        def find() -> Optional[ResponseUrlPost]:
+        def find() -> ResponseUrlPost | None:
             for r in self.responses:
                 if r.seq > after and (predicate is None or predicate(r)):
                     return r
@@ -410,7 +437,7 @@ class SlackStandIn:
     async def wait_for_connection(self, count: int = 1, timeout: float = 5.0) -> SocketConnection:
         """Wait until `count` Socket Mode connections have been opened and one is open."""
 
-        def find() -> Optional[SocketConnection]:
+        def find() -> SocketConnection | None:
             if len(self.connections) >= count:
                 live = [c for c in self.connections if c.open]
                 return live[-1] if live else None
@@ -418,8 +445,12 @@ class SlackStandIn:
 
         return await self._wait(find, timeout, f"socket connection #{count}")
 
-    async def wait_for_closed(self, conn: SocketConnection, timeout: float = 5.0) -> SocketConnection:
-        return await self._wait(lambda: conn if conn.closed_at is not None else None, timeout, "connection close")
+    async def wait_for_closed(
+        self, conn: SocketConnection, timeout: float = 5.0
+    ) -> SocketConnection:
+        return await self._wait(
+            lambda: conn if conn.closed_at is not None else None, timeout, "connection close"
+        )
 
     def last_seq(self) -> int:
         """Seq of the latest recorded call (use as `after=` to wait for new calls only)."""
@@ -438,8 +469,8 @@ class SlackStandIn:
 
     # ------------------------------------------------------------------ Web API
 
-    async def _parse(self, request: web.Request) -> Dict[str, Any]:
-        params: Dict[str, Any] = dict(request.query)
+    async def _parse(self, request: web.Request) -> dict[str, Any]:
+        params: dict[str, Any] = dict(request.query)
         ctype = request.content_type
         if request.method == "POST" and request.can_read_body:
             if ctype == "application/json":
@@ -468,7 +499,7 @@ class SlackStandIn:
             http_method=request.method,
             content_type=request.content_type,
         )
-        headers: Dict[str, str] = {}
+        headers: dict[str, str] = {}
         q = self._faults.get(method)
         fault = q.popleft() if q else None
         if fault is None and self._share is not None and method in self._share[1]:
@@ -483,7 +514,7 @@ class SlackStandIn:
             if fault is not None and fault.kind == "ratelimit":
                 call.status = 429
                 headers["Retry-After"] = str(fault.retry_after)
-                result: Dict[str, Any] = {"ok": False, "error": "ratelimited"}
+                result: dict[str, Any] = {"ok": False, "error": "ratelimited"}
             elif fault is not None:
                 call.status = fault.status
                 result = {"ok": False, "error": fault.error}
@@ -500,7 +531,7 @@ class SlackStandIn:
         await self._notify()
         return web.json_response(result, status=call.status, headers=headers)
 
-    def _auth_check(self, method: str, token: Optional[str]) -> Optional[Dict[str, Any]]:
+    def _auth_check(self, method: str, token: str | None) -> dict[str, Any] | None:
         if not token:
             return {"ok": False, "error": "not_authed"}
         if token not in self.bot_tokens and token not in self.app_tokens:
@@ -510,7 +541,7 @@ class SlackStandIn:
             return {"ok": False, "error": "not_allowed_token_type"}
         return None
 
-    def _dispatch(self, method: str, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _dispatch(self, method: str, p: dict[str, Any], call: Call) -> dict[str, Any]:
         handler = {
             "auth.test": self._auth_test,
             "apps.connections.open": self._apps_connections_open,
@@ -529,7 +560,7 @@ class SlackStandIn:
             return {"ok": False, "error": "unknown_method"}
         return handler(p, call)
 
-    def _auth_test(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _auth_test(self, p: dict[str, Any], call: Call) -> dict[str, Any]:
         return {
             "ok": True,
             "url": f"https://{self.team_domain}.slack.com/",
@@ -542,14 +573,19 @@ class SlackStandIn:
             "is_enterprise_install": False,
         }
 
-    def _apps_connections_open(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _apps_connections_open(self, p: dict[str, Any], call: Call) -> dict[str, Any]:
         ticket = uuid.uuid4().hex
         self._tickets[ticket] = 0
-        return {"ok": True, "url": f"ws://{self.host}:{self.port}/link/?ticket={ticket}&app_id={self.app_id}"}
+        return {
+            "ok": True,
+            "url": f"ws://{self.host}:{self.port}/link/?ticket={ticket}&app_id={self.app_id}",
+        }
 
     # -- messages
 
-    def _check_content(self, p: Dict[str, Any], call: Call, require: bool = True) -> Optional[Dict[str, Any]]:
+    def _check_content(
+        self, p: dict[str, Any], call: Call, require: bool = True
+    ) -> dict[str, Any] | None:
         """Validate text/blocks in place (blocks parsed, text truncated). Returns an error or None."""
         if "blocks" in p:
             blocks, err = parse_blocks(p["blocks"])
@@ -559,7 +595,12 @@ class SlackStandIn:
             if blocks is not None:
                 err, details = validate_blocks(blocks, self.blocks_max_chars)
                 if err:
-                    return {"ok": False, "error": err, "errors": details, "response_metadata": {"messages": [f"[ERROR] {d}" for d in details]}}
+                    return {
+                        "ok": False,
+                        "error": err,
+                        "errors": details,
+                        "response_metadata": {"messages": [f"[ERROR] {d}" for d in details]},
+                    }
         text = p.get("text")
         if isinstance(text, str) and len(text) > MAX_MESSAGE_TEXT:
             p["text"] = text[:MAX_MESSAGE_TEXT]
@@ -568,7 +609,7 @@ class SlackStandIn:
             return {"ok": False, "error": "no_text"}
         return None
 
-    def _assign_block_ids(self, blocks: Optional[list]) -> Optional[list]:
+    def _assign_block_ids(self, blocks: list | None) -> list | None:
         if not blocks:
             return blocks
         out = copy.deepcopy(blocks)
@@ -577,20 +618,22 @@ class SlackStandIn:
                 b["block_id"] = f"b{next(self._block_seq):04d}"
         return out
 
-    def _channel_error(self, channel: Any) -> Optional[Dict[str, Any]]:
+    def _channel_error(self, channel: Any) -> dict[str, Any] | None:
         if not channel or channel not in self.channels:
             return {"ok": False, "error": "channel_not_found"}
         return None
 
-    def _resolve_thread(self, channel: str, thread_ts: Any) -> Optional[str]:
+    def _resolve_thread(self, channel: str, thread_ts: Any) -> str | None:
         parent = self._store.get(channel, {}).get(str(thread_ts))
         if parent is None:
             return None
         return parent.get("thread_ts") or parent["ts"]
 
-    def _new_message(self, channel: str, text: str, blocks: Optional[list], **extra: Any) -> Dict[str, Any]:
+    def _new_message(
+        self, channel: str, text: str, blocks: list | None, **extra: Any
+    ) -> dict[str, Any]:
         ts = self._next_ts()
-        msg: Dict[str, Any] = {
+        msg: dict[str, Any] = {
             "type": "message",
             "ts": ts,
             "channel": channel,
@@ -621,7 +664,7 @@ class SlackStandIn:
                     return cid
         return channel
 
-    def _chat_post_message(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _chat_post_message(self, p: dict[str, Any], call: Call) -> dict[str, Any]:
         channel = self._resolve_channel_name(p.get("channel"))
         err = self._channel_error(channel) or self._check_content(p, call)
         if err:
@@ -631,7 +674,7 @@ class SlackStandIn:
             thread_ts = self._resolve_thread(channel, p["thread_ts"])
             if thread_ts is None:
                 return {"ok": False, "error": "thread_not_found"}
-        extra: Dict[str, Any] = {"thread_ts": thread_ts}
+        extra: dict[str, Any] = {"thread_ts": thread_ts}
         if thread_ts and _truthy(p.get("reply_broadcast")):
             extra["reply_broadcast"] = True
             extra["subtype"] = "thread_broadcast"
@@ -644,7 +687,7 @@ class SlackStandIn:
         msg = self._new_message(channel, p.get("text") or "", p.get("blocks"), **extra)
         return {"ok": True, "channel": channel, "ts": msg["ts"], "message": copy.deepcopy(msg)}
 
-    def _chat_update(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _chat_update(self, p: dict[str, Any], call: Call) -> dict[str, Any]:
         channel = p.get("channel")
         err = self._channel_error(channel)
         if err:
@@ -656,7 +699,12 @@ class SlackStandIn:
         err = self._check_content(p, call, require=False)
         if err:
             return err
-        if not p.get("text") and not p.get("blocks") and not p.get("attachments") and not p.get("file_ids"):
+        if (
+            not p.get("text")
+            and not p.get("blocks")
+            and not p.get("attachments")
+            and not p.get("file_ids")
+        ):
             return {"ok": False, "error": "no_text"}
         # Slack keeps fields that are not sent; an empty blocks array clears them.
         if "text" in p:
@@ -668,9 +716,15 @@ class SlackStandIn:
             msg["attachments"] = json.loads(att) if isinstance(att, str) else att
         msg["edited"] = {"user": self.bot_user_id, "ts": self._next_ts()}
         msg["update_count"] = msg.get("update_count", 0) + 1
-        return {"ok": True, "channel": channel, "ts": ts, "text": msg["text"], "message": copy.deepcopy(msg)}
+        return {
+            "ok": True,
+            "channel": channel,
+            "ts": ts,
+            "text": msg["text"],
+            "message": copy.deepcopy(msg),
+        }
 
-    def _chat_post_ephemeral(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _chat_post_ephemeral(self, p: dict[str, Any], call: Call) -> dict[str, Any]:
         channel = p.get("channel")
         err = self._channel_error(channel)
         if err:
@@ -695,7 +749,7 @@ class SlackStandIn:
         )
         return {"ok": True, "message_ts": ts}
 
-    def _chat_get_permalink(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _chat_get_permalink(self, p: dict[str, Any], call: Call) -> dict[str, Any]:
         channel = p.get("channel")
         err = self._channel_error(channel)
         if err:
@@ -709,7 +763,7 @@ class SlackStandIn:
             link += f"?thread_ts={msg['thread_ts']}&cid={channel}"
         return {"ok": True, "channel": channel, "permalink": link}
 
-    def _reactions_add(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _reactions_add(self, p: dict[str, Any], call: Call) -> dict[str, Any]:
         channel = p.get("channel")
         err = self._channel_error(channel)
         if err:
@@ -731,7 +785,7 @@ class SlackStandIn:
         reactions.append({"name": name, "users": [self.bot_user_id], "count": 1})
         return {"ok": True}
 
-    def _users_info(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _users_info(self, p: dict[str, Any], call: Call) -> dict[str, Any]:
         uid = p.get("user")
         if uid not in self.users:
             return {"ok": False, "error": "user_not_found"}
@@ -751,7 +805,7 @@ class SlackStandIn:
             },
         }
 
-    def _conversations_open(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _conversations_open(self, p: dict[str, Any], call: Call) -> dict[str, Any]:
         """A direct message with one user (what the bot needs; group DMs are not modelled)."""
         users = str(p.get("users") or "").split(",")
         if users == [""]:
@@ -762,7 +816,7 @@ class SlackStandIn:
         self.channels.setdefault(channel, f"dm-{self.users[users[0]]}")
         return {"ok": True, "channel": {"id": channel}}
 
-    def _conversations_info(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _conversations_info(self, p: dict[str, Any], call: Call) -> dict[str, Any]:
         cid = p.get("channel")
         err = self._channel_error(cid)
         if err:
@@ -784,7 +838,7 @@ class SlackStandIn:
 
     # -- files (upload v2)
 
-    def _files_get_upload_url(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _files_get_upload_url(self, p: dict[str, Any], call: Call) -> dict[str, Any]:
         filename = p.get("filename")
         length = p.get("length")
         try:
@@ -844,7 +898,7 @@ class SlackStandIn:
         await self._notify()
         return web.Response(text=f"OK - {len(data)}", content_type="text/plain")
 
-    def _files_complete_upload(self, p: Dict[str, Any], call: Call) -> Dict[str, Any]:
+    def _files_complete_upload(self, p: dict[str, Any], call: Call) -> dict[str, Any]:
         raw = p.get("files")
         try:
             files = json.loads(raw) if isinstance(raw, str) else raw
@@ -890,10 +944,12 @@ class SlackStandIn:
                 upload=True,
             )
             for i in files:
-                self._files[i["id"]]["shares"] = {"public": {channel: [{"ts": msg["ts"], "thread_ts": thread_ts}]}}
+                self._files[i["id"]]["shares"] = {
+                    "public": {channel: [{"ts": msg["ts"], "thread_ts": thread_ts}]}
+                }
         return {"ok": True, "files": out}
 
-    def _file_obj(self, f: Dict[str, Any]) -> Dict[str, Any]:
+    def _file_obj(self, f: dict[str, Any]) -> dict[str, Any]:
         name = f["name"]
         ext = name.rsplit(".", 1)[-1].lower() if "." in name else "text"
         return {
@@ -901,14 +957,16 @@ class SlackStandIn:
             "name": name,
             "title": f["title"],
             "filetype": ext,
-            "mimetype": "text/plain" if ext in ("txt", "log", "text") else "application/octet-stream",
+            "mimetype": "text/plain"
+            if ext in ("txt", "log", "text")
+            else "application/octet-stream",
             "size": len(f["content"] or b""),
             "user": self.bot_user_id,
             "url_private": f"{self.base_url}/files/{f['id']}/{name}",
             "permalink": f"https://{self.team_domain}.slack.com/files/{self.bot_user_id}/{f['id']}/{name}",
         }
 
-    def file_content(self, file_id: str) -> Optional[bytes]:
+    def file_content(self, file_id: str) -> bytes | None:
         f = self._files.get(file_id)
         return None if f is None else f["content"]
 
@@ -921,7 +979,9 @@ class SlackStandIn:
         self._tickets[ticket] += 1
         ws = web.WebSocketResponse(autoping=False)
         await ws.prepare(request)
-        conn = SocketConnection(id=next(self._conn_seq), ws=ws, ticket=ticket, opened_at=time.monotonic())
+        conn = SocketConnection(
+            id=next(self._conn_seq), ws=ws, ticket=ticket, opened_at=time.monotonic()
+        )
         self.connections.append(conn)
         await ws.send_json(
             {
@@ -978,7 +1038,7 @@ class SlackStandIn:
             self.late_acks.append(ack)
         await self._notify()
 
-    def _apply_ack_payload(self, env: Dict[str, Any], payload: Optional[Dict[str, Any]]) -> None:
+    def _apply_ack_payload(self, env: dict[str, Any], payload: dict[str, Any] | None) -> None:
         """A slash-command ack with a body is shown to the invoking user (or the channel)."""
         if env["type"] != "slash_commands" or not payload:
             return
@@ -997,17 +1057,17 @@ class SlackStandIn:
                 }
             )
 
-    def _live_connection(self) -> Optional[SocketConnection]:
+    def _live_connection(self) -> SocketConnection | None:
         live = [c for c in self.connections if c.open]
         return live[-1] if live else None
 
     async def send_envelope(
         self,
         type_: str,
-        payload: Dict[str, Any],
+        payload: dict[str, Any],
         *,
         accepts_response_payload: bool,
-        timeout: Optional[float] = None,
+        timeout: float | None = None,
         connect_timeout: float = 5.0,
     ) -> Ack:
         """Deliver an envelope on the newest open connection; wait for its ack."""
@@ -1027,7 +1087,7 @@ class SlackStandIn:
         limit = self.ack_timeout if timeout is None else timeout
         try:
             return await asyncio.wait_for(asyncio.shield(fut), limit)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise AckTimeout(f"{type_} envelope {eid} not acknowledged within {limit}s") from None
         finally:
             if not fut.done():
@@ -1045,17 +1105,23 @@ class SlackStandIn:
         text: str,
         command: str = "/spark",
         *,
-        timeout: Optional[float] = None,
+        timeout: float | None = None,
     ) -> Ack:
         """Deliver a slash command over Socket Mode. Returns the Ack (payload, latency);
         raises AckTimeout if the app does not ack within 3 s."""
-        response_url = self._new_response_url(kind="slash_commands", channel=channel_id, user=user_id)
+        response_url = self._new_response_url(
+            kind="slash_commands", channel=channel_id, user=user_id
+        )
         payload = self._slash_payload(user_id, channel_id, text, command, response_url)
-        ack = await self.send_envelope("slash_commands", payload, accepts_response_payload=True, timeout=timeout)
+        ack = await self.send_envelope(
+            "slash_commands", payload, accepts_response_payload=True, timeout=timeout
+        )
         self._response_keys[response_url.rsplit("/", 1)[1]]["envelope_id"] = ack.envelope_id
         return ack
 
-    def _slash_payload(self, user_id: str, channel_id: str, text: str, command: str, response_url: str) -> Dict[str, Any]:
+    def _slash_payload(
+        self, user_id: str, channel_id: str, text: str, command: str, response_url: str
+    ) -> dict[str, Any]:
         from .signing import slash_command_form
 
         return slash_command_form(
@@ -1078,9 +1144,9 @@ class SlackStandIn:
         channel_id: str,
         message_ts: str,
         action_id: str,
-        value: Optional[str] = None,
+        value: str | None = None,
         *,
-        timeout: Optional[float] = None,
+        timeout: float | None = None,
     ) -> Ack:
         """A user clicks the button `action_id` on a message (or ephemeral) the app posted.
         The button must exist in the message's blocks, as in Slack."""
@@ -1088,7 +1154,12 @@ class SlackStandIn:
         ephemeral = None
         if msg is None:
             ephemeral = next(
-                (e for e in self._ephemerals if e["ts"] == message_ts and e["channel"] == channel_id), None
+                (
+                    e
+                    for e in self._ephemerals
+                    if e["ts"] == message_ts and e["channel"] == channel_id
+                ),
+                None,
             )
             if ephemeral is None:
                 raise LookupError(f"no message {message_ts} in {channel_id}")
@@ -1107,7 +1178,7 @@ class SlackStandIn:
         }
         if element.get("style"):
             action["style"] = element["style"]
-        container: Dict[str, Any] = {
+        container: dict[str, Any] = {
             "type": "message",
             "message_ts": message_ts,
             "channel_id": channel_id,
@@ -1119,7 +1190,7 @@ class SlackStandIn:
         response_url = self._new_response_url(
             kind="interactive", channel=channel_id, user=user_id, message_ts=message_ts
         )
-        payload: Dict[str, Any] = {
+        payload: dict[str, Any] = {
             "type": "block_actions",
             "user": {
                 "id": user_id,
@@ -1134,20 +1205,27 @@ class SlackStandIn:
             "team": {"id": self.team_id, "domain": self.team_domain},
             "enterprise": None,
             "is_enterprise_install": False,
-            "channel": {"id": channel_id, "name": self.channels.get(channel_id, channel_id.lower())},
+            "channel": {
+                "id": channel_id,
+                "name": self.channels.get(channel_id, channel_id.lower()),
+            },
             "state": {"values": {}},
             "response_url": response_url,
             "actions": [action],
         }
         if msg is not None:
             payload["message"] = copy.deepcopy(msg)
-        return await self.send_envelope("interactive", payload, accepts_response_payload=False, timeout=timeout)
+        return await self.send_envelope(
+            "interactive", payload, accepts_response_payload=False, timeout=timeout
+        )
 
     async def disconnect(self, reason: str = "refresh_requested", *, close: bool = False) -> None:
         """Send Slack's {"type": "disconnect"} to every open connection; with close=True
         also close the sockets from the server side right away."""
         for c in [c for c in self.connections if c.open]:
-            await c.ws.send_json({"type": "disconnect", "reason": reason, "debug_info": {"host": "applink-standin"}})
+            await c.ws.send_json(
+                {"type": "disconnect", "reason": reason, "debug_info": {"host": "applink-standin"}}
+            )
             if close:
                 await c.ws.close(code=aiohttp.WSCloseCode.GOING_AWAY)
 
@@ -1168,7 +1246,11 @@ class SlackStandIn:
         except ValueError:
             return web.Response(status=400, text="invalid_payload", content_type="text/plain")
         post = ResponseUrlPost(
-            seq=len(self.responses) + 1, key=key, envelope_id=ctx.get("envelope_id"), body=body, time=time.monotonic()
+            seq=len(self.responses) + 1,
+            key=key,
+            envelope_id=ctx.get("envelope_id"),
+            body=body,
+            time=time.monotonic(),
         )
         channel, user = ctx["channel"], ctx["user"]
         if _truthy(body.get("delete_original")) and ctx.get("message_ts"):
@@ -1217,11 +1299,13 @@ class SlackStandIn:
         text: str,
         command: str = "/spark",
         *,
-        signing_secret: Optional[str] = None,
-        timestamp: Optional[int] = None,
-    ) -> "HttpResult":
+        signing_secret: str | None = None,
+        timestamp: int | None = None,
+    ) -> HttpResult:
         """POST a signed slash command to the app's HTTP endpoint (like Slack in HTTP mode)."""
-        response_url = self._new_response_url(kind="slash_commands", channel=channel_id, user=user_id)
+        response_url = self._new_response_url(
+            kind="slash_commands", channel=channel_id, user=user_id
+        )
         req = build_signed_slash_command(
             signing_secret or self.signing_secret,
             user_id=user_id,
@@ -1242,7 +1326,12 @@ class SlackStandIn:
         start = time.monotonic()
         async with self._http.post(url, data=req.body.encode(), headers=req.headers) as res:
             body = await res.text()
-            return HttpResult(status=res.status, body=body, latency=time.monotonic() - start, headers=dict(res.headers))
+            return HttpResult(
+                status=res.status,
+                body=body,
+                latency=time.monotonic() - start,
+                headers=dict(res.headers),
+            )
 
 
 @dataclass
@@ -1250,10 +1339,18 @@ class HttpResult:
     status: int
     body: str
     latency: float
-    headers: Dict[str, str]
+    headers: dict[str, str]
 
     def json(self) -> Any:
         return json.loads(self.body) if self.body else None
 
 
-__all__ = ["SlackStandIn", "Call", "Ack", "ResponseUrlPost", "SocketConnection", "AckTimeout", "HttpResult"]
+__all__ = [
+    "Ack",
+    "AckTimeout",
+    "Call",
+    "HttpResult",
+    "ResponseUrlPost",
+    "SlackStandIn",
+    "SocketConnection",
+]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Optional
 from urllib.parse import urlencode
 
 from slack_sdk.signature import SignatureVerifier
@@ -17,7 +16,7 @@ DEFAULT_APP_ID = "A0SPARKAPP"
 @dataclass
 class SignedRequest:
     body: str
-    headers: Dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
     timestamp: str = ""
 
 
@@ -27,15 +26,15 @@ def slash_command_form(
     channel_id: str,
     text: str,
     command: str = "/spark",
-    user_name: Optional[str] = None,
-    channel_name: Optional[str] = None,
+    user_name: str | None = None,
+    channel_name: str | None = None,
     response_url: str = "https://hooks.slack.com/commands/T0SPARK/1/xyz",
     trigger_id: str = "1.2.trigger",
     team_id: str = DEFAULT_TEAM_ID,
     team_domain: str = DEFAULT_TEAM_DOMAIN,
     api_app_id: str = DEFAULT_APP_ID,
     token: str = "verification-token-deprecated",
-) -> Dict[str, str]:
+) -> dict[str, str]:
     """The form fields Slack sends for a slash command (HTTP and Socket Mode alike)."""
     return {
         "token": token,
@@ -58,7 +57,7 @@ def sign_body(
     signing_secret: str,
     body: str,
     *,
-    timestamp: Optional[int] = None,
+    timestamp: int | None = None,
     content_type: str = "application/x-www-form-urlencoded",
 ) -> SignedRequest:
     """Sign `body` with `signing_secret` at `timestamp` (default: now).
@@ -84,9 +83,11 @@ def build_signed_slash_command(
     channel_id: str,
     text: str,
     command: str = "/spark",
-    timestamp: Optional[int] = None,
+    timestamp: int | None = None,
     **form_overrides: str,
 ) -> SignedRequest:
     """A signed slash-command request: `.body` (urlencoded) and `.headers`."""
-    form = slash_command_form(user_id=user_id, channel_id=channel_id, text=text, command=command, **form_overrides)
+    form = slash_command_form(
+        user_id=user_id, channel_id=channel_id, text=text, command=command, **form_overrides
+    )
     return sign_body(signing_secret, urlencode(form), timestamp=timestamp)

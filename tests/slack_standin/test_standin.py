@@ -24,7 +24,6 @@ pytestmark = pytest.mark.timeout(30)
 CH = "C0SPARKOPS"
 
 
-
 @pytest.fixture
 async def client(slack):
     c = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
@@ -36,7 +35,13 @@ def section(text: str, **kw) -> dict:
 
 
 def button(text: str = "Go", action_id: str = "go", value: str = "v", **kw) -> dict:
-    return {"type": "button", "text": {"type": "plain_text", "text": text}, "action_id": action_id, "value": value, **kw}
+    return {
+        "type": "button",
+        "text": {"type": "plain_text", "text": text},
+        "action_id": action_id,
+        "value": value,
+        **kw,
+    }
 
 
 async def api_error(coro) -> SlackApiError:
@@ -56,7 +61,10 @@ async def test_slash_command_through_socket_mode_records_exact_calls(slack, clie
         await ack(text=f"launching {command['text']}")
         parent = await client.chat_postMessage(channel=command["channel_id"], text="Launch started")
         await client.chat_postMessage(
-            channel=command["channel_id"], thread_ts=parent["ts"], text="step 1 ok", reply_broadcast=True
+            channel=command["channel_id"],
+            thread_ts=parent["ts"],
+            text="step 1 ok",
+            reply_broadcast=True,
         )
         await client.files_upload_v2(
             channel=command["channel_id"],
@@ -67,7 +75,9 @@ async def test_slash_command_through_socket_mode_records_exact_calls(slack, clie
             initial_comment="full log",
         )
 
-    handler = AsyncSocketModeHandler(app, slack.app_token)  # apps.connections.open goes via app.client
+    handler = AsyncSocketModeHandler(
+        app, slack.app_token
+    )  # apps.connections.open goes via app.client
     await handler.connect_async()
     try:
         conn = await slack.wait_for_connection()
@@ -100,7 +110,9 @@ async def test_slash_command_through_socket_mode_records_exact_calls(slack, clie
     assert calls[2].params["channel"] == CH and calls[2].params["text"] == "Launch started"
     assert calls[3].params["thread_ts"] == parent_ts and calls[3].params["reply_broadcast"] is True
     assert float(calls[3].result["ts"]) > float(parent_ts)
-    assert calls[4].params["filename"] == "vllm.log" and int(calls[4].params["length"]) == len(b"vllm log\n")
+    assert calls[4].params["filename"] == "vllm.log" and int(calls[4].params["length"]) == len(
+        b"vllm log\n"
+    )
     assert calls[6].params["files"] == [{"id": calls[4].result["file_id"], "title": "vLLM log"}]
     assert calls[6].params["channel_id"] == CH and calls[6].params["thread_ts"] == parent_ts
     assert calls[6].params["initial_comment"] == "full log"
@@ -123,7 +135,9 @@ async def test_button_click_is_delivered_and_acked(slack, client):
     @app.action("cancel_job")
     async def cancel(ack, body, action, respond):
         await ack()
-        clicks.append((body["user"]["id"], action["value"], body["message"]["ts"], body["container"]))
+        clicks.append(
+            (body["user"]["id"], action["value"], body["message"]["ts"], body["container"])
+        )
         await respond(replace_original=True, text="cancelled by <@%s>" % body["user"]["id"])
 
     handler = AsyncSocketModeHandler(app, slack.app_token)
@@ -134,20 +148,40 @@ async def test_button_click_is_delivered_and_acked(slack, client):
             text="job running",
             blocks=[
                 section("job running"),
-                {"type": "actions", "block_id": "job_actions", "elements": [button("Cancel", "cancel_job", "job-7")]},
+                {
+                    "type": "actions",
+                    "block_id": "job_actions",
+                    "elements": [button("Cancel", "cancel_job", "job-7")],
+                },
             ],
         )
         ack = await slack.click_button("U0BOB", CH, posted["ts"], "cancel_job")
         assert ack.type == "interactive" and ack.payload is None
         action = ack.envelope["payload"]["actions"][0]
-        assert action == {**action, "action_id": "cancel_job", "block_id": "job_actions", "value": "job-7", "type": "button"}
+        assert action == {
+            **action,
+            "action_id": "cancel_job",
+            "block_id": "job_actions",
+            "value": "job-7",
+            "type": "button",
+        }
         resp = await slack.wait_for_response()
         assert resp.body["replace_original"] is True and resp.text == "cancelled by <@U0BOB>"
     finally:
         await handler.close_async()
 
     assert clicks == [
-        ("U0BOB", "job-7", posted["ts"], {"type": "message", "message_ts": posted["ts"], "channel_id": CH, "is_ephemeral": False})
+        (
+            "U0BOB",
+            "job-7",
+            posted["ts"],
+            {
+                "type": "message",
+                "message_ts": posted["ts"],
+                "channel_id": CH,
+                "is_ephemeral": False,
+            },
+        )
     ]
     assert slack.message(CH, posted["ts"])["text"] == "cancelled by <@U0BOB>"
     with pytest.raises(LookupError):
@@ -213,7 +247,9 @@ async def test_disconnect_and_reconnect(slack, client):
 
 
 async def test_blocks_validation(slack, client):
-    e = await api_error(client.chat_postMessage(channel=CH, text="t", blocks=[section(f"b{i}") for i in range(51)]))
+    e = await api_error(
+        client.chat_postMessage(channel=CH, text="t", blocks=[section(f"b{i}") for i in range(51)])
+    )
     assert e.response["error"] == "invalid_blocks"
     assert "must be less than 51 items" in e.response["errors"][0]
 
@@ -277,8 +313,12 @@ async def test_blocks_validation(slack, client):
 
 
 async def test_message_errors_and_truncation(slack, client):
-    assert (await api_error(client.chat_postMessage(channel="", text="x"))).response["error"] == "channel_not_found"
-    assert (await api_error(client.chat_postMessage(channel="C0NOPE", text="x"))).response["error"] == "channel_not_found"
+    assert (await api_error(client.chat_postMessage(channel="", text="x"))).response[
+        "error"
+    ] == "channel_not_found"
+    assert (await api_error(client.chat_postMessage(channel="C0NOPE", text="x"))).response[
+        "error"
+    ] == "channel_not_found"
     with pytest.warns(UserWarning):  # slack_sdk itself warns about the missing text
         assert (await api_error(client.chat_postMessage(channel=CH))).response["error"] == "no_text"
     e = await api_error(client.chat_postMessage(channel=CH, text="x", thread_ts="1.000001"))
@@ -307,7 +347,8 @@ async def test_message_errors_and_truncation(slack, client):
 async def test_form_encoded_and_get_methods(slack, client):
     # slack_sdk sends form bodies for api_call(data=...) and query params for GET methods
     r = await client.api_call(
-        "chat.postMessage", data={"channel": CH, "text": "form", "blocks": json.dumps([section("form")])}
+        "chat.postMessage",
+        data={"channel": CH, "text": "form", "blocks": json.dumps([section("form")])},
     )
     call = slack.calls("chat.postMessage")[-1]
     assert call.content_type == "application/x-www-form-urlencoded"
@@ -317,11 +358,17 @@ async def test_form_encoded_and_get_methods(slack, client):
     assert slack.calls("chat.getPermalink")[-1].http_method == "GET"
 
     await client.reactions_add(channel=CH, timestamp=r["ts"], name="rocket")
-    assert (await api_error(client.reactions_add(channel=CH, timestamp=r["ts"], name="rocket"))).response["error"] == "already_reacted"
-    assert slack.message(CH, r["ts"])["reactions"] == [{"name": "rocket", "users": ["U0SPARKBOT"], "count": 1}]
+    assert (
+        await api_error(client.reactions_add(channel=CH, timestamp=r["ts"], name="rocket"))
+    ).response["error"] == "already_reacted"
+    assert slack.message(CH, r["ts"])["reactions"] == [
+        {"name": "rocket", "users": ["U0SPARKBOT"], "count": 1}
+    ]
 
     assert (await client.users_info(user="U0ALICE"))["user"]["name"] == "alice"
-    assert (await api_error(client.users_info(user="U0NOBODY"))).response["error"] == "user_not_found"
+    assert (await api_error(client.users_info(user="U0NOBODY"))).response[
+        "error"
+    ] == "user_not_found"
     assert (await client.conversations_info(channel=CH))["channel"]["name"] == "spark-ops"
     by_name = await client.chat_postMessage(channel="#spark-ops", text="by name")
     assert by_name["channel"] == CH
@@ -340,7 +387,9 @@ async def test_auth_errors(slack):
     assert e.response["error"] == "not_allowed_token_type"
     url = (await bot.apps_connections_open(app_token=slack.app_token))["url"]
     assert url.startswith(f"ws://127.0.0.1:{slack.port}/link/?ticket=")
-    assert (await api_error(AsyncWebClient(base_url=slack.api_url).auth_test())).response["error"] == "not_authed"
+    assert (await api_error(AsyncWebClient(base_url=slack.api_url).auth_test())).response[
+        "error"
+    ] == "not_authed"
 
 
 async def test_rate_limit_honoured_by_retry_handler(slack, client):
@@ -369,13 +418,17 @@ async def test_armed_error_and_dropped_connection(slack, client):
     assert (await client.chat_update(channel=CH, ts=r["ts"], text="b"))["ok"]
 
     slack.drop_connection("chat.postMessage")
-    r = await client.chat_postMessage(channel=CH, text="c")  # default connection-error retry handler
+    r = await client.chat_postMessage(
+        channel=CH, text="c"
+    )  # default connection-error retry handler
     assert r["ok"]
     assert [c.dropped for c in slack.calls("chat.postMessage")] == [False, True, False]
 
 
 async def test_wait_for_is_event_driven(slack, client):
-    waiter = asyncio.create_task(slack.wait_for(lambda c: c.method == "chat.postMessage" and c.params.get("text") == "b"))
+    waiter = asyncio.create_task(
+        slack.wait_for(lambda c: c.method == "chat.postMessage" and c.params.get("text") == "b")
+    )
     await client.chat_postMessage(channel=CH, text="a")
     assert not waiter.done()
     await client.chat_postMessage(channel=CH, text="b")
@@ -402,20 +455,32 @@ async def test_signed_http_slash_command(slack, client):
     url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
     try:
         ok = await slack.send_slash_command_http(url, "U0ALICE", CH, "status")
-        assert ok.status == 200 and ok.body == "http status"  # Bolt answers a text-only ack as text/plain
-        expired = await slack.send_slash_command_http(url, "U0ALICE", CH, "status", timestamp=int(time.time()) - 600)
+        assert (
+            ok.status == 200 and ok.body == "http status"
+        )  # Bolt answers a text-only ack as text/plain
+        expired = await slack.send_slash_command_http(
+            url, "U0ALICE", CH, "status", timestamp=int(time.time()) - 600
+        )
         assert expired.status == 401
-        forged = await slack.send_slash_command_http(url, "U0ALICE", CH, "status", signing_secret="not-the-secret")
+        forged = await slack.send_slash_command_http(
+            url, "U0ALICE", CH, "status", signing_secret="not-the-secret"
+        )
         assert forged.status == 401
     finally:
         await runner.cleanup()
 
     verifier = SignatureVerifier(slack.signing_secret)
-    req = build_signed_slash_command(slack.signing_secret, user_id="U0ALICE", channel_id=CH, text="launch")
+    req = build_signed_slash_command(
+        slack.signing_secret, user_id="U0ALICE", channel_id=CH, text="launch"
+    )
     assert verifier.is_valid_request(req.body, req.headers)
     assert "command=%2Fspark" in req.body and "text=launch" in req.body
     old = build_signed_slash_command(
-        slack.signing_secret, user_id="U0ALICE", channel_id=CH, text="launch", timestamp=int(time.time()) - 301
+        slack.signing_secret,
+        user_id="U0ALICE",
+        channel_id=CH,
+        text="launch",
+        timestamp=int(time.time()) - 301,
     )
     assert not verifier.is_valid_request(old.body, old.headers)
 
@@ -424,8 +489,16 @@ async def test_signed_http_slash_command(slack, client):
 async def test_what_apps_send_is_scanned_for_planted_secrets(slack, client):
     assert slack.bot_token == secrets.SLACK_BOT_TOKEN and slack.app_token == secrets.SLACK_APP_TOKEN
     await client.chat_postMessage(channel=CH, text="fine")
-    assert not [n for _, text in slack.sent_by_apps() for n in planted_in(text)], "a token in its header is no leak"
-    await client.chat_postMessage(channel=CH, text="oops", blocks=[section(f"HF_TOKEN={secrets.HF_TOKEN}")])
-    await client.files_upload_v2(channel=CH, content=f"key {secrets.SLACK_SIGNING_SECRET}\n", filename="x.log")
-    found = [(where.split(" ")[0], n) for where, text in slack.sent_by_apps() for n in planted_in(text)]
+    assert not [n for _, text in slack.sent_by_apps() for n in planted_in(text)], (
+        "a token in its header is no leak"
+    )
+    await client.chat_postMessage(
+        channel=CH, text="oops", blocks=[section(f"HF_TOKEN={secrets.HF_TOKEN}")]
+    )
+    await client.files_upload_v2(
+        channel=CH, content=f"key {secrets.SLACK_SIGNING_SECRET}\n", filename="x.log"
+    )
+    found = [
+        (where.split(" ")[0], n) for where, text in slack.sent_by_apps() for n in planted_in(text)
+    ]
     assert ("chat.postMessage", "HF_TOKEN") in found and ("file", "SLACK_SIGNING_SECRET") in found
