@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import os
 import sys
@@ -32,7 +33,32 @@ from cluster.failures import with_knowledge
 from cluster.redact import MASK, looks_secret, redact, secret_name
 from handlers.commands import check_bench, parse_concurrency, resolve_node
 from handlers.errors import CommandError
-from handlers.specs import SPECS
+from handlers.specs import SPECS, chat_usage
+
+# One example per subcommand, shown by `spark-bot help` (tests parse each one).
+EXAMPLES = {
+    "check-config": "check-config configs/sparks.yaml",
+    "up": "up --config configs/sparks.yaml",
+    "verify": "verify --config configs/sparks.yaml",
+    "status": "status --config configs/sparks.yaml --json",
+    "logs": "logs worker --lines 200 --config configs/sparks.yaml",
+    "down": "down --config configs/sparks.yaml",
+    "watch": "watch --config configs/sparks.yaml",
+    "preflight": "preflight --config configs/sparks.yaml",
+    "bench": "bench --config configs/sparks.yaml --concurrency 1,2,4 --max-tokens 256",
+    "run": "run --config configs/sparks.yaml",
+    "console": "console --config configs/sparks.yaml",
+    "demo": 'demo --run "/spark up"',
+    "diagnose": "diagnose vllm.log",
+    "help": "help",
+}
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("spark-bot")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install .)"
 
 
 def check_config(args: argparse.Namespace) -> int:
@@ -208,15 +234,31 @@ def demo(args: argparse.Namespace) -> int:
     return run_demo(args.run or [], args.fault)
 
 
+def show_help(args: argparse.Namespace) -> int:
+    print(f"spark-bot {package_version()}: {DESCRIPTION}\n")
+    print("Commands (`spark-bot COMMAND --help` lists each one's options):")
+    for name, sub in _parser().commands.choices.items():
+        print(f"  {name:<13} {sub.description}\n  {'':<13} e.g. spark-bot {EXAMPLES[name]}")
+    print("\nIn Slack (`/spark …`), `spark-bot console` and `spark-bot demo`:")
+    for line in chat_usage().replace("`", "").splitlines():
+        print(f"  {line}")
+    return 0
+
+
 Command = Callable[[argparse.Namespace], int]
+DESCRIPTION = "launch, verify, benchmark and watch a multi-node vLLM cluster"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="spark-bot",
-        description="Launch, verify, benchmark and watch a multi-node vLLM cluster.",
+class _Parser(argparse.ArgumentParser):
+    commands: argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog="spark-bot", description=DESCRIPTION[0].upper() + DESCRIPTION[1:] + ".")
+    parser.add_argument("--version", action="version", version=f"spark-bot {package_version()}")
+    commands = parser.commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND"
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Command, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
@@ -345,6 +387,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="a knowledge file: extra failure rows (checked first) and checkpoint spellings",
     )
+    command("help", show_help, "every command with an example, the chat's commands too")
     return parser
 
 

@@ -77,7 +77,7 @@ class CommandSpec:
     summary: str
     level: Level
     arguments: str = ""
-    example: str | None = None  # the words after `/spark`, for a command that takes arguments
+    example: str | None = None  # the words after `/spark`; without one, the bare command
     reply: Reply | None = None
     answer: Answer | None = None
     job: BuildJob | None = None
@@ -94,12 +94,16 @@ class CommandSpec:
     def name(self) -> str:
         return self.model.name
 
+    @property
+    def sample(self) -> str:
+        """The words after `/spark` of its one example in the help."""
+        return self.example or self.name
+
     def usage(self) -> str:
         """Its line of `/spark help`."""
         arguments = f" {self.arguments}" if self.arguments else ""
         asks = f" ({self.confirmation.when})" if self.confirmation else ""
-        example = f", e.g. `/spark {self.example}`" if self.example else ""
-        return f"`/spark {self.name}{arguments}` {self.summary}{asks}{example}"
+        return f"`/spark {self.name}{arguments}` {self.summary}{asks}, e.g. `/spark {self.sample}`"
 
 
 # -- answered at once -------------------------------------------------------------------------
