@@ -12,24 +12,30 @@
 ARG BASE=python:3.11-slim-bookworm
 
 FROM ${BASE} AS build
-# empty: pip (the base image's) fetches from PyPI; a folder of the context: pip (its wheel
-# there) installs from it alone, never asking an index
+# empty: pip (the base image's) fetches from PyPI; a folder of the context (offline): pip (its
+# own wheel there) installs from that folder alone, never asking an index
 ARG WHEELS=
-COPY . /src
+# the dependencies first, so a change to the sources leaves this layer cached: those of
+# pyproject.toml, at the lock's versions and hashes (the lock as constraints: runtime packages
+# only, and a wrong hash fails the build)
+COPY requirements.lock pyproject.toml ${WHEELS} /deps/
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 RUN set -eu; \
     if [ -n "$WHEELS" ]; then \
-        pip="python3 $(ls /src/$WHEELS/pip-*.whl | tail -n 1)/pip"; \
-        from="--no-index --find-links /src/$WHEELS"; \
+        wheel=$(ls /deps/pip-*.whl | tail -n 1); \
+        printf '#!/bin/sh\nPIP_NO_INDEX=1 PIP_FIND_LINKS=/deps exec python3 %s/pip "$@"\n' "$wheel" > /deps/pip; \
     else \
-        pip="python3 -m pip"; from=""; \
+        printf '#!/bin/sh\nexec python3 -m pip "$@"\n' > /deps/pip; \
     fi; \
-    $pip wheel --quiet --no-deps $from --wheel-dir /tmp/app /src; \
-    app=$(ls /tmp/app/spark_bot-*.whl); \
-    echo "spark-bot @ file://$app --hash=sha256:$(sha256sum "$app" | cut -d' ' -f1)" > /tmp/app.txt; \
+    chmod +x /deps/pip; \
+    python3 -c "import tomllib; print(*tomllib.load(open('/deps/pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > /deps/requirements.txt; \
     python3 -m venv --without-pip /opt/spark-bot; \
-    # the lock as constraints: its versions and hashes, for the runtime dependencies only
-    $pip --python /opt/spark-bot/bin/python install --quiet --no-cache-dir --require-hashes \
-        $from --constraint /src/requirements.lock --requirement /tmp/app.txt
+    /deps/pip --python /opt/spark-bot/bin/python install --quiet --no-cache-dir \
+        --require-hashes --constraint /deps/requirements.lock --requirement /deps/requirements.txt
+COPY . /src
+RUN /deps/pip wheel --quiet --no-deps --wheel-dir /tmp/app /src \
+    && /deps/pip --python /opt/spark-bot/bin/python install --quiet --no-cache-dir --no-deps \
+        /tmp/app/spark_bot-*.whl
 
 FROM ${BASE}
 RUN useradd --system --create-home --uid 10001 --shell /usr/sbin/nologin spark \
@@ -37,7 +43,8 @@ RUN useradd --system --create-home --uid 10001 --shell /usr/sbin/nologin spark \
 COPY --from=build /opt/spark-bot /opt/spark-bot
 ENV PATH=/opt/spark-bot/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 USER spark
-# the store's default path (spark-bot.db) is relative: it lands in the volume
+# the store: `store.path: /var/lib/spark-bot/spark-bot.db` in the config (a relative path is
+# the config's folder, read-only here)
 WORKDIR /var/lib/spark-bot
 VOLUME /var/lib/spark-bot
 EXPOSE 3000

@@ -37,7 +37,7 @@ def test_up_verify_bench_status_logs_down_then_nothing_left():
         "--run",
         "/spark verify",
         "--run",
-        "/spark bench",
+        "/spark bench max_tokens=16 runs=1",
         "--run",
         "/spark status",
         "--run",

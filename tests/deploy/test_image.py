@@ -28,10 +28,12 @@ from tests.slack_standin import SlackStandIn
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(600)]
 REPO = offline_image.REPO
+STORE = "/var/lib/spark-bot/spark-bot.db"  # in the image's volume
 
 
 @pytest.fixture(scope="module")
 def built() -> Iterator[LabInfo]:
+    offline_image.cached_wheelhouse()  # downloaded, if at all, before the lab is taken
     with exclusive_use():
         lab = bring_up_lab(nodes=2)
         offline_image.build(T.Node(0))
@@ -39,12 +41,13 @@ def built() -> Iterator[LabInfo]:
 
 
 def _bot_config(lab: LabInfo, slack: SlackStandIn, directory: Path) -> Path:
-    """The lab's config pointed at the stand-in, readable by the image's user; the store is
-    left at its default, in the image's volume."""
+    """The lab's config pointed at the stand-in, readable by the image's user, its store in
+    the image's volume."""
     directory.chmod(0o755)
     config = directory / "spark-bot.yaml"
     config.write_text(
-        (REPO / "configs" / "lab.yaml").read_text() + f"slack:\n  api_url: {slack.api_url}\n"
+        (REPO / "configs" / "lab.yaml").read_text()
+        + f"slack:\n  api_url: {slack.api_url}\nstore:\n  path: {STORE}\n"
     )
     config.chmod(0o644)
     return config
@@ -77,6 +80,8 @@ async def test_the_image_holds_the_cli_with_its_version_and_every_command(built)
     assert status == 0 and out.strip() == f"spark-bot {package_version()}", out
     status, out = await _run_cli(built.head.docker_socket, "help")
     assert status == 0 and "spark-bot up --config" in out and "/spark bench" in out, out
+    status, out = await _run_cli(built.head.docker_socket, "demo", "--run", "/spark up")
+    assert status == 0 and "every figure is emulated" in out and "✅ Ready" in out, out[-3000:]
 
 
 async def test_the_image_runs_as_non_root_and_reports_healthy(built, tmp_path):
