@@ -250,7 +250,7 @@ DESCRIPTION = "launch, verify, benchmark and watch a multi-node vLLM cluster"
 
 
 class _Parser(argparse.ArgumentParser):
-    commands: argparse._SubParsersAction[argparse.ArgumentParser]
+    commands: argparse._SubParsersAction[_Parser]
 
 
 def _parser() -> _Parser:

@@ -20,8 +20,8 @@ import aiodocker
 import pytest
 
 from bot.cli import package_version
-from lab.api import LabInfo, exclusive_use
 from lab import topology as T
+from lab.api import LabInfo, exclusive_use
 from tests.conftest import bring_up_lab
 from tests.deploy import offline_image
 from tests.slack_standin import SlackStandIn
@@ -58,9 +58,12 @@ async def _health(docker: aiodocker.Docker, events, is_ours) -> str:
     async with asyncio.timeout(120):
         while True:
             event = await events.get()
-            if event and str(event.get("Action", "")).startswith("health_status"):
-                if is_ours(event):
-                    return str(event["Action"])
+            if (
+                event
+                and str(event.get("Action", "")).startswith("health_status")
+                and is_ours(event)
+            ):
+                return str(event["Action"])
 
 
 async def _run_cli(node: str, *argv: str) -> tuple[int, str]:
@@ -163,10 +166,10 @@ async def test_compose_validates_and_its_bot_turns_healthy(built, tmp_path):
             health = await _health(
                 docker,
                 events,
-                lambda event: event.get("Actor", {}).get("Attributes", {}).get(
-                    "com.docker.compose.project"
-                )
-                == "sparkbotlab",
+                lambda event: (
+                    event.get("Actor", {}).get("Attributes", {}).get("com.docker.compose.project")
+                    == "sparkbotlab"
+                ),
             )
             logs = _compose(built, tmp_path, "logs", "--tail", "20").stdout
             assert health == "health_status: healthy", logs

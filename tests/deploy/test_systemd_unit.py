@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze
 
 @pytest.fixture
 def unit(tmp_path: Path) -> Path:
-    """The unit with ExecStart pointing at this environment's spark-bot (verify checks it exists)."""
+    """The unit, its ExecStart this environment's spark-bot (verify checks that it exists)."""
     installed = Path(sys.executable).with_name("spark-bot")
     text = UNIT.read_text().replace("/opt/spark-bot/bin/spark-bot", str(installed))
     copy = tmp_path / UNIT.name

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+PIP = [sys.executable, "-m", "pip"]
+WHERE = "import bot, demo, lab.emulator; print(bot.__file__, demo.__file__, lab.emulator.__file__)"
 pytestmark = pytest.mark.timeout(240)
 
 
@@ -40,8 +42,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ).stdout.strip()
     Path(site, "locked-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps"]
-        + ["--no-index", str(wheel)],
+        [*PIP, "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)],
         check=True,
         capture_output=True,
         timeout=120,
@@ -63,8 +64,7 @@ def _run(venv: Path, cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_installed_code_is_the_wheels_not_the_checkouts(installed, tmp_path):
     where = subprocess.run(
-        [str(installed / "bin" / "python"), "-c"]
-        + ["import bot, demo, lab.emulator; print(bot.__file__, demo.__file__, lab.emulator.__file__)"],
+        [str(installed / "bin" / "python"), "-c", WHERE],
         cwd=tmp_path,
         capture_output=True,
         text=True,
