@@ -173,7 +173,7 @@ async def test_compose_validates_and_its_bot_turns_healthy(built, tmp_path):
             assert health == "health_status: healthy", logs
             assert slack.calls("apps.connections.open"), "the bot connected through Socket Mode"
         finally:
-            down = _compose(built, tmp_path, "down", "--volumes")
+            down = _compose(built, tmp_path, "down", "--volumes", "--timeout", "5")
             await docker.events.stop()
             await docker.close()
         assert down.returncode == 0, down.stderr
