@@ -15,10 +15,9 @@ FROM ${BASE} AS build
 # empty: pip (the base image's) fetches from PyPI; a folder of the context (offline): pip (its
 # own wheel there) installs from that folder alone, never asking an index
 ARG WHEELS=
-# the dependencies first, so a change to the sources leaves this layer cached: those of
-# pyproject.toml, at the lock's versions and hashes (the lock as constraints: runtime packages
-# only, and a wrong hash fails the build)
-COPY requirements.lock pyproject.toml ${WHEELS} /deps/
+# the dependencies first, so a change to the sources leaves this layer cached: the entries of
+# the lock (pins and hashes) that the run time needs (runtime_requirements.py), hash-checked
+COPY requirements.lock pyproject.toml scripts/runtime_requirements.py ${WHEELS} /deps/
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 RUN set -eu; \
     if [ -n "$WHEELS" ]; then \
@@ -28,10 +27,10 @@ RUN set -eu; \
         printf '#!/bin/sh\nexec python3 -m pip "$@"\n' > /deps/pip; \
     fi; \
     chmod +x /deps/pip; \
-    python3 -c "import tomllib; print(*tomllib.load(open('/deps/pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > /deps/requirements.txt; \
+    python3 /deps/runtime_requirements.py /deps/requirements.lock /deps/pyproject.toml > /deps/runtime.txt; \
     python3 -m venv --without-pip /opt/spark-bot; \
     /deps/pip --python /opt/spark-bot/bin/python install --quiet --no-cache-dir \
-        --require-hashes --constraint /deps/requirements.lock --requirement /deps/requirements.txt
+        --require-hashes --requirement /deps/runtime.txt
 COPY . /src
 RUN /deps/pip wheel --quiet --no-deps --wheel-dir /tmp/app /src \
     && /deps/pip --python /opt/spark-bot/bin/python install --quiet --no-cache-dir --no-deps \

@@ -218,8 +218,8 @@ def run_console(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    # The demo and its emulator live in the repository (demo/, lab/), not in the bot's install
-    # (the Docker image has neither): imported here, never when the CLI starts.
+    # The demo and its emulator (demo/, lab/emulator) ship in the package but are imported only
+    # here, never when the CLI starts.
     try:
         from demo.session import main as run_demo
         from lab.emulator.faults import FAULTS

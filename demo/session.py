@@ -22,6 +22,7 @@ from cluster.controller import Controller
 from cluster.events import Event
 from demo.cluster import PROFILE, SAMPLE_TOKENS, TIME_SCALE, EmbeddedCluster, embedded_cluster
 from handlers.access import Access
+from lab.emulator.profiles import PROFILES
 from handlers.chat import Posted
 from handlers.dispatch import Dispatcher
 from handlers.messages import Message
@@ -59,14 +60,15 @@ class DemoController(Controller):
 
 def banner(cluster: EmbeddedCluster, fault: str | None) -> str:
     config = cluster.config
+    profile = PROFILES[PROFILE]
     nodes = ", ".join(f"{n.name} ({n.fabric_ip}, engine {n.docker_socket})" for n in config.nodes)
     lines = [
         f"spark-bot demo: {len(config.nodes)} emulated Sparks on this machine: {nodes}",
         f"  emulated vLLM {config.serve.model} as {config.serve.api_model_name}, "
         f"TP={config.serve.tensor_parallel_size} over Ray, API on port {config.serve.port}",
         f"  every figure is emulated: the profile {PROFILE} paces tokens as a DGX Spark pair "
-        f"does (~27 tok/s single stream, TTFT 2.3 s); startup runs at {float(TIME_SCALE):.1%} "
-        "of its real length",
+        f"does (~{profile['decode_tok_s']:g} tok/s single stream, TTFT {profile['ttft_s']:g} s); "
+        f"startup runs at {float(TIME_SCALE):.1%} of its real length",
     ]
     if fault:
         lines.append(f"  injected fault: {fault} (the emulator's SPARK_EMU_FAULT)")

@@ -22,4 +22,4 @@ def test_the_runtime_is_non_root_with_a_health_check_and_a_volume():
     runtime = DOCKERFILE.split("\nFROM ${BASE}\n")[1]
     assert "USER spark" in runtime and "VOLUME /var/lib/spark-bot" in runtime
     assert 'CMD ["python", "-m", "bot.healthcheck"]' in runtime
-    assert "--require-hashes --constraint /deps/requirements.lock" in DOCKERFILE
+    assert "--require-hashes --requirement /deps/runtime.txt" in DOCKERFILE
