@@ -11,6 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from bot.healthcheck import healthy
+
 
 def _serving(status: int) -> type[BaseHTTPRequestHandler]:
     class Health(BaseHTTPRequestHandler):
@@ -49,4 +51,4 @@ def test_nothing_listening_is_unhealthy():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    assert _check(port) == 1
+    assert not healthy(port)
