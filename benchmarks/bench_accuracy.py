@@ -145,9 +145,12 @@ async def main_async(args: argparse.Namespace) -> int:
             for c in CASES
         ]
         reports = await asyncio.gather(
-            *(measure(c, s, args.runs, args.max_tokens) for c, s in zip(CASES, servers))
+            *(
+                measure(c, s, args.runs, args.max_tokens)
+                for c, s in zip(CASES, servers, strict=True)
+            )
         )
-    results = list(zip(CASES, reports))
+    results = list(zip(CASES, reports, strict=True))
     rows: list[Row] = []
     failures: list[str] = []
     for case, report in results:

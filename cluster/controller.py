@@ -74,10 +74,12 @@ class Controller:
                     yield event
 
     async def verify(self) -> AsyncIterator[Event]:
-        async with connect_cluster(self.config) as connection:
-            async with aclosing(verify_cluster(self.config, self.secrets, connection)) as events:
-                async for event in events:
-                    yield event
+        async with (
+            connect_cluster(self.config) as connection,
+            aclosing(verify_cluster(self.config, self.secrets, connection)) as events,
+        ):
+            async for event in events:
+                yield event
 
     async def watch(self, *, health_interval: float = 30.0) -> AsyncIterator[Event]:
         async with connect_cluster(self.config) as connection:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from cluster.aio import finish_uncancelled, log_failure
@@ -465,7 +466,8 @@ class JobManager:
                         await view.failed(event, during=" while serving")
                         await self.journal.write(
                             "the watch's audit",
-                            lambda: self.store.audit(
+                            partial(
+                                self.store.audit,
                                 record.user,
                                 record.channel,
                                 "watch",
@@ -542,18 +544,21 @@ class JobManager:
             job, outcome = lock.job, "interrupted: the bot stopped during the job"
             await self.journal.write(
                 f"the release of job {job.id}'s lock",
-                lambda: self.store.release(lock.cluster, job.id, lock.instance),
+                partial(self.store.release, lock.cluster, job.id, lock.instance),
             )
             await self.journal.write(
                 f"job {job.id}'s end",
-                lambda: self.store.finish_job(
-                    job.id, JobState.INTERRUPTED, "the bot stopped during the job"
+                partial(
+                    self.store.finish_job,
+                    job.id,
+                    JobState.INTERRUPTED,
+                    "the bot stopped during the job",
                 ),
             )
             await self.journal.write(
                 f"job {job.id}'s audit",
-                lambda: self.store.audit(
-                    job.user, job.channel, job.command, outcome, job.id, job.link
+                partial(
+                    self.store.audit, job.user, job.channel, job.command, outcome, job.id, job.link
                 ),
             )
             interrupted.append(job)

@@ -136,8 +136,7 @@ def ensure_base(node: T.Node) -> None:
         p = subprocess.run(
             env_docker,
             stdin=f,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             env=dict(os.environ, DOCKER_HOST=node.docker_host),
             timeout=600,
         )
@@ -188,8 +187,7 @@ def copy_image(src: T.Node, dst: T.Node, tag: str = T.IMAGE_TAG) -> None:
     load = subprocess.run(
         [docker, "load", "-q"],
         stdin=save.stdout,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        capture_output=True,
         env=dict(os.environ, DOCKER_HOST=dst.docker_host),
         timeout=600,
     )

@@ -19,9 +19,7 @@ def run(
     env: dict | None = None,
     timeout: float | None = 120,
 ) -> subprocess.CompletedProcess:
-    p = subprocess.run(
-        cmd, input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, timeout=timeout
-    )
+    p = subprocess.run(cmd, input=input, capture_output=True, env=env, timeout=timeout)
     if check and p.returncode != 0:
         raise LabError(
             f"command failed ({p.returncode}): {' '.join(cmd)}\n"

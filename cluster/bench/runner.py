@@ -171,7 +171,7 @@ def summarize_single(warmup: RequestMetrics, runs: list[RequestMetrics]) -> Benc
 
 def _int_median(values: Sequence[int | None]) -> int | None:
     m = _median([float(v) for v in values if v is not None])
-    return None if m is None else int(round(m))
+    return None if m is None else round(m)
 
 
 def summarize_level(

@@ -123,9 +123,12 @@ class ChunkParser:
             return 0, total
         if not self.content:
             return total, 0
-        if self._usage_every_chunk and self._split is not None:
-            if self._split["reasoning"] + self._split["content"] == total:
-                return self._split["reasoning"], self._split["content"]
+        if (
+            self._usage_every_chunk
+            and self._split is not None
+            and self._split["reasoning"] + self._split["content"] == total
+        ):
+            return self._split["reasoning"], self._split["content"]
         return None
 
 
