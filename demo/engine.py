@@ -27,7 +27,7 @@ import secrets
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -311,7 +311,7 @@ class Engine:
         self._emit(container, "create")
         return container
 
-    def _process_env(self, container: Container, extra: list[str] = ()) -> dict[str, str]:
+    def _process_env(self, container: Container, extra: Sequence[str] = ()) -> dict[str, str]:
         env = dict(self.runtime_env)
         for item in [*container.env, *extra]:
             key, _, value = item.partition("=")

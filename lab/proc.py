@@ -64,7 +64,7 @@ def live_pid(pidfile: Path, must_contain: str) -> int | None:
     """The pid in `pidfile` if that process is alive and its command line contains
     `must_contain` (guards against a recycled pid from a stale file)."""
     pid = read_pidfile(pidfile)
-    if pid_alive(pid) and must_contain in pid_cmdline(pid):
+    if pid is not None and pid_alive(pid) and must_contain in pid_cmdline(pid):
         return pid
     return None
 
