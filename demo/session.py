@@ -11,9 +11,9 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from bot.config import SparkBotConfig
 from bot.console import Console, ConsoleChat
@@ -22,12 +22,12 @@ from cluster.controller import Controller
 from cluster.events import Event
 from demo.cluster import PROFILE, SAMPLE_TOKENS, TIME_SCALE, EmbeddedCluster, embedded_cluster
 from handlers.access import Access
-from lab.emulator.profiles import PROFILES
 from handlers.chat import Posted
 from handlers.dispatch import Dispatcher
 from handlers.messages import Message
 from handlers.settings import StoreConfig
 from handlers.store import Store
+from lab.emulator.profiles import PROFILES
 
 
 class DemoChat(ConsoleChat):
@@ -53,9 +53,16 @@ class DemoChat(ConsoleChat):
 class DemoController(Controller):
     """The controller, its launch ending in a shorter sample completion."""
 
-    def up(self, **options: Any) -> AsyncIterator[Event]:
-        options.setdefault("sample_max_tokens", SAMPLE_TOKENS)
-        return super().up(**options)
+    def up(
+        self,
+        *,
+        replace: bool = False,
+        replace_foreign: Collection[str] = (),
+        sample_max_tokens: int = SAMPLE_TOKENS,
+    ) -> AsyncGenerator[Event, None]:
+        return super().up(
+            replace=replace, replace_foreign=replace_foreign, sample_max_tokens=sample_max_tokens
+        )
 
 
 def banner(cluster: EmbeddedCluster, fault: str | None) -> str:
