@@ -20,7 +20,7 @@ import json
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,7 +186,7 @@ class SlackStandIn:
         self._seq = itertools.count(1)
         self._changed: asyncio.Condition | None = None
         self._faults: dict[str, deque[_Fault]] = {}
-        self._share: tuple | None = None  # (every, methods, retry_after, calls so far)
+        self._share: tuple | None = None  # (every, methods, Retry-After values, calls so far)
         self._last_ts_us = 0
         self._file_seq = itertools.count(1)
         self._block_seq = itertools.count(1)
@@ -277,10 +277,14 @@ class SlackStandIn:
         q = self._faults.setdefault(method, deque())
         q.extend(_Fault("ratelimit", retry_after=retry_after) for _ in range(times))
 
-    def rate_limit_share(self, every: int, methods: list[str], retry_after: int = 1) -> None:
+    def rate_limit_share(
+        self, every: int, methods: list[str], retry_after: int | Sequence[int] = 1
+    ) -> None:
         """Answer every `every`-th call of `methods` (counted together, after any armed fault)
-        with HTTP 429 + Retry-After, until `rate_limit_share(0, [])`."""
-        self._share = (every, set(methods), retry_after, 0) if every else None
+        with HTTP 429 + Retry-After, until `rate_limit_share(0, [])`. A sequence of Retry-After
+        values is used in turn, one per refusal."""
+        waits = (retry_after,) if isinstance(retry_after, int) else tuple(retry_after)
+        self._share = (every, set(methods), waits, 0) if every else None
 
     def fail(
         self, method: str, error: str = "internal_error", times: int = 1, status: int = 200
@@ -503,10 +507,11 @@ class SlackStandIn:
         q = self._faults.get(method)
         fault = q.popleft() if q else None
         if fault is None and self._share is not None and method in self._share[1]:
-            every, methods, retry_after, seen = self._share
-            self._share = (every, methods, retry_after, seen + 1)
+            every, methods, waits, seen = self._share
+            self._share = (every, methods, waits, seen + 1)
             if (seen + 1) % every == 0:
-                fault = _Fault("ratelimit", retry_after=retry_after)
+                refusal = (seen + 1) // every - 1
+                fault = _Fault("ratelimit", retry_after=waits[refusal % len(waits)])
         try:
             if fault is not None and fault.kind == "drop":
                 call.dropped = True
