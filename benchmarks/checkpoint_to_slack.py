@@ -90,9 +90,7 @@ async def one_up(side: SlackSide, config: ClusterConfig, store: Path, limited: b
 
     expected = [f"✔ {r.event.title}" for r in passed] + ["✅ Ready"]
     shown = [header(r) for r in replies if header(r)[:1] in "✔✅"]
-    run.lost = sum(
-        1 for title in expected if not any(h.startswith(title) for h in shown)
-    )
+    run.lost = sum(1 for title in expected if not any(h.startswith(title) for h in shown))
     run.reordered = len(shown) != len(expected) or not all(
         h.startswith(t) for h, t in zip(shown, expected, strict=False)
     )
@@ -222,7 +220,9 @@ async def run(where: str, runs: int, quick: bool, json_out: Path | None) -> int:
         "edit of the parent showing it. late max s: the latest an accepted parent edit came "
         "after a refused one's Retry-After ran out."
     )
-    print(f"goal: reply p95 < {GOAL_REPLY_P95_S * 1000:.0f} ms; no reply lost or reordered; no stale edit")
+    print(
+        f"goal: reply p95 < {GOAL_REPLY_P95_S * 1000:.0f} ms; no reply lost or reordered; no stale edit"
+    )
     return 0 if ok else 1
 
 

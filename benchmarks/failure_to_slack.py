@@ -162,7 +162,11 @@ async def run(where: str, runs: int, json_out: Path | None) -> int:
             emit_json(
                 json_out,
                 "failure_to_slack",
-                {"fault": fault.name, "window_s": fault.window_s, **{k: v for k, v in figures.items()}},
+                {
+                    "fault": fault.name,
+                    "window_s": fault.window_s,
+                    **{k: v for k, v in figures.items()},
+                },
             )
     # TODO(serving hang): the emulator's serving-hang fault is being added; its row measures
     # from the moment the server stops answering to the failure reply, window = the hang's limit.

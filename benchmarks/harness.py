@@ -60,9 +60,7 @@ async def cluster_on(
 
         with exclusive_use():
             lab = await asyncio.to_thread(lab_up, nodes=nodes)
-            config = cluster_for(
-                lab, env=env, serve=serve_for(nodes, backend), timeouts=timeouts
-            )
+            config = cluster_for(lab, env=env, serve=serve_for(nodes, backend), timeouts=timeouts)
             async with emptied(config):
                 yield config
     elif where == "embedded":
@@ -239,7 +237,9 @@ async def stamped_lines(node: NodeConfig, container: str) -> list[tuple[datetime
 
 
 async def first_stamp(node: NodeConfig, container: str, needle: str) -> datetime | None:
-    return next((when for when, text in await stamped_lines(node, container) if needle in text), None)
+    return next(
+        (when for when, text in await stamped_lines(node, container) if needle in text), None
+    )
 
 
 async def kill_container(node: NodeConfig, container: str) -> None:
