@@ -7,7 +7,8 @@ real controller, on the lab (Ray and mp, 2 and 3 nodes), then again with the sta
 reply is lost or reordered and that each refused edit of the parent is followed, once Slack
 allows, by an edit showing the latest state. Goal: reply p95 under 500 ms.
 
-    .venv/bin/python benchmarks/checkpoint_to_slack.py [--runs 5] [--quick] [--where lab|embedded]
+    .venv/bin/python benchmarks/checkpoint_to_slack.py [--runs 5] [--scenarios ray2,mp2,...] [--quick]
+        [--where lab|embedded]
 
 Prints a table; exits 1 when a goal or a check fails.
 """
@@ -194,13 +195,18 @@ HEADINGS = [
 ]
 
 
-async def run(where: str, runs: int, quick: bool, json_out: Path | None) -> int:
-    plan = (
-        [(2, "ray", False), (2, "ray", True)]
-        if quick
-        else [(2, "ray", False), (2, "mp", False), (3, "ray", False), (3, "mp", False)]
-        + [(2, "ray", True)]
-    )
+SCENARIOS = {
+    "ray2": (2, "ray", False),
+    "mp2": (2, "mp", False),
+    "ray3": (3, "ray", False),
+    "mp3": (3, "mp", False),
+    "ray2-429": (2, "ray", True),
+}
+QUICK = ["ray2", "ray2-429"]
+
+
+async def run(where: str, runs: int, scenarios: list[str], json_out: Path | None) -> int:
+    plan = [SCENARIOS[name] for name in scenarios]
     rows, ok = [], True
     with SlackSide() as side:
         for nodes, backend, limited in plan:
@@ -229,12 +235,21 @@ async def run(where: str, runs: int, quick: bool, json_out: Path | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="ups per scenario (default 5)")
-    parser.add_argument("--quick", action="store_true", help="Ray on 2 nodes only, plain and 429")
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated, of {', '.join(SCENARIOS)} (default all)",
+    )
+    parser.add_argument("--quick", action="store_true", help=f"{', '.join(QUICK)}, one up each")
     parser.add_argument("--where", choices=WHERE, default="lab")
     parser.add_argument("--json", type=Path, default=None, help="append the figures here")
     args = parser.parse_args(argv)
-    runs = 1 if args.quick and args.runs == 5 else args.runs
-    return asyncio.run(run(args.where, runs, args.quick, args.json))
+    scenarios = QUICK if args.quick else args.scenarios.split(",")
+    unknown = [name for name in scenarios if name not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario {unknown[0]!r}; known: {', '.join(SCENARIOS)}")
+    runs = 1 if args.quick else args.runs
+    return asyncio.run(run(args.where, runs, scenarios, args.json))
 
 
 if __name__ == "__main__":

@@ -2,17 +2,18 @@
 thread, through the real bot on the Slack stand-in and the real controller.
 
 Faults, each on a fresh `/spark up` (after Ready the job watches the cluster):
-  worker killed   the worker's container killed (Docker's kill) while serving: from the kill
-  error line      the emulator's late engine death (`late_engine_death`: the NCCL watchdog line,
+  worker-killed   the worker's container killed (Docker's kill) while serving: from the kill
+  error-line      the emulator's late engine death (`late_engine_death`: the NCCL watchdog line,
                   then EngineDeadError): from Docker's timestamp of the watchdog line
-  /health dies    the head's `vllm serve` killed, its container left running (Ray; lab only):
+  health-dies     /health dying: the head's `vllm serve` killed, its container left running (Ray; lab only):
                   from the kill; its window is the watch's probe (interval x 3 misses)
   stall           NCCL init that never returns (`nccl_hang`) during the launch: from Docker's
                   timestamp of the last line before the silence; its window is `timeouts.stall`
-  serving hang    TODO: the emulator's serving-hang fault (being added); a row is kept for it
+  serving-hang    TODO: the emulator's serving-hang fault (being added); a row is kept for it
 Goal: p95 under 1 s for deaths and error lines; window + under 1 s for the others.
 
-    .venv/bin/python benchmarks/failure_to_slack.py [--runs 5] [--quick] [--where lab|embedded]
+    .venv/bin/python benchmarks/failure_to_slack.py [--runs 5] [--faults stall,...] [--quick]
+        [--where lab|embedded]
 """
 
 from __future__ import annotations
@@ -101,15 +102,15 @@ async def last_line_before(config: ClusterConfig, told_at: float) -> float:
 
 
 FAULTS = [
-    Fault("worker killed", {}, 0.0, kill_worker),
+    Fault("worker-killed", {}, 0.0, kill_worker),
     Fault(
-        "error line",
+        "error-line",
         {"SPARK_EMU_FAULT": "late_engine_death", "SPARK_EMU_FAULT_AFTER_S": "1"},
         0.0,
         None,
         watchdog_line,
     ),
-    Fault("/health dies", {}, HEALTH_INTERVAL_S * HEALTH_MISSES, kill_serve, lab_only=True),
+    Fault("health-dies", {}, HEALTH_INTERVAL_S * HEALTH_MISSES, kill_serve, lab_only=True),
     Fault("stall", {"SPARK_EMU_FAULT": "nccl_hang"}, STALL_S, None, last_line_before),
 ]
 
@@ -131,10 +132,10 @@ async def one(side: SlackSide, config: ClusterConfig, fault: Fault, store: Path)
     return failure.wall_time - fault_at
 
 
-async def run(where: str, runs: int, json_out: Path | None) -> int:
+async def run(where: str, runs: int, faults: list[Fault], json_out: Path | None) -> int:
     rows, ok = [], True
     with SlackSide() as side, tempfile.TemporaryDirectory() as tmp:
-        for fault in FAULTS:
+        for fault in faults:
             if fault.lab_only and where != "lab":
                 rows.append([fault.name, 0, "-", "-", "-", "-", "lab only"])
                 continue
@@ -170,12 +171,12 @@ async def run(where: str, runs: int, json_out: Path | None) -> int:
             )
     # TODO(serving hang): the emulator's serving-hang fault is being added; its row measures
     # from the moment the server stops answering to the failure reply, window = the hang's limit.
-    rows.append(["serving hang", 0, "-", "-", "-", "-", "TODO: fault not in the emulator yet"])
+    rows.append(["serving-hang", 0, "-", "-", "-", "-", "TODO: fault not in the emulator yet"])
     print(
         table(["fault", "n", "p50 ms", "p95 ms", "max ms", "goal ms (window + 1 s)", "met"], rows)
     )
     print(
-        f"windows: /health dies = probe every {HEALTH_INTERVAL_S:g} s x {HEALTH_MISSES} misses; "
+        f"windows: health-dies = probe every {HEALTH_INTERVAL_S:g} s x {HEALTH_MISSES} misses; "
         f"stall = timeouts.stall {STALL_S:g} s"
     )
     return 0 if ok else 1
@@ -185,11 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="launches per fault (default 5)")
     parser.add_argument("--quick", action="store_true", help="one launch per fault")
+    parser.add_argument(
+        "--faults",
+        default=",".join(f.name for f in FAULTS),
+        help="comma-separated fault names (default all)",
+    )
     parser.add_argument("--where", choices=WHERE, default="lab")
     parser.add_argument("--json", type=Path, default=None, help="append the figures here")
     args = parser.parse_args(argv)
+    by_name = {f.name: f for f in FAULTS}
+    names = args.faults.split(",")
+    unknown = [name for name in names if name not in by_name]
+    if unknown:
+        parser.error(f"unknown fault {unknown[0]!r}; known: {', '.join(by_name)}")
     runs = 1 if args.quick else args.runs
-    return asyncio.run(run(args.where, runs, args.json))
+    return asyncio.run(run(args.where, runs, [by_name[n] for n in names], args.json))
 
 
 if __name__ == "__main__":

@@ -124,7 +124,13 @@ async def run(
                 emit_json(
                     json_out,
                     "watch_cost",
-                    {"phase": "idle", "seconds": seconds, "cpu_s": cpu, "share": share, "rss_mib": idle},
+                    {
+                        "phase": "idle",
+                        "seconds": seconds,
+                        "cpu_s": cpu,
+                        "share": share,
+                        "rss_mib": idle,
+                    },
                 )
                 if where != "lab":
                     rows.append(["log flood", "-", "-", "-", "-", "lab only"])
