@@ -7,8 +7,8 @@ real controller, on the lab (Ray and mp, 2 and 3 nodes), then again with the sta
 reply is lost or reordered and that each refused edit of the parent is followed, once Slack
 allows, by an edit showing the latest state. Goal: reply p95 under 500 ms.
 
-    .venv/bin/python benchmarks/checkpoint_to_slack.py [--runs 5] [--scenarios ray2,mp2,...] [--quick]
-        [--where lab|embedded]
+    .venv/bin/python benchmarks/checkpoint_to_slack.py [--runs 5] [--scenarios ray2,mp2,...]
+        [--quick]        [--where lab|embedded]
 
 Prints a table; exits 1 when a goal or a check fails.
 """
@@ -227,7 +227,8 @@ async def run(where: str, runs: int, scenarios: list[str], json_out: Path | None
         "after a refused one's Retry-After ran out."
     )
     print(
-        f"goal: reply p95 < {GOAL_REPLY_P95_S * 1000:.0f} ms; no reply lost or reordered; no stale edit"
+        f"goal: reply p95 < {GOAL_REPLY_P95_S * 1000:.0f} ms; "
+        "no reply lost or reordered; no stale edit"
     )
     return 0 if ok else 1
 

@@ -5,8 +5,9 @@ Faults, each on a fresh `/spark up` (after Ready the job watches the cluster):
   worker-killed   the worker's container killed (Docker's kill) while serving: from the kill
   error-line      the emulator's late engine death (`late_engine_death`: the NCCL watchdog line,
                   then EngineDeadError): from Docker's timestamp of the watchdog line
-  health-dies     /health dying: the head's `vllm serve` killed, its container left running (Ray; lab only):
-                  from the kill; its window is the watch's probe (interval x 3 misses)
+  health-dies     /health dying: the head's `vllm serve` killed, its container left running
+                  (Ray; lab only): from the kill; its window is the watch's probe
+                  (interval x 3 misses)
   stall           NCCL init that never returns (`nccl_hang`) during the launch: from Docker's
                   timestamp of the last line before the silence; its window is `timeouts.stall`
   serving-hang    TODO: the emulator's serving-hang fault (being added); a row is kept for it

@@ -30,7 +30,7 @@ from handlers.settings import BotSettings
 from tests.bot.helpers import header, slack_bot
 from tests.controller.helpers import collect
 from tests.handlers.doubles import ALICE, CH, settings
-from tests.slack_standin import Call, SlackStandIn
+from tests.slack_standin import Call
 
 WHERE = ("lab", "embedded")
 
@@ -123,9 +123,9 @@ class EventLog:
         return [r for r in self.items[since:] if isinstance(r.event, kind)]
 
     async def wait_for(
-        self, found: Callable[[Event], bool], timeout: float, since: int = 0
+        self, found: Callable[[Event], bool], within: float, since: int = 0
     ) -> Recorded:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(within):
             while True:
                 for item in self.items[since:]:
                     if found(item.event):
@@ -183,7 +183,7 @@ class SlackSide(StandInThread):
         )
         return mark, parent
 
-    async def reply(self, parent_ts: str, found: Callable[[str], bool], timeout: float) -> Call:
+    async def reply(self, parent_ts: str, found: Callable[[str], bool], within: float) -> Call:
         """The first thread reply (accepted by Slack) whose header satisfies `found`."""
         return await self.call(
             self.slack.wait_for(
@@ -193,7 +193,7 @@ class SlackSide(StandInThread):
                     and c.params.get("thread_ts") == parent_ts
                     and found(header(c))
                 ),
-                timeout,
+                within,
             )
         )
 
@@ -258,7 +258,7 @@ async def run_in(node: NodeConfig, container: str, argv: list[str]) -> str:
         return "".join(chunks)
 
 
-# --- figures ---------------------------------------------------------------------------------------
+# --- figures ------------------------------------------------------------------------------------
 
 
 def percentile(values: Sequence[float], q: float) -> float:

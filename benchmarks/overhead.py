@@ -11,7 +11,8 @@ For each launch (the controller the CLI and Slack drive, on the lab):
             here, so the figure is pessimistic), the checks after the API is up
 Goal: overhead under 2 s on 2 nodes, growing under 1 s per extra node.
 
-    .venv/bin/python benchmarks/overhead.py [--nodes 2,3,4] [--runs 3] [--quick] [--where lab|embedded]
+    .venv/bin/python benchmarks/overhead.py [--nodes 2,3,4] [--runs 3] [--quick]
+        [--where lab|embedded]
 """
 
 from __future__ import annotations
@@ -28,19 +29,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.harness import WHERE, cluster_on, down, emit_json, first_stamp, table
 from cluster.config import ClusterConfig, Secrets
 from cluster.controller import Controller
-from cluster.events import Failed, Progress, Ready
+from cluster.events import CheckpointPassed, Failed, Progress, Ready
 
 GOAL_TWO_S = 2.0
 GOAL_PER_NODE_S = 1.0
 READY_LINE = "Application startup complete"
 
 
-async def one(config: ClusterConfig) -> dict[str, float]:
+async def one(config: ClusterConfig, steps: dict[str, list[float]]) -> dict[str, float]:
+    """One launch's split; `steps` gets the elapsed time of each checkpoint passed before
+    `vllm serve` started (where the overhead goes)."""
     controller = Controller(config, Secrets({}))
     serve_issued = None
     ready = None
     async for event in controller.up():
-        if isinstance(event, Progress) and event.phase == "weights" and serve_issued is None:
+        if isinstance(event, CheckpointPassed) and serve_issued is None:
+            steps.setdefault(event.checkpoint, []).append(event.elapsed_s)
+        elif isinstance(event, Progress) and event.phase == "weights" and serve_issued is None:
             serve_issued = time.time()
         elif isinstance(event, Failed):
             raise SystemExit(f"the launch failed: {event.summary}")
@@ -62,9 +67,11 @@ async def one(config: ClusterConfig) -> dict[str, float]:
 
 async def run(where: str, node_counts: list[int], runs: int, json_out: Path | None) -> int:
     rows, medians = [], {}
+    breakdown: dict[int, dict[str, list[float]]] = {}
     for nodes in node_counts:
+        steps = breakdown.setdefault(nodes, {})
         async with cluster_on(where, nodes) as config:
-            results = [await one(config) for _ in range(runs)]
+            results = [await one(config, steps) for _ in range(runs)]
         median = {k: statistics.median(r[k] for r in results) for k in results[0]}
         medians[nodes] = median
         emit_json(json_out, "overhead", {"nodes": nodes, "runs": runs, **median})
@@ -83,6 +90,17 @@ async def run(where: str, node_counts: list[int], runs: int, json_out: Path | No
         table(
             ["nodes", "runs", "wall s", "server s", "sample s", "overhead s (median)", "max"],
             rows,
+        )
+    )
+    ids = list(next(iter(breakdown.values())))
+    print("\nbefore `vllm serve`: each checkpoint's elapsed time (median s)")
+    print(
+        table(
+            ["nodes", *ids],
+            [
+                [nodes, *(round(statistics.median(steps.get(i, [0.0])), 2) for i in ids)]
+                for nodes, steps in breakdown.items()
+            ],
         )
     )
     ok = True

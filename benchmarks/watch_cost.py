@@ -12,7 +12,8 @@ the bot's process (the stand-in runs on a thread of it and is idle meanwhile):
          and that the watch reported no failure
 Needs the lab (root) for the flood:
 
-    .venv/bin/python benchmarks/watch_cost.py [--seconds 600] [--flood-rate 100000] [--flood-seconds 30] [--quick]
+    .venv/bin/python benchmarks/watch_cost.py [--seconds 600] [--flood-rate 100000]
+        [--flood-seconds 30] [--quick]
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ FLOOD = r"""
 import sys, time
 rate, seconds = float(sys.argv[1]), float(sys.argv[2])
 out = open("/proc/1/fd/1", "w", buffering=1 << 20)
-line = "(APIServer pid=7) INFO 12-01 10:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, flood line %d\n"
+line = ("(APIServer pid=7) INFO 12-01 10:00:00 [loggers.py:123] Engine 000: "
+        "Avg prompt throughput: 0.0 tokens/s, flood line %d\n")
 start, sent = time.monotonic(), 0
 while (now := time.monotonic()) - start < seconds:
     due = int((now - start) * rate)
@@ -173,8 +175,10 @@ async def run(
         )
     )
     print(
-        f"peak RSS over the process's life: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB; "
-        f"goals: idle < {GOAL_CPU_SHARE * 100:g} % of one core; flood: memory flat, loop lag < {GOAL_LAG_S * 1000:g} ms"
+        "peak RSS over the process's life: "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB; "
+        f"goals: idle < {GOAL_CPU_SHARE * 100:g} % of one core; "
+        f"flood: memory flat, loop lag < {GOAL_LAG_S * 1000:g} ms"
     )
     return 0 if ok else 1
 

@@ -377,9 +377,7 @@ class SlackStandIn:
             try:
                 await asyncio.wait_for(self._changed.wait_for(check), timeout)
             except TimeoutError:
-                raise TimeoutError(
-                    f"timed out after {timeout}s waiting for {what}"
-                ) from None
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what}") from None
         return result[0]
 
     async def wait_until(self, condition: Callable[[], Any], timeout: float = 5.0) -> Any:
