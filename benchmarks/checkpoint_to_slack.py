@@ -21,6 +21,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -74,8 +75,7 @@ async def one_up(side: SlackSide, config: ClusterConfig, store: Path, limited: b
     async with bot_on(side, config, bot_settings(store), log):
         if limited:
             slack.rate_limit_share(3, JOB_CALLS, retry_after=RETRY_AFTER)
-        mark, parent = await side.up()
-        parent_ts = parent.result["ts"]
+        mark, parent_ts = await side.up()
         end = await side.reply(parent_ts, lambda h: h == "✅ Ready" or h.startswith("✘"), 180)
         if end.params["blocks"] and header(end).startswith("✘"):
             raise SystemExit(f"the launch failed: {block_text(end)}")
@@ -89,7 +89,8 @@ async def one_up(side: SlackSide, config: ClusterConfig, store: Path, limited: b
     edits = side.edits(parent_ts)
     accepted_edits = [e for e in edits if e.ok]
 
-    expected = [f"✔ {r.event.title}" for r in passed] + ["✅ Ready"]
+    titles = [r.event.title for r in passed if isinstance(r.event, CheckpointPassed)]
+    expected = [f"✔ {title}" for title in titles] + ["✅ Ready"]
     shown = [header(r) for r in replies if header(r)[:1] in "✔✅"]
     run.lost = sum(1 for title in expected if not any(h.startswith(title) for h in shown))
     run.reordered = len(shown) != len(expected) or not all(
@@ -98,6 +99,7 @@ async def one_up(side: SlackSide, config: ClusterConfig, store: Path, limited: b
     by_title = iter(r for r in replies if header(r).startswith("✔"))
     for k, item in enumerate(passed, start=1):
         reply = next(by_title)
+        assert isinstance(item.event, CheckpointPassed)
         if item.event.logged_at is None:
             continue  # proven by the API, not by a log line
         stamped = item.event.logged_at.timestamp()
@@ -140,7 +142,7 @@ async def scenario(
     return results
 
 
-def row(name: str, runs: list[Run]) -> tuple[list[object], dict[str, object]]:
+def row(name: str, runs: list[Run]) -> tuple[list[object], dict[str, Any]]:
     detected = spread([v for r in runs for v in r.detected])
     reply = spread([v for r in runs for v in r.reply])
     parent = spread([v for r in runs for v in r.parent])

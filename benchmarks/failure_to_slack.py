@@ -120,8 +120,7 @@ async def one(side: SlackSide, config: ClusterConfig, fault: Fault, store: Path)
     log = EventLog()
     bot = bot_settings(store, watch_health_interval=HEALTH_INTERVAL_S)
     async with bot_on(side, config, bot, log):
-        _, parent = await side.up()
-        parent_ts = parent.result["ts"]
+        _, parent_ts = await side.up()
         fault_at = None
         if fault.inject is not None:
             await log.wait_for(lambda e: isinstance(e, Progress) and e.phase == "watch", 120)

@@ -12,12 +12,12 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiodocker
 
@@ -140,7 +140,7 @@ class RecordingController(Controller):
         self.log = log
 
     async def _recorded(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-        async with aclosing(events):
+        async with aclosing(cast(AsyncGenerator[Event, None], events)):
             async for event in events:
                 self.log.add(event)
                 yield event
@@ -169,19 +169,20 @@ class SlackSide(StandInThread):
         self.slack.add_user(ALICE)
         return self
 
-    async def up(self) -> tuple[int, Call]:
-        """`/spark up` as Alice; the stand-in's mark before it and the job's parent message."""
+    async def up(self) -> tuple[int, str]:
+        """`/spark up` as Alice; the stand-in's mark before it and the job's parent message's ts."""
         slack = self.slack
         mark = slack.last_seq()
         await self.call(slack.send_slash_command(ALICE, CH, "up"))
         parent = await self.call(
             slack.wait_for(
-                lambda c: c.method == "chat.postMessage" and "thread_ts" not in c.params,
+                lambda c: c.method == "chat.postMessage" and c.ok and "thread_ts" not in c.params,
                 30,
                 after=mark,
             )
         )
-        return mark, parent
+        assert parent.result is not None
+        return mark, str(parent.result["ts"])
 
     async def reply(self, parent_ts: str, found: Callable[[str], bool], within: float) -> Call:
         """The first thread reply (accepted by Slack) whose header satisfies `found`."""

@@ -39,7 +39,13 @@ READY_LINE = "Application startup complete"
 FAULT_LINE = "NCCL error: unhandled system error"
 OLD_NAME = "vllm_oldway"
 # A launch of minutes: phase deadlines far beyond it, so only the emulator decides the pace.
-SLOW_TIMEOUTS = {"weights": 1800, "engine": 900, "api": 900, "stall": 900, "containers": 120}
+SLOW_TIMEOUTS: dict[str, float] = {
+    "weights": 1800,
+    "engine": 900,
+    "api": 900,
+    "stall": 900,
+    "containers": 120,
+}
 
 
 @dataclass
@@ -68,6 +74,7 @@ async def shell(
 ) -> tuple[float | None, float]:
     """Run old_way.sh; (seconds from its start to learning `what`, or None; its start)."""
     head, worker = config.nodes[0], config.nodes[1]
+    assert head.ssh is not None, "the lab's nodes are reached over SSH"
     settings = {
         "HEAD_SOCK": head.docker_socket,
         "WORKER_SOCK": worker.docker_socket,

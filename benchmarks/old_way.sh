@@ -26,7 +26,11 @@ EMU_ENV=${EMU_ENV:-}
 MODEL=${MODEL:-Qwen/Qwen3.5-122B-A10B-FP8}
 
 event() { echo "EVENT $1 $(date +%s.%N) ${2:-}"; }
-on() { local host=$1 sock=$2; shift 2; ssh -F "$SSH_CONFIG" "$host" docker -H "unix://$sock" "$@"; }
+# ssh hands the remote shell one string: each word is quoted for it
+on() {
+  local host=$1 sock=$2; shift 2
+  ssh -F "$SSH_CONFIG" "$host" "$(printf '%q ' docker -H "unix://$sock" "$@")"
+}
 
 run_flags() {
   local ip=$1
