@@ -74,7 +74,7 @@ async def one_up(side: SlackSide, config: ClusterConfig, store: Path, limited: b
     run = Run()
     async with bot_on(side, config, bot_settings(store), log):
         if limited:
-            slack.rate_limit_share(3, JOB_CALLS, retry_after=RETRY_AFTER)
+            slack.rate_limit_share(3, JOB_CALLS, retry_after=RETRY_AFTER, per_method=True)
         mark, parent_ts = await side.up()
         end = await side.reply(parent_ts, lambda h: h == "✅ Ready" or h.startswith("✘"), 180)
         if end.params["blocks"] and header(end).startswith("✘"):
