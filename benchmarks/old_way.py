@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -87,10 +88,16 @@ async def shell(
         "EMU_ENV": " ".join(f"{k}={v}" for k, v in env.items()),
     }
     started = time.time()
-    process = await asyncio.create_subprocess_exec(
-        "bash", str(SCRIPT), env={**os.environ, **settings}, stdout=asyncio.subprocess.PIPE
+    # a thread waits for the script: no subprocess transport outlives the benchmark's loop
+    done = await asyncio.to_thread(
+        subprocess.run,
+        ["bash", str(SCRIPT)],
+        env={**os.environ, **settings},
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        check=False,
     )
-    out, _ = await process.communicate()
+    out = done.stdout
     events = {}
     for line in out.decode().splitlines():
         if line.startswith("EVENT "):
