@@ -539,7 +539,7 @@ class SlackStandIn:
             await self._notify()
             if request.transport is not None:
                 request.transport.abort()
-            raise asyncio.CancelledError()
+            raise asyncio.CancelledError() from None
         call.result = result
         self._calls.append(call)
         await self._notify()
