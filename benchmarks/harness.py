@@ -12,12 +12,12 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import aiodocker
 
@@ -139,17 +139,29 @@ class RecordingController(Controller):
         super().__init__(config, secrets)
         self.log = log
 
-    async def _recorded(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-        async with aclosing(cast(AsyncGenerator[Event, None], events)):
+    async def _recorded(self, events: AsyncGenerator[Event, None]) -> AsyncGenerator[Event, None]:
+        async with aclosing(events):
             async for event in events:
                 self.log.add(event)
                 yield event
 
-    def up(self, **options: Any) -> AsyncIterator[Event]:
-        return self._recorded(super().up(**options))
+    def up(
+        self,
+        *,
+        replace: bool = False,
+        replace_foreign: Collection[str] = (),
+        sample_max_tokens: int = 128,
+    ) -> AsyncGenerator[Event, None]:
+        return self._recorded(
+            super().up(
+                replace=replace,
+                replace_foreign=replace_foreign,
+                sample_max_tokens=sample_max_tokens,
+            )
+        )
 
-    def watch(self, **options: Any) -> AsyncIterator[Event]:
-        return self._recorded(super().watch(**options))
+    def watch(self, *, health_interval: float = 30.0) -> AsyncGenerator[Event, None]:
+        return self._recorded(super().watch(health_interval=health_interval))
 
 
 # --- the bot on the stand-in ---------------------------------------------------------------------
