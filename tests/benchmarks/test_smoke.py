@@ -73,7 +73,8 @@ def test_run_all_knows_every_benchmark_and_its_quick_mode():
 
 
 @pytest.mark.lab
-def test_the_old_way_and_spark_bot_both_learn_of_ready_and_of_the_failure(tmp_path):
+@pytest.mark.timeout(300)
+def test_the_old_way_and_spark_bot_both_learn_of_ready_and_of_the_failure(lab, tmp_path):
     out = tmp_path / "figures.jsonl"
     assert old_way.main(["--quick", "--json", str(out)]) == 0
     rows = figures(out, "old_way")
