@@ -14,6 +14,7 @@ import yaml
 
 from bot.config import load_config, load_knowledge
 from bot.render_text import render
+from cluster.bench.depth import MAX_DEPTH, parse_depths
 from cluster.bench.history import JsonLinesHistory
 from cluster.bench.runner import (
     DEFAULT_PROMPT,
@@ -99,6 +100,14 @@ def _concurrency_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _depth_list(text: str) -> list[int]:
+    """`1k,4k` -> [1024, 4096], as the chat parses it; the ranges are checked later."""
+    try:
+        return parse_depths(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _bounded_int(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -124,6 +133,7 @@ def bench(args: argparse.Namespace) -> int:
         runs=args.runs,
         concurrency=tuple(args.concurrency or ()),
         requests_per_level=args.requests,
+        depth=tuple(args.depth or ()),
         allow_busy=args.allow_busy,
     )
     check_bench(options)  # the same rules and messages as `/spark bench`, the tool's own limits
@@ -134,6 +144,7 @@ def bench(args: argparse.Namespace) -> int:
         runs=options.runs,
         prompt=options.prompt,
         requests_per_level=options.requests_per_level,
+        depth=options.depth,
         allow_busy=options.allow_busy,
         history=None if args.no_history else JsonLinesHistory(args.history or _default_history()),
     )
@@ -282,6 +293,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="K",
         help=f"requests per concurrency level (1-{MAX_REQUESTS}; default: as many as the level)",
+    )
+    sub.add_argument(
+        "--depth",
+        type=_depth_list,
+        metavar="1k,4k,16k",
+        help="also measure TTFT, prefill tok/s and decode tok/s with prompts this many tokens "
+        f"long (k = 1024; each 1-{MAX_DEPTH}; fitted with the server's /tokenize)",
     )
     sub.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt (same for every request)")
     sub.add_argument(

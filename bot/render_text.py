@@ -127,6 +127,17 @@ def render_bench(report: BenchReport) -> str:
         lines.append(
             "      (output = tokens / wall time incl. TTFT; decode agg = concurrency x 1/TPOT)"
         )
+    if report.depth:
+        lines.append("     depth  prompt tok  TTFT ms  prefill tok/s  decode tok/s   ok")
+        for d in report.depth:
+            lines.append(
+                f"    {d.depth:6d}  {_num(d.prompt_tokens, '.0f'):>10}"
+                f"  {_num(d.ttft_s, '.0f', 1000):>7}  {_num(d.prefill_tok_s):>13}  {_num(d.decode_tok_s):>12}  {d.ok}/{d.requests}"
+                + (f"  {d.errors[0]}" if d.errors else "")
+            )
+        lines.append(
+            "      (prefill = prompt tokens / TTFT; decode = 1/TPOT at that depth; medians)"
+        )
     for comparison in report.comparisons:
         lines.append(f"    vs previous: {comparison.metric}: {comparison.describe()}")
     if not report.comparisons:

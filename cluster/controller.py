@@ -122,11 +122,13 @@ class Controller:
         runs: int = 3,
         prompt: str = DEFAULT_PROMPT,
         requests_per_level: int | None = None,
+        depth: Sequence[int] = (),
         allow_busy: bool = False,
         history: BenchHistory | None = None,
     ) -> AsyncIterator[Event]:
-        """Single stream (warm-up + median of `runs`), then a sweep over `concurrency`; ends with
-        BenchResult (compared with the last run of the same setup in `history`) or Failed."""
+        """Single stream (warm-up + median of `runs`), then a sweep over `concurrency`, then
+        `runs` requests at each prompt length in `depth`; ends with BenchResult (compared with
+        the last run of the same setup in `history`) or Failed."""
         reporter = Reporter()
         options = BenchOptions(
             prompt=prompt,
@@ -134,6 +136,7 @@ class Controller:
             runs=runs,
             concurrency=tuple(concurrency),
             requests_per_level=requests_per_level,
+            depth=tuple(depth),
             allow_busy=allow_busy,
         )
         options.validate()

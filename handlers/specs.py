@@ -284,6 +284,7 @@ async def _bench(
         concurrency=command.concurrency,
         max_tokens=command.max_tokens,
         runs=command.runs,
+        depth=command.depth,
         history=StoreHistory(d.store, d.jobs.journal, record.id),
     )
     return JobPlan(
@@ -357,9 +358,10 @@ SPECS: dict[str, CommandSpec] = {
         ),
         CommandSpec(
             c.Bench,
-            summary="measure TTFT and tok/s (single stream, optionally a concurrency sweep)",
+            summary="measure TTFT and tok/s (single stream, optionally a concurrency sweep and "
+            "long prompts: TTFT, prefill and decode tok/s at each depth)",
             level="operate",
-            arguments="[concurrency=1,2,4] [max_tokens=N] [runs=N]",
+            arguments="[concurrency=1,2,4] [max_tokens=N] [runs=N] [depth=1k,4k,16k]",
             example="bench concurrency=1,2,4 max_tokens=256",
             job=_bench,
         ),
