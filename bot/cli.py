@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -24,13 +25,13 @@ from cluster.bench.runner import (
     MAX_TOKENS,
     BenchOptions,
 )
-from cluster.config import resolve_secrets
+from cluster.config import resolve_secrets, shown_cluster
 from cluster.controller import Controller
 from cluster.diagnosis import LogDiagnoser, first_error, unrecognised
 from cluster.errors import SparkBotError
 from cluster.events import Failed
 from cluster.failures import with_knowledge
-from cluster.redact import MASK, looks_secret, redact, secret_name
+from cluster.redact import redact
 from handlers.commands import check_bench, parse_concurrency, resolve_node
 from handlers.errors import CommandError
 from handlers.specs import SPECS
@@ -39,15 +40,7 @@ from handlers.specs import SPECS
 def check_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     data = config.model_dump(mode="json")
-    container = data["cluster"]["container"]
-    container["env"] = {
-        key: (MASK if secret_name(key) or looks_secret(value) else value)
-        for key, value in container["env"].items()
-    }
-    container["secret_env"] = {
-        dest: f"${src} ({'set' if os.environ.get(src) else 'NOT SET'}, value hidden)"
-        for dest, src in container["secret_env"].items()
-    }
+    data["cluster"] = shown_cluster(config.cluster, os.environ)
     print(f"# {args.config}: valid")
     # the whole text too: a token may sit elsewhere (serve.extra_args: --api-key=sk-...)
     print(redact(yaml.safe_dump(data, sort_keys=False)), end="")
@@ -184,6 +177,20 @@ def diagnose_log(args: argparse.Namespace) -> int:
     return 1 if found.fatal else 0
 
 
+def diag(args: argparse.Namespace) -> int:
+    controller = _controller(args)
+    output = args.output or Path(
+        f"spark-diag-{controller.config.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}.tar.gz"
+    )
+    events = controller.diagnostics(
+        output,
+        events_note="collected with `spark-bot diag` (no job: the bot's jobs are in its own "
+        "database; `/spark diag` in the job's channel adds them)",
+        log_lines=args.lines,
+    )
+    return asyncio.run(_print_events(events, args.json))
+
+
 def run_bot(args: argparse.Namespace) -> int:
     from bot.app import configure_logging, run_slack
 
@@ -263,6 +270,24 @@ def _parser() -> argparse.ArgumentParser:
                 metavar="N",
                 help="how many lines (1-5000, default 50)",
             )
+
+    sub = command("diag", diag, SPECS["diag"].summary)
+    sub.add_argument("--config", required=True, help="path to the YAML config")
+    sub.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="where to write the .tar.gz (default ./spark-diag-CLUSTER-TIME.tar.gz)",
+    )
+    sub.add_argument(
+        "--lines",
+        type=_bounded_int(1, 100_000),
+        default=2000,
+        metavar="N",
+        help="container log lines per node (1-100000, default 2000)",
+    )
+    sub.add_argument("--json", action="store_true", help="print events as JSON lines")
 
     sub = command("bench", bench, SPECS["bench"].summary)
     sub.add_argument("--config", required=True, help="path to the YAML config")

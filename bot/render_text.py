@@ -6,6 +6,7 @@ from cluster.bench.models import BenchReport
 from cluster.events import (
     BenchResult,
     CheckpointPassed,
+    DiagnosticsCollected,
     Event,
     Failed,
     LogTail,
@@ -78,6 +79,11 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
         return f"{stamp} {'removed' if event.removed else 'nothing to remove'}: {event.detail}"
     if isinstance(event, BenchResult):
         return f"{stamp} benchmark done\n" + render_bench(event.report)
+    if isinstance(event, DiagnosticsCollected):
+        return (
+            f"{stamp} diagnostics bundle written: {event.path} ({event.size} bytes, "
+            f"{len(event.files)} files)\n" + _indent(event.summary.splitlines())
+        )
     raise TypeError(f"no rendering for {type(event).__name__}")
 
 

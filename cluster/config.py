@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -22,7 +23,7 @@ from pydantic import (
 )
 
 from cluster.errors import ConfigError
-from cluster.redact import looks_secret, redact, secret_name
+from cluster.redact import MASK, looks_secret, redact, secret_name
 
 # Values that end up in remote commands or Docker API calls: each pattern admits no shell
 # metacharacter, so even a quoting mistake downstream cannot turn config into code.
@@ -362,6 +363,29 @@ class Secrets:
 
     def __repr__(self) -> str:
         return f"Secrets({sorted(self._values)})"
+
+
+def shown_cluster(
+    config: ClusterConfig, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The cluster section as data fit to show: variables whose name or value looks secret
+    masked, `secret_env` as the names it reads (set or not, when `environ` is given), never
+    the values. Callers redact the text they make of it as well (a token may sit elsewhere,
+    as in serve.extra_args)."""
+    data = config.model_dump(mode="json")
+    container = data["container"]
+    container["env"] = {
+        key: (MASK if secret_name(key) or looks_secret(str(value)) else value)
+        for key, value in container["env"].items()
+    }
+
+    def hidden(src: str) -> str:
+        if environ is None:
+            return f"${src} (value hidden)"
+        return f"${src} ({'set' if environ.get(src) else 'NOT SET'}, value hidden)"
+
+    container["secret_env"] = {dest: hidden(src) for dest, src in container["secret_env"].items()}
+    return data
 
 
 def resolve_secrets(config: ClusterConfig, environ: dict[str, str]) -> Secrets:

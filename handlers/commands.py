@@ -179,6 +179,10 @@ class Down(BaseCommand):
     name: ClassVar[str] = "down"
 
 
+class Diag(BaseCommand):
+    name: ClassVar[str] = "diag"
+
+
 class Cancel(BaseCommand):
     name: ClassVar[str] = "cancel"
 
@@ -187,7 +191,7 @@ class Help(BaseCommand):
     name: ClassVar[str] = "help"
 
 
-Command = Up | Verify | Bench | Status | Logs | Down | Cancel | Help
+Command = Up | Verify | Bench | Status | Logs | Diag | Down | Cancel | Help
 CHAT_MAX_RUNS = 20  # a chat bench stays short: more runs from the CLI
 
 

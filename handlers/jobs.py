@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
@@ -30,6 +31,8 @@ from handlers.settings import BotSettings
 from handlers.store import JobRecord, LockRecord, Owner, Store, now
 
 log = logging.getLogger(__name__)
+
+EVENTS_KEPT = 2000  # the latest events of jobs and watches, for a diagnostics bundle
 
 ControllerFactory = Callable[[ClusterConfig], Controller]
 
@@ -97,6 +100,15 @@ class JobManager:
         self._writes: set[asyncio.Task] = set()
         self._heartbeat: asyncio.Task | None = None
         self._reconciled = asyncio.Event()
+        self._recent: deque[tuple[int, str]] = deque(maxlen=EVENTS_KEPT)  # (job id, JSON line)
+
+    def keep(self, job_id: int, event: Event) -> None:
+        """Remember an event of a job (or its watch) for `events_of`; the oldest go first."""
+        self._recent.append((job_id, event.to_json()))
+
+    def events_of(self, job_id: int) -> list[str]:
+        """The events of job `job_id` this bot still holds (JSON lines, oldest first)."""
+        return [line for owner, line in self._recent if owner == job_id]
 
     # -- owned tasks ------------------------------------------------------------------------
 
@@ -278,6 +290,7 @@ class JobManager:
             async with aclosing(events):
                 async for event in events:
                     job.events.append(event)
+                    self.keep(record.id, event)
                     await view.event(event)
                     if plan.on_event:
                         await plan.on_event(job, event)
@@ -443,6 +456,7 @@ class JobManager:
         try:
             async with aclosing(events):
                 async for event in events:
+                    self.keep(record.id, event)
                     if isinstance(event, Progress) and event.phase in MONITORING:
                         title, tone = MONITORING[event.phase]
                         await view.reply(
