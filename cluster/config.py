@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     field_validator,
@@ -263,6 +264,31 @@ class Timeouts(_Model):
     down: Seconds = 60
 
 
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def _duration(value: object) -> object:
+    """`90`, `30m`, `1h`, `2d` -> seconds; a number is left for the field to check."""
+    if not isinstance(value, str):
+        return value
+    match = _DURATION.fullmatch(value.strip())
+    if match is None:
+        raise ValueError(f"{value[:20]!r}: expected seconds or a duration such as 30m, 1h or 2d")
+    return float(match[1]) * _UNIT_S[match[2]]
+
+
+Duration = Annotated[float, BeforeValidator(_duration), Field(gt=0, le=7 * 86_400)]
+
+
+class RestartPolicy(_Model):
+    """Opt-in: when the watch sees the server die, tear down and launch again in the launch's
+    thread, at most `max` times within `within` (then say so and stop)."""
+
+    max: int = Field(ge=1, le=20, description="relaunches allowed within the window")
+    within: Duration = Field(3600, description="the window: seconds, or 30m, 1h, 2d")
+
+
 class ClusterConfig(_Model):
     name: Name = "sparks"
     nodes: list[NodeConfig] = Field(min_length=1, description="head first")
@@ -272,6 +298,9 @@ class ClusterConfig(_Model):
     api: APIConfig = APIConfig()
     timeouts: Timeouts = Timeouts()
     log_tail_lines: int = Field(30, ge=1, le=500)
+    restart: RestartPolicy | None = Field(
+        None, description="relaunch after a death while watched (off unless given)"
+    )
     knowledge: Knowledge = Field(
         Knowledge(),
         description="in YAML, the path of a knowledge file (extra failure rows and "

@@ -82,6 +82,7 @@ class JobView:
         link: str | None = None,
         on_parent: Callable[[Message], Awaitable[None]] | None = None,
         on_posted: Callable[[Posted], Awaitable[None]] | None = None,
+        thread: str | None = None,
     ):
         self.deliver = Delivery(chat)
         self.chat = chat
@@ -100,6 +101,7 @@ class JobView:
             posted=posted,
             on_posted=self._posted,
             on_undelivered=self._undelivered,
+            thread=thread,
         )
         self.link = link
         self.items: dict[str, ChecklistItem] = {c.id: ChecklistItem(title=c.title) for c in plan}
@@ -126,6 +128,11 @@ class JobView:
     @property
     def posted(self) -> Posted | None:
         return self.outbox.posted
+
+    @property
+    def thread(self) -> str | None:
+        """The thread its replies go to: the one it was opened in, else its own parent's."""
+        return self.outbox.thread or (self.posted.ts if self.posted else None)
 
     async def delivered(self) -> None:
         """Until the chat has everything queued so far (or it was given up)."""

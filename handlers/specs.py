@@ -276,7 +276,8 @@ async def _diag(d: Dispatcher, command: c.Diag, invocation: Invocation) -> Messa
         return Message(
             title="The diagnostics bundle could not be uploaded",
             tone="warning",
-            text=f"{escape(error)}. `spark-bot diag --config …` on the bot's host writes it to a file.",
+            text=f"{escape(error)}. `spark-bot diag --config …` on the bot's host writes it "
+            "to a file.",
         )
     d.audit(
         invocation.user,
