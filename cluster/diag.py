@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import tarfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,6 +26,7 @@ from typing import Any
 from cluster import api
 from cluster.config import ClusterConfig, Secrets, shown_cluster
 from cluster.errors import ContainerMissing, NodeError, NodeTimedOut
+from cluster.interfaces import ipv4_addresses
 from cluster.inventory import read_log_tail
 from cluster.launch import api_base_url
 from cluster.nodes import ClusterConnection, NodeConnection
@@ -32,6 +34,7 @@ from cluster.redact import MASK, secret_name
 
 MAX_FILE_CHARS = 4_000_000  # a file's text beyond this keeps its end: the archive stays bounded
 MISSING = 127  # the exit status of a command the node does not have (as a shell says it)
+_LINK_STATE = re.compile(r"^\d+:\s+(?P<ifname>[^\s:@]+)\S*\s.*?\sstate\s(?P<state>\S+)")
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,8 @@ class NodeCommand:
 NODE_COMMANDS = (
     NodeCommand("nvidia-smi.txt", ("nvidia-smi",), "GPUs, driver and memory"),
     NodeCommand("ibdev2netdev.txt", ("ibdev2netdev",), "RDMA devices and their interfaces"),
-    NodeCommand("ip-addr.txt", ("ip", "addr", "show"), "every interface's addresses"),
-    NodeCommand("ip-link.txt", ("ip", "-s", "link", "show"), "link state and counters"),
+    NodeCommand("ip-addr.txt", ("ip", "-o", "addr", "show"), "every interface's addresses"),
+    NodeCommand("ip-link.txt", ("ip", "-o", "-s", "link", "show"), "link state and counters"),
     NodeCommand("meminfo.txt", ("cat", "/proc/meminfo"), "memory"),
     NodeCommand("date.txt", ("date", "-u", "+%Y-%m-%dT%H:%M:%S.%NZ"), "the node's clock"),
     NodeCommand("uname.txt", ("uname", "-a"), "kernel"),
@@ -296,6 +299,24 @@ async def collect(
     return DiagResult(archive, summary, sorted(bundle.files), problems)
 
 
+def _fabric(bundle: Bundle, node: str, fabric_ip: str) -> str:
+    """Which interface holds the node's fabric IP, and its link state, from what was collected."""
+    addresses = bundle.files.get(f"nodes/{node}/ip-addr.txt")
+    if addresses is None:
+        return "fabric interface unknown (no `ip addr` output)"
+    holder = next(
+        (name for name, ips in ipv4_addresses(addresses).items() if fabric_ip in ips), None
+    )
+    if holder is None:
+        return f"NO interface holds the fabric IP {fabric_ip}"
+    states = {
+        m["ifname"]: m["state"]
+        for line in bundle.files.get(f"nodes/{node}/ip-link.txt", "").splitlines()
+        if (m := _LINK_STATE.match(line.strip()))
+    }
+    return f"fabric {fabric_ip} on {holder}, link state {states.get(holder, 'unknown')}"
+
+
 def _summary(
     config: ClusterConfig, bundle: Bundle, stamp: datetime, took: float, events_note: str
 ) -> str:
@@ -316,6 +337,8 @@ def _summary(
         key = parts[1] if parts[0] == "nodes" else "(cluster)"
         by_node.setdefault(key, []).append(c)
     for key in ["(cluster)", *[n.name for n in config.nodes]]:
+        if key != "(cluster)":
+            lines.append(f"{key}: {_fabric(bundle, key, config.node(key).fabric_ip)}")
         for c in sorted(by_node.get(key, []), key=lambda c: c.path):
             mark = "ok " if c.outcome == "ok" else "-- "
             detail = "" if c.outcome == "ok" else f"  ({c.outcome})"

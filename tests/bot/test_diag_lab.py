@@ -78,6 +78,10 @@ async def test_diag_uploads_every_nodes_files_to_the_jobs_thread_and_no_planted_
         assert node.fabric_ip in texts[f"nodes/{node.name}/ip-addr.txt"]
         assert "Up" in texts[f"nodes/{node.name}/ibdev2netdev.txt"]
         assert "HF_TOKEN=***" in texts[f"nodes/{node.name}/docker-inspect.json"]
+        assert (
+            f"{node.name}: fabric {node.fabric_ip} on enp1s0f1np1, link state UP"
+            in (texts["SUMMARY.txt"])
+        )
     head = cluster.head.name
     assert "Loading weights took" in texts[f"nodes/{head}/container.log"]
     assert "Active:" in texts[f"nodes/{head}/ray-status.txt"]

@@ -83,15 +83,21 @@ async def test_every_nodes_files_missing_tools_and_no_secret_in_the_archive(tmp_
         }
     )
     head, worker = config.nodes[0], config.nodes[1]
+    link = "3: enp1s0f1np1: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 9000 qdisc mq state UP mode"
     answers = {
-        "ip": "2: enp1s0f1np1: <BROADCAST,MULTICAST,UP,LOWER_UP> state UP\n",
+        "ip": f"3: enp1s0f1np1    inet {head.fabric_ip}/24 scope global\n{link}\n",
         "cat": f"MemAvailable: 100 kB\nplanted {SLACK_BOT_TOKEN}\n",
         "date": "2026-12-01T12:00:00.000000000Z\n",
         "uname": "Linux spark 6.8.0\n",
         "ibdev2netdev": "rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)\n",
         # no nvidia-smi on these nodes: recorded as missing
     }
-    slow = {**answers, "uname": NodeTimedOut(worker.name, "`uname` did not finish within 1 s", "")}
+    slow = {
+        **answers,
+        "ip": f"3: enp1s0f1np1    inet {worker.fabric_ip}/24\n"
+        + link.replace("UP mode", "DOWN mode"),
+        "uname": NodeTimedOut(worker.name, "`uname` did not finish within 1 s", ""),
+    }
     log = f"INFO starting\nINFO token={HF_TOKEN}\nINFO key {API_KEY}\n"
     connection = ClusterConnection(config)
     connection.nodes[head.name] = ScriptedNode(head, answers, log, asyncio.Event())
@@ -129,6 +135,8 @@ async def test_every_nodes_files_missing_tools_and_no_secret_in_the_archive(tmp_
     assert f"nodes/{head.name}/nvidia-smi.txt  (missing: `nvidia-smi` is not installed" in summary
     assert f"nodes/{worker.name}/uname.txt  (timed out after" in summary
     assert f"nodes/{head.name}/uname.txt" in summary and "job #7" in summary
+    assert f"{head.name}: fabric {head.fabric_ip} on enp1s0f1np1, link state UP" in summary
+    assert f"{worker.name}: fabric {worker.fabric_ip} on enp1s0f1np1, link state DOWN" in summary
     assert any("nvidia-smi" in p for p in result.problems)
     # the planted secrets were in the log, the inspect's environment, a command's output and the
     # job's events: none is in any file
