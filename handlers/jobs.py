@@ -32,6 +32,7 @@ from handlers.store import JobRecord, LockRecord, Owner, Store, now
 
 log = logging.getLogger(__name__)
 
+LAUNCHES = ("up", "restart")  # the jobs that leave a server to watch
 EVENTS_KEPT = 2000  # the latest events of jobs and watches, for a diagnostics bundle
 
 ControllerFactory = Callable[[ClusterConfig], Controller]
@@ -659,7 +660,9 @@ class JobManager:
             bool(report) and bool(report.containers) and all(c.running for c in report.containers)
         )
         watch = await self.store.watch(self.cluster.name)
-        launched = next((j for j in reversed(interrupted) if j.command.split()[0] == "up"), None)
+        launched = next(
+            (j for j in reversed(interrupted) if j.command.split()[0] in LAUNCHES), None
+        )
         if launched and running:
             watch = launched
         for record in interrupted:
