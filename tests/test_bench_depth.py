@@ -28,6 +28,8 @@ def test_depths_are_parsed_in_tokens_with_k_as_1024_and_bad_ones_say_what_is_exp
         BenchOptions(depth=(1024, 1024)).validate()
     with pytest.raises(ValueError, match="each depth must be between 1 and"):
         BenchOptions(depth=(0,)).validate()
+    with pytest.raises(ValueError, match="at most 8 depths in one run, not 9"):
+        BenchOptions(depth=tuple(range(1, 10))).validate()
 
 
 PROFILE = "lab"  # 100 tok/s and TTFT(p) = 0.2 s + p / 8192: slow enough to time on a busy machine

@@ -38,6 +38,7 @@ MAX_CONCURRENCY = 1024
 MAX_TOKENS = 32768
 MAX_RUNS = 100
 MAX_REQUESTS = 100_000
+MAX_DEPTHS = 8  # prompt lengths in one run: each is `runs` requests of up to a long prefill
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,8 @@ class BenchOptions:
                 f"requests per level must be between 1 and {limits.max_requests}, "
                 f"not {self.requests_per_level}"
             )
+        if len(self.depth) > MAX_DEPTHS:
+            raise ValueError(f"at most {MAX_DEPTHS} depths in one run, not {len(self.depth)}")
         for d in self.depth:
             if not 1 <= d <= limits.max_depth:
                 raise ValueError(
