@@ -138,7 +138,8 @@ def render_bench(report: BenchReport) -> str:
         for d in report.depth:
             lines.append(
                 f"    {d.depth:6d}  {_num(d.prompt_tokens, '.0f'):>10}"
-                f"  {_num(d.ttft_s, '.0f', 1000):>7}  {_num(d.prefill_tok_s):>13}  {_num(d.decode_tok_s):>12}  {d.ok}/{d.requests}"
+                f"  {_num(d.ttft_s, '.0f', 1000):>7}  {_num(d.prefill_tok_s):>13}"
+                f"  {_num(d.decode_tok_s):>12}  {d.ok}/{d.requests}"
                 + (f"  {d.errors[0]}" if d.errors else "")
             )
         lines.append(
