@@ -11,6 +11,7 @@ shallow rate / (1 + p / decode_half_depth) (attention reads a KV cache that grow
 Spark figures for both are assumptions of the right order, not measurements.
 """
 
+import itertools
 import math
 import os
 
@@ -130,7 +131,7 @@ def aggregate_tok_s(profile, concurrency):
     c = max(1.0, float(concurrency))
     if c <= pts[0][0]:
         return float(pts[0][1])
-    for (c0, a0), (c1, a1) in zip(pts, pts[1:]):
+    for (c0, a0), (c1, a1) in itertools.pairwise(pts):
         if c <= c1:
             f = (math.log2(c) - math.log2(c0)) / (math.log2(c1) - math.log2(c0))
             return a0 + f * (a1 - a0)

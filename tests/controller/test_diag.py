@@ -44,7 +44,7 @@ class ScriptedDocker:
     async def log_tail(self, name: str, lines: int) -> str:
         return self.log
 
-    async def exec_output(self, name: str, argv: list[str], *, timeout: float) -> str:  # noqa: ASYNC109
+    async def exec_output(self, name: str, argv: list[str], *, timeout: float) -> str:
         return {"ray": "Active:\n 1 node_a\n 1 node_b\n", "vllm": "0.32.0"}[argv[0]]
 
 
@@ -55,7 +55,7 @@ class ScriptedNode(NodeConnection):
         super().__init__(config, ScriptedDocker(config.name, log), 0.0)  # type: ignore[arg-type]
         self.answers, self.started, self.running = answers, started, 0
 
-    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:  # noqa: ASYNC109
+    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
         self.running += 1
         if self.running == len(NODE_COMMANDS):
             self.started.set()  # every command of this node is in flight at once
