@@ -53,8 +53,15 @@ def check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+# What runs a model takes its recipe (--recipe, else the config's own `recipe`); what looks at
+# or removes the containers (status, logs, down, recipes) works on every node of the cluster.
+_RECIPE_COMMANDS = ("up", "verify", "watch", "preflight", "bench")
+
+
 def _controller(args: argparse.Namespace) -> Controller:
     cluster = load_config(args.config).cluster
+    if args.command in _RECIPE_COMMANDS:
+        cluster = cluster.with_recipe(args.recipe)
     return Controller(cluster, resolve_secrets(cluster, dict(os.environ)))
 
 
@@ -211,6 +218,15 @@ def demo(args: argparse.Namespace) -> int:
 Command = Callable[[argparse.Namespace], int]
 
 
+def _recipe_option(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--recipe",
+        metavar="NAME",
+        default=None,
+        help="run this recipe of the config (default: the config's `recipe`, else its own serve)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="spark-bot",
@@ -227,7 +243,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("config", help="path to the YAML config")
 
     shared_with_chat = [
-        (name, SPECS[name].summary) for name in ("up", "verify", "status", "logs", "down")
+        (name, SPECS[name].summary)
+        for name in ("up", "verify", "status", "recipes", "logs", "down")
     ]
     for name, help_text in [
         *shared_with_chat,
@@ -237,6 +254,8 @@ def _parser() -> argparse.ArgumentParser:
         sub = command(name, _operation(name), help_text)
         sub.add_argument("--config", required=True, help="path to the YAML config")
         sub.add_argument("--json", action="store_true", help="print events as JSON lines")
+        if name in _RECIPE_COMMANDS:
+            _recipe_option(sub)
         if name == "up":
             sub.add_argument(
                 "--replace",
@@ -255,6 +274,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub = command("bench", bench, SPECS["bench"].summary)
     sub.add_argument("--config", required=True, help="path to the YAML config")
+    _recipe_option(sub)
     sub.add_argument(
         "--concurrency",
         type=_concurrency_list,
