@@ -30,6 +30,8 @@ from typing import Any
 
 from cluster.checkpoints import KV_CACHE_SPELLINGS, WEIGHTS_SPELLINGS, Spelling
 from cluster.config import ClusterConfig, ServeConfig
+from cluster.logtext import strip_prefixes
+from cluster.monitor import LogLine
 from cluster.nodes import NodeConnection
 
 GIB = 2**30
@@ -384,27 +386,37 @@ async def read_model_facts(config: ClusterConfig, node: NodeConnection, home: st
     return model_facts(parsed, total)
 
 
-def _logged(evidence: str | None, spellings: Sequence[Spelling], group: str) -> float | None:
-    """The figure `group` of the first spelling that names it in `evidence` (the largest of
-    the ranks' lines: the heaviest rank is the one that must fit)."""
-    if not evidence:
-        return None
+class MemoryLogged:
+    """What vLLM logs of its memory, kept from the launch's log lines as they are read: the
+    weights a rank ("Model loading took X GiB", the largest rank's) and the KV cache tokens."""
+
+    def __init__(self) -> None:
+        self.weights_gib: float | None = None
+        self.kv_tokens: int | None = None
+
+    def observe(self, line: LogLine) -> None:
+        message = strip_prefixes(line.text)
+        gib = _figure(message, WEIGHTS_SPELLINGS, "gib")
+        if gib is not None:
+            self.weights_gib = max(gib, self.weights_gib or 0.0)
+        tokens = _figure(message, KV_CACHE_SPELLINGS, "tokens")
+        if tokens is not None:
+            self.kv_tokens = int(tokens)
+
+
+def _figure(message: str, spellings: Sequence[Spelling], group: str) -> float | None:
     for item in spellings:
-        if group not in item.pattern.groupindex:
-            continue
-        found = [float(m[group].replace(",", "")) for m in item.pattern.finditer(evidence)]
-        if found:
-            return max(found)
+        if group in item.pattern.groupindex:
+            match = item.pattern.search(message)
+            if match:
+                return float(match[group].replace(",", ""))
     return None
 
 
-def compare_with_logged(
-    fit: Fit | None, weights_evidence: str | None, kv_evidence: str | None
-) -> str | None:
+def compare_with_logged(fit: Fit | None, logged: MemoryLogged) -> str | None:
     """The estimate beside what vLLM logged ("Model loading took X GiB", "KV cache size: N
     tokens"), for the Ready message; None when there is neither."""
-    weights = _logged(weights_evidence, WEIGHTS_SPELLINGS, "gib")
-    tokens = _logged(kv_evidence, KV_CACHE_SPELLINGS, "tokens")
+    weights, tokens = logged.weights_gib, logged.kv_tokens
     if fit is None and weights is None and tokens is None:
         return None
     estimated = (
@@ -412,12 +424,12 @@ def compare_with_logged(
         if fit
         else "no estimate (the model's files could not be read)"
     )
-    logged = ", ".join(
+    logged_text = ", ".join(
         part
         for part in (
             f"{weights:.2f} GiB of weights" if weights is not None else "",
-            f"{int(tokens):,} KV cache tokens" if tokens is not None else "",
+            f"{tokens:,} KV cache tokens" if tokens is not None else "",
         )
         if part
     )
-    return f"{estimated}; vLLM logged {logged or 'neither figure'}"
+    return f"{estimated}; vLLM logged {logged_text or 'neither figure'}"

@@ -30,7 +30,7 @@ from cluster.containers import (
 from cluster.errors import DockerRefused, NodeError
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
 from cluster.failures import API_UNEXPECTED, DOCKER_REFUSED, RAY_INCOMPLETE
-from cluster.fit import compare_with_logged
+from cluster.fit import MemoryLogged, compare_with_logged
 from cluster.follow import Expectation, LogFollower, must_see
 from cluster.inventory import remove_container
 from cluster.monitor import ClusterMonitor
@@ -64,6 +64,8 @@ class Launch:
             config.container.name, secrets, config.log_tail_lines, matters=must_see(config)
         )
         self.follower = LogFollower(config, self.monitor, self.reporter)
+        self.memory_logged = MemoryLogged()
+        self.follower.observers.append(self.memory_logged.observe)
         self.preflight = Preflight(
             config,
             connection,
@@ -75,17 +77,11 @@ class Launch:
         self.started: list[NodeConnection] = []
         self._in_flight: list[asyncio.Future[str]] = []
         self._ids: dict[str, str] = {}  # node -> the container started there
-        self._logged: dict[str, str] = {}  # checkpoint -> its evidence (weights, kv_cache)
 
     async def run(self) -> AsyncIterator[Event]:
         try:
             async with aclosing(run_steps(self._steps(), self.reporter)) as events:
                 async for event in events:
-                    if isinstance(event, CheckpointPassed) and event.checkpoint in {
-                        "weights",
-                        "kv_cache",
-                    }:
-                        self._logged[event.checkpoint] = event.evidence
                     yield event
         except BaseException:
             # Cancelled or broken mid-launch: leave no container behind, even if cancelled again.
@@ -395,9 +391,7 @@ class Launch:
             sample=sample,
             vllm_version=version,
             recipe=self.config.recipe,
-            memory=compare_with_logged(
-                self.preflight.fit, self._logged.get("weights"), self._logged.get("kv_cache")
-            ),
+            memory=compare_with_logged(self.preflight.fit, self.memory_logged),
         )
 
     def _api_passed(self, checkpoint: str, evidence: str) -> CheckpointPassed:
