@@ -23,11 +23,11 @@ from cluster.bench.runner import (
     MAX_TOKENS,
     BenchOptions,
 )
-from cluster.config import resolve_secrets
+from cluster.config import ClusterConfig, resolve_secrets
 from cluster.controller import Controller
 from cluster.diagnosis import LogDiagnoser, first_error, unrecognised
 from cluster.errors import SparkBotError
-from cluster.events import Failed
+from cluster.events import Failed, StatusReport
 from cluster.failures import with_knowledge
 from cluster.redact import MASK, looks_secret, redact, secret_name
 from handlers.commands import check_bench, parse_concurrency, resolve_node
@@ -56,13 +56,29 @@ def check_config(args: argparse.Namespace) -> int:
 # What runs a model takes its recipe (--recipe, else the config's own `recipe`); what looks at
 # or removes the containers (status, logs, down, recipes) works on every node of the cluster.
 _RECIPE_COMMANDS = ("up", "verify", "watch", "preflight", "bench")
+# What looks at a running server without --recipe: the recipe its head container was started with
+_FOLLOWS_THE_RUNNING_RECIPE = ("verify", "watch", "bench")
 
 
 def _controller(args: argparse.Namespace) -> Controller:
     cluster = load_config(args.config).cluster
     if args.command in _RECIPE_COMMANDS:
-        cluster = cluster.with_recipe(args.recipe)
+        recipe = args.recipe
+        if recipe is None and args.command in _FOLLOWS_THE_RUNNING_RECIPE and cluster.recipes:
+            recipe = asyncio.run(_running_recipe(cluster))
+        cluster = cluster.with_recipe(recipe)
     return Controller(cluster, resolve_secrets(cluster, dict(os.environ)))
+
+
+async def _running_recipe(cluster: ClusterConfig) -> str | None:
+    """The recipe label of the head's running container, if it names one of the config's."""
+    controller = Controller(cluster, resolve_secrets(cluster, dict(os.environ)))
+    async for event in controller.status():
+        if isinstance(event, StatusReport):
+            head = next((c for c in event.containers if c.node == cluster.head.name), None)
+            if head is not None and head.running and head.recipe in cluster.recipes:
+                return head.recipe
+    return None
 
 
 async def _print_events(events, as_json: bool) -> int:
@@ -223,7 +239,8 @@ def _recipe_option(sub: argparse.ArgumentParser) -> None:
         "--recipe",
         metavar="NAME",
         default=None,
-        help="run this recipe of the config (default: the config's `recipe`, else its own serve)",
+        help="run this recipe of the config (default: verify, watch and bench the recipe the "
+        "running server was started with; otherwise the config's `recipe`, else its own serve)",
     )
 
 
