@@ -169,3 +169,33 @@ def test_the_cli_refuses_an_unknown_recipe_before_connecting(tmp_path, capsys):
     shutil.copy(CONFIGS / "lab.yaml", tmp_path / "lab.yaml")
     assert main(["up", "--config", str(tmp_path / "lab.yaml"), "--recipe", "nope"]) == 2
     assert "unknown recipe 'nope' (recipes: none configured)" in capsys.readouterr().err
+
+
+def test_the_recipes_listing_says_what_each_needs_and_which_one_runs():
+    from bot.render_text import render_recipes
+    from cluster.events import RecipesReport, RecipeSummary
+    from handlers.specs import recipes_text
+
+    summary = RecipeSummary(
+        name="qwen35-122b-fp8",
+        model="Qwen/Qwen3.5-122B-A10B-FP8",
+        served_model_name="qwen35",
+        nodes=["spark-head", "spark-worker"],
+        tensor_parallel_size=2,
+        pipeline_parallel_size=1,
+        backend="ray",
+        image="hellohal2064/vllm-qwen3.5-gb10",
+        needs="55.4 GiB weights + 0.4 GiB KV cache (32768 tokens) + 5.2 GiB overhead a rank",
+        fits=True,
+        running=True,
+        sources=["configs/sparks.example.yaml"],
+    )
+    report = RecipesReport(elapsed_s=0.1, recipes=[summary], running="qwen35-122b-fp8")
+    text = render_recipes(report)
+    assert text.startswith("qwen35-122b-fp8  [running]\n")
+    assert "nodes: spark-head, spark-worker (TP 2 x PP 1, backend ray)" in text
+    assert "needs: 55.4 GiB weights" in text and text.endswith("running: qwen35-122b-fp8")
+    chat = recipes_text(report)
+    assert "• `qwen35-122b-fp8` *running*: `Qwen/Qwen3.5-122B-A10B-FP8` on spark-head" in chat
+    nothing = RecipesReport(elapsed_s=0.1, recipes=[summary.model_copy(update={"running": False})])
+    assert recipes_text(nothing).endswith("No recipe is running.")
