@@ -169,8 +169,7 @@ def render_recipes(report: RecipesReport) -> str:
             + f"    model: {r.model}{served}, image {r.image}\n"
             f"    nodes: {', '.join(r.nodes)} (TP {r.tensor_parallel_size} x PP "
             f"{r.pipeline_parallel_size}, backend {r.backend})\n"
-            f"    needs: {r.needs}"
-            + "".join(f"\n    source: {source}" for source in r.sources)
+            f"    needs: {r.needs}" + "".join(f"\n    source: {source}" for source in r.sources)
         )
     footer = [f"running: {report.running or 'none'}"] + ([report.detail] if report.detail else [])
     return "\n".join(blocks + footer)

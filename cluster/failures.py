@@ -543,7 +543,7 @@ MEMORY_SHORT = KnownFailure(
         "(`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`), or lower serve.gpu_memory_utilization",
 )
 MODEL_DOES_NOT_FIT = KnownFailure(
-    id="model_does_not_fit", role="cause", fatal=True, source="spark-bot preflight (cluster/fit.py)",
+    id="model_does_not_fit", role="cause", fatal=True, source="spark-bot preflight, cluster/fit.py",
     title="{model} does not fit on {node}: one sequence of {max_model_len} tokens needs {need} GiB "
           "of KV cache a rank, {budget} GiB is left",
     cause="per rank, gpu_memory_utilization x the node's memory must hold the weights "

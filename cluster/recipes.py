@@ -15,10 +15,10 @@ from cluster.reporter import Reporter
 _MEM_TOTAL = re.compile(r"^MemTotal:\s+(\d+) kB", re.MULTILINE)
 
 
-async def _memory_gib(node: NodeConnection, timeout: float) -> float:
+async def _memory_gib(node: NodeConnection, config: ClusterConfig) -> float:
     if node.config.memory_gib:
         return node.config.memory_gib
-    meminfo = await node.run(["cat", "/proc/meminfo"], timeout=timeout)
+    meminfo = await node.run(["cat", "/proc/meminfo"], timeout=config.timeouts.preflight)
     match = _MEM_TOTAL.search(meminfo.stdout)
     return int(match[1]) / 1024**2 if match else 0.0
 
@@ -59,7 +59,7 @@ async def recipes_report(config: ClusterConfig, connection: ClusterConnection) -
     if head is not None:
         nodes = connection.ordered()
         sizes, state, home_run = await asyncio.gather(
-            asyncio.gather(*(_memory_gib(n, timeout) for n in nodes)),
+            asyncio.gather(*(_memory_gib(n, config) for n in nodes)),
             container_state(head, config.container.name),
             head.run(["printenv", "HOME"], timeout=timeout),
         )

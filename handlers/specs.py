@@ -176,13 +176,17 @@ async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> M
 def recipes_text(report: RecipesReport) -> str:
     """The recipes as chat lines: name, model, nodes, what it needs, which one runs."""
     if not report.recipes:
-        return "No recipes in the config: add `recipes:` to it, or files to a `recipes/` folder beside it."
+        return (
+            "No recipes in the config: add `recipes:` to it, or files to a `recipes/` folder "
+            "beside it."
+        )
     lines = []
     for r in report.recipes:
         marks = " *running*" if r.running else ""
         marks += " (default)" if r.default else ""
         lines.append(
-            f"• `{escape(r.name)}`{marks}: `{escape(r.model)}` on {', '.join(map(escape, r.nodes))} "
+            f"• `{escape(r.name)}`{marks}: `{escape(r.model)}` on "
+            f"{', '.join(map(escape, r.nodes))} "
             f"(TP {r.tensor_parallel_size} x PP {r.pipeline_parallel_size}, {escape(r.backend)})"
             + (f": {escape(r.description)}" if r.description else "")
             + f"\n    needs: {escape(r.needs)}"

@@ -68,7 +68,8 @@ def test_valid_commands(text, expected):
         ("up max_model_len=8192 max_model_len=4096", "given twice"),
         (
             "up huge",
-            "`huge` is neither a recipe (`gpt-oss-120b-head`, `minimax-m2.5-awq`, `qwen35-122b-fp8`) nor a preset (`long`)",
+            "`huge` is neither a recipe (`gpt-oss-120b-head`, `minimax-m2.5-awq`, "
+            "`qwen35-122b-fp8`) nor a preset (`long`)",
         ),
         ("up; rm -rf /", "only letters, digits"),
         ("logs head $(id)", "only letters, digits"),
