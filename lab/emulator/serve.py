@@ -12,8 +12,7 @@ import sys
 import threading
 import time
 
-from . import dialects
-from . import model_files
+from . import dialects, model_files
 from . import faults as F
 from . import profiles as P
 from .common import (
