@@ -74,6 +74,13 @@ class SSHConfig(_Model):
         "none is read unless named, and agent forwarding stays off either way",
     )
 
+    @field_validator("key", "known_hosts", "config_file")
+    @classmethod
+    def _no_nul(cls, path: Path | None) -> Path | None:
+        if path is not None and "\x00" in str(path):
+            raise ValueError("a path cannot hold a NUL character")
+        return path
+
 
 class NodeConfig(_Model):
     name: Name
