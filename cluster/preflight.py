@@ -31,6 +31,18 @@ from cluster.steps import Step, run_steps
 _MEM_AVAILABLE = re.compile(r"^MemAvailable:\s+(\d+) kB", re.MULTILINE)
 
 
+def reachable(connection: ClusterConnection, reporter: Reporter) -> Event:
+    """The `ssh` checkpoint: every node connected, or the first that is not."""
+    for error in connection.errors.values():
+        return reporter.unreachable(error, BY_ID[error.checkpoint])
+    return reporter.passed(
+        BY_ID["ssh"],
+        "; ".join(
+            f"{n.name}: connected in {n.connect_s * 1000:.0f} ms" for n in connection.ordered()
+        ),
+    )
+
+
 @dataclass
 class NodeFacts:
     docker_version: str = ""
@@ -88,13 +100,7 @@ class Preflight:
         return self.connection.ordered()
 
     async def _reachable(self) -> AsyncIterator[Event]:
-        for error in self.connection.errors.values():
-            yield self.reporter.unreachable(error, BY_ID[error.checkpoint])
-            return
-        yield self._passed(
-            "ssh",
-            "; ".join(f"{n.name}: connected in {n.connect_s * 1000:.0f} ms" for n in self._nodes),
-        )
+        yield reachable(self.connection, self.reporter)
 
     async def _engines(self) -> AsyncIterator[Event]:
         nodes = self._nodes
