@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -58,18 +59,27 @@ def _controller(args: argparse.Namespace) -> Controller:
     return Controller(cluster, resolve_secrets(cluster, dict(os.environ)))
 
 
-async def _print_events(events, as_json: bool) -> int:
-    """Print each event as it comes; exit 1 when the operation failed (diagnosis on stderr)."""
+async def _print_events(events, as_json: bool, config: Path | None = None) -> int:
+    """Print each event as it comes; exit 1 when the operation failed (diagnosis on stderr).
+    A failure a command fixes ends with that command, for this config."""
     status = 0
     async for event in events:
         print(redact(event.to_json() if as_json else render(event)), flush=True)
         if isinstance(event, Failed):
             status = 1
+            remedy = (
+                f"spark-bot {event.remedy} --config {shlex.quote(str(config))}"
+                if event.remedy and config
+                else None
+            )
             if as_json:
                 print(
-                    redact(f"spark-bot: {event.summary}\ncause: {event.cause}\nfix: {event.fix}"),
+                    redact(f"spark-bot: {event.summary}\ncause: {event.cause}\nfix: {event.fix}")
+                    + (f"\nrun: {remedy}" if remedy else ""),
                     file=sys.stderr,
                 )
+            elif remedy:
+                print(f"    run:      {remedy}", flush=True)
     return status
 
 
@@ -85,8 +95,8 @@ def _operation(method: str) -> Command:
                     args.node, controller.config
                 )  # a CommandError is reported by main()
             kwargs = {"node": args.node, "lines": args.lines}
-        events = getattr(controller, method)(**kwargs)
-        return asyncio.run(_print_events(events, args.json))
+        events = getattr(controller, method.replace("-", "_"))(**kwargs)
+        return asyncio.run(_print_events(events, args.json, args.config))
 
     return run
 
@@ -233,6 +243,7 @@ def _parser() -> argparse.ArgumentParser:
         *shared_with_chat,
         ("watch", "follow a running cluster until something fails"),
         ("preflight", "check every node without starting anything"),
+        ("sync-image", SPECS["sync-image"].summary),
     ]:
         sub = command(name, _operation(name), help_text)
         sub.add_argument("--config", required=True, help="path to the YAML config")

@@ -171,11 +171,15 @@ class Cancel(BaseCommand):
     name: ClassVar[str] = "cancel"
 
 
+class SyncImage(BaseCommand):
+    name: ClassVar[str] = "sync-image"
+
+
 class Help(BaseCommand):
     name: ClassVar[str] = "help"
 
 
-Command = Up | Verify | Bench | Status | Logs | Down | Cancel | Help
+Command = Up | Verify | Bench | Status | Logs | Down | SyncImage | Cancel | Help
 CHAT_MAX_RUNS = 20  # a chat bench stays short: more runs from the CLI
 
 
