@@ -19,7 +19,7 @@ from typing import Any
 
 from cluster.checkpoints import SYNC_IMAGE
 from cluster.config import ClusterConfig
-from cluster.events import Event, Progress
+from cluster.events import Event, Progress, Transfer
 from cluster.failures import IMAGE_NOT_ON_HEAD, IMAGE_STILL_DIFFERS
 from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.preflight import reachable
@@ -112,17 +112,12 @@ class ImageSync:
                 reporting, finished = sorted(due), [task for task in pending if task in done]
                 due.clear()
                 for name in reporting:
-                    figures = meters[name].figures()
-                    yield Progress(
-                        elapsed_s=self.reporter.elapsed(),
-                        phase="sync-image",
-                        node=name,
-                        message=f"{self.image} to {name}: {describe(figures)}",
-                        transfer=figures,
-                    )
+                    yield self._progress(name, meters[name].figures())
                 for task in finished:
                     pending.discard(task)
-                    loaded[copies[task].name] = task.result()  # a node's error ends the step
+                    name = copies[task].name
+                    loaded[name] = task.result()  # a node's error ends the step
+                    yield self._progress(name, meters[name].final(), "loaded")
         finally:
             for task in copies:
                 task.cancel()
@@ -138,6 +133,15 @@ class ImageSync:
                 f"({size(meter.done / took)}/s): {said}"
             )
         yield self.reporter.passed(_BY_ID["image_copied"], "\n".join(lines))
+
+    def _progress(self, node: str, figures: Transfer, then: str = "") -> Progress:
+        return Progress(
+            elapsed_s=self.reporter.elapsed(),
+            phase="sync-image",
+            node=node,
+            message=f"{self.image} to {node}: {describe(figures)}" + (f", {then}" if then else ""),
+            transfer=figures,
+        )
 
     async def _copy_to(
         self, node: NodeConnection, meter: TransferMeter, due: set[str], told: asyncio.Event

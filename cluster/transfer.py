@@ -56,6 +56,15 @@ class TransferMeter:
             bytes_done=self.done, bytes_total=self.total_bytes, rate_bps=rate, eta_s=eta
         )
 
+    def final(self) -> Transfer:
+        """The whole copy's figures once it is over: its size, and its average rate."""
+        took = self.clock() - self.started
+        return Transfer(
+            bytes_done=self.done,
+            bytes_total=self.done,
+            rate_bps=self.done / took if took > 0 else None,
+        )
+
 
 def describe(figures: Transfer) -> str:
     """`1.2 GiB of ~3.4 GiB (35%), 112.0 MiB/s, about 20 s left`."""
@@ -63,7 +72,8 @@ def describe(figures: Transfer) -> str:
     total = figures.bytes_total
     if total is not None:
         # the total is the image's size, an estimate of its tarball's: never past 99% before the end
-        percent = min(99, int(100 * figures.bytes_done / total))
+        done = figures.bytes_done == total
+        percent = 100 if done else min(99, int(100 * figures.bytes_done / total))
         text += f" of ~{size(total)} ({percent}%)"
     if figures.rate_bps is not None:
         text += f", {size(figures.rate_bps)}/s"

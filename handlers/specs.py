@@ -338,9 +338,10 @@ def _down_footer(job: Job) -> str:
 async def _ask_sync_image(d: Dispatcher, command: c.SyncImage) -> Question:
     head, image = d.cluster.head.name, d.cluster.container.image
     return Question(
-        f"Copy `{escape(image)}` from `{escape(head)}` to every node of `{d.cluster.name}` where it "
-        "is missing or has another image ID? The head's engine streams it (`docker save`) through "
-        "the bot into each such node's engine (`docker load`); the image IDs are compared after.",
+        f"Copy `{escape(image)}` from `{escape(head)}` to every node of `{d.cluster.name}` "
+        "where it is missing or has another image ID? The head's engine streams it (`docker "
+        "save`) through the bot into each such node's engine (`docker load`); the image IDs are "
+        "compared after.",
         "Sync image",
         f"Each node whose `{escape(image)}` differs gets the head's: its own is untagged (running "
         "containers keep theirs). Many GB may cross the network.",

@@ -68,7 +68,9 @@ class ImageEngine:
         self.die_after: int | None = None
         self.stall_after: int | None = None
         self.refuse_after: int | None = None
-        self.refusal = "write /var/lib/docker/tmp/docker-import-1/layer.tar: no space left on device"
+        self.refusal = (
+            "write /var/lib/docker/tmp/docker-import-1/layer.tar: no space left on device"
+        )
         self.reading = asyncio.Event()  # cleared: a load stops reading its body
         self.reading.set()
         self.load_started = asyncio.Event()

@@ -78,7 +78,7 @@ async def test_the_heads_image_is_streamed_with_progress_and_the_ids_then_match(
         tmp_path,
         {IMAGE: {"Id": HEAD_ID, "Size": size}},
         {IMAGE: {"Id": OTHER_ID, "Size": size}},
-    ) as (controller, (head, worker)):
+    ) as (controller, (_, worker)):
         events = await collect(controller.sync_image(report_every_s=0))
     assert not [e for e in events if isinstance(e, Failed)]
     assert worker.images[IMAGE]["Id"] == HEAD_ID and worker.loads_ended == ["loaded"]
@@ -95,7 +95,10 @@ async def test_the_heads_image_is_streamed_with_progress_and_the_ids_then_match(
 
 
 async def test_a_missing_image_is_copied_and_a_matching_one_is_not(tmp_path):
-    async with engines(tmp_path, {IMAGE: {"Id": HEAD_ID, "Size": MiB}}, {}) as (controller, (_, worker)):
+    async with engines(tmp_path, {IMAGE: {"Id": HEAD_ID, "Size": MiB}}, {}) as (
+        controller,
+        (_, worker),
+    ):
         await collect(controller.sync_image())
         assert worker.images[IMAGE]["Id"] == HEAD_ID
         again = await collect(controller.sync_image())
@@ -147,7 +150,7 @@ async def test_a_target_that_refuses_the_tarball_is_named_with_its_reason(tmp_pa
         tmp_path,
         {IMAGE: {"Id": HEAD_ID, "Size": 8 * MiB}},
         {IMAGE: {"Id": OTHER_ID, "Size": MiB}},
-    ) as (controller, (head, worker)):
+    ) as (controller, (_, worker)):
         worker.refuse_after = MiB
         failure = only_failure(await collect(controller.sync_image()))
     assert (failure.checkpoint, failure.node) == ("image_copied", "spark-1")
@@ -187,4 +190,3 @@ async def test_a_cancel_mid_stream_aborts_the_load_and_tags_nothing(tmp_path):
         assert worker.loads_ended == ["cut short"]
         assert worker.images[IMAGE]["Id"] == OTHER_ID
         assert head.sent < 64 * MiB
-

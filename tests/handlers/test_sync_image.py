@@ -43,9 +43,7 @@ def sync_passes(hold: Hold | None = None):
         phase="sync-image",
         node="spark-lab-1",
         message=f"{IMAGE} to spark-lab-1: 1.0 GiB of ~4.0 GiB (25%), 100.0 MiB/s, about 31 s left",
-        transfer=Transfer(
-            bytes_done=1 << 30, bytes_total=4 << 30, rate_bps=100 << 20, eta_s=30.7
-        ),
+        transfer=Transfer(bytes_done=1 << 30, bytes_total=4 << 30, rate_bps=100 << 20, eta_s=30.7),
     )
     return [*steps[:2], progress, *([hold] if hold else []), *steps[2:]]
 
