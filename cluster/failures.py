@@ -537,11 +537,12 @@ IMAGE_DIFFERS = KnownFailure(
     remedy="sync-image",
 )
 IMAGE_NOT_ON_HEAD = KnownFailure(
-    id="image_not_on_head", role="cause", fatal=True, source="spark-bot sync-image",
-    title="image {image} is not on the head {head}, so there is nothing to copy",
-    cause="sync-image copies the head's image to the other nodes; the head has none by that name",
-    fix="`docker pull {image}` (or build it) on {head}, or set container.image to an image the head "
-        "has (`docker image ls` on {head}), then run sync-image again",
+    id="image_not_on_head", role="cause", fatal=True, source="spark-bot preflight and sync-image",
+    title="image {image} is not on the head {head}",
+    cause="the image was never pulled or built on the head, so `sync-image` (which copies the "
+          "head's image to the other nodes) has nothing to copy",
+    fix="`docker pull {image}` (or build it) on {head}, then `sync-image` copies it to the other "
+        "nodes; or set container.image to an image the head has (`docker image ls` on {head})",
 )
 IMAGE_STILL_DIFFERS = KnownFailure(
     id="image_still_differs", role="cause", fatal=True, source="spark-bot sync-image",

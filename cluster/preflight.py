@@ -16,6 +16,7 @@ from cluster.failures import (
     FOREIGN_CONTAINER,
     IMAGE_DIFFERS,
     IMAGE_MISSING,
+    IMAGE_NOT_ON_HEAD,
     INTERFACES_UNEXPECTED,
     MEMORY_SHORT,
     PORT_TAKEN,
@@ -114,6 +115,10 @@ class Preflight:
     async def _same_image(self) -> AsyncIterator[Event]:
         nodes, image = self._nodes, self.config.container.image
         missing = [n.name for n in nodes if self.facts[n.name].image_id is None]
+        head = self.connection.head.name
+        if head in missing:
+            yield self._failed("image", head, IMAGE_NOT_ON_HEAD, {"image": image, "head": head})
+            return
         if missing:
             yield self._failed(
                 "image", missing[0], IMAGE_MISSING, {"image": image, "missing": ", ".join(missing)}

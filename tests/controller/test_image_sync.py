@@ -190,3 +190,30 @@ async def test_a_cancel_mid_stream_aborts_the_load_and_tags_nothing(tmp_path):
         assert worker.loads_ended == ["cut short"]
         assert worker.images[IMAGE]["Id"] == OTHER_ID
         assert head.sent < 64 * MiB
+
+
+@pytest.mark.parametrize(
+    ("head_has", "worker_has", "signature", "node", "remedy"),
+    [
+        (True, False, "image_missing", "spark-1", "sync-image"),
+        (True, True, "image_differs", None, "sync-image"),
+        (False, True, "image_not_on_head", "spark-0", None),
+    ],
+)
+async def test_preflight_offers_sync_image_only_when_the_head_has_the_image(
+    tmp_path, head_has, worker_has, signature, node, remedy
+):
+    async with engines(
+        tmp_path,
+        {IMAGE: {"Id": HEAD_ID, "Size": MiB}} if head_has else {},
+        {IMAGE: {"Id": OTHER_ID, "Size": MiB}} if worker_has else {},
+    ) as (controller, _):
+        failure = only_failure(await collect(controller.preflight()))
+    assert (failure.checkpoint, failure.signature, failure.node, failure.remedy) == (
+        "image",
+        signature,
+        node,
+        remedy,
+    )
+    if remedy:
+        assert "sync-image" in failure.fix
