@@ -72,8 +72,8 @@ async def test_a_cancel_mid_stream_leaves_no_image_tagged_on_the_worker(clean):
         # says so: a load that fails has no event, and its answer went with the connection)
         imports = worker.data_root / "tmp"
         async with asyncio.timeout(30):
-            while any(imports.glob("docker-import-*")):
-                await asyncio.sleep(0.1)  # noqa: ASYNC110
+            while any(imports.glob("docker-import-*")):  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
         assert image.inspect(worker, T.IMAGE_TAG) is None
         assert image.inspect(worker, lab.image_id) is None
         # and the next sync, from scratch, works
