@@ -19,6 +19,7 @@ from typing import Any
 
 from cluster.checkpoints import SYNC_IMAGE
 from cluster.config import ClusterConfig
+from cluster.errors import NodeError
 from cluster.events import Event, Progress, Transfer
 from cluster.failures import IMAGE_NOT_ON_HEAD, IMAGE_STILL_DIFFERS
 from cluster.nodes import ClusterConnection, NodeConnection
@@ -146,20 +147,46 @@ class ImageSync:
     async def _copy_to(
         self, node: NodeConnection, meter: TransferMeter, due: set[str], told: asyncio.Event
     ) -> list[str]:
-        stall_s = self.config.timeouts.image_stall
-        saved = self.connection.head.docker.save_image(
-            self.image, chunk_bytes=self.chunk_bytes, stall_s=stall_s
-        )
+        # The head is read by a task of ours, handing on one chunk at a time: however the upload
+        # ends (aiohttp's writer cancelled mid-write leaves what it iterates suspended), that task
+        # is cancelled and the head's stream closed here, not at garbage collection.
+        chunks: asyncio.Queue[bytes | NodeError | None] = asyncio.Queue(maxsize=1)
+        reading = asyncio.create_task(self._read_head(chunks, meter, node.name, due, told))
 
-        async def metered() -> AsyncGenerator[bytes]:
+        async def tarball() -> AsyncGenerator[bytes]:
+            while (chunk := await chunks.get()) is not None:
+                if isinstance(chunk, NodeError):
+                    raise chunk  # the head's error: the upload is aborted, the error kept
+                yield chunk
+
+        try:
+            return await node.docker.load_image(tarball(), stall_s=self.config.timeouts.image_stall)
+        finally:
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+
+    async def _read_head(
+        self,
+        chunks: asyncio.Queue[bytes | NodeError | None],
+        meter: TransferMeter,
+        node: str,
+        due: set[str],
+        told: asyncio.Event,
+    ) -> None:
+        saved = self.connection.head.docker.save_image(
+            self.image, chunk_bytes=self.chunk_bytes, stall_s=self.config.timeouts.image_stall
+        )
+        try:
             async with aclosing(saved):
                 async for chunk in saved:
+                    await chunks.put(chunk)  # waits while the node has not taken the last one
                     if meter.add(len(chunk)):
-                        due.add(node.name)
+                        due.add(node)
                         told.set()
-                    yield chunk
-
-        return await node.docker.load_image(metered(), stall_s=stall_s)
+        except NodeError as error:
+            await chunks.put(error)
+            return
+        await chunks.put(None)
 
     async def _same(self) -> AsyncIterator[Event]:
         nodes = self.connection.ordered()

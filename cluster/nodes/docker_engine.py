@@ -105,13 +105,20 @@ class DockerEngine:
         when the engine sends nothing for `stall_s` while a chunk is wanted."""
         doing = f"sending image {reference}"
         with docker_errors(self.node, doing, timeout=stall_s, image=reference, stalled=True):
-            async with self._client.images.export_image(reference, timeout=_UNBOUNDED) as tarball:
+            # Requested here rather than through aiodocker's `export_image`, whose response is
+            # never released when the reader stops early; this one is closed on every way out.
+            response = await self._client._do_query(
+                f"images/{reference}/get", method="GET", timeout=_UNBOUNDED
+            )
+            try:
                 while True:
                     async with asyncio.timeout(stall_s):
-                        chunk = await tarball.read(chunk_bytes)
+                        chunk = await response.content.read(chunk_bytes)
                     if not chunk:
                         return
                     yield chunk
+            finally:
+                response.close()
 
     async def load_image(self, tarball: AsyncIterable[bytes], *, stall_s: float) -> list[str]:
         """`docker load` of the chunks of `tarball`, sent as they come; the engine's messages
@@ -137,14 +144,29 @@ class DockerEngine:
         try:
             with docker_errors(self.node, "loading an image", timeout=stall_s, stalled=True):
                 async with asyncio.timeout(None) as deadline:
-                    progress = self._client.images.import_image(
-                        data=body(deadline), stream=True, timeout=_UNBOUNDED
+                    # not aiodocker's `import_image`: its response is never released on an error
+                    response = await self._client._do_query(
+                        "images/load",
+                        method="POST",
+                        data=body(deadline),
+                        headers={"Content-Type": "application/x-tar"},
+                        timeout=_UNBOUNDED,
+                        chunked=True,
                     )
-                    async with aclosing(progress):
-                        async for item in progress:
+                    try:
+                        # read here, not with aiodocker's json stream: it takes a broken
+                        # connection for the end of the answer
+                        while line := await response.content.readline():
                             deadline.reschedule(loop.time() + stall_s)
+                            item = json.loads(line)
+                            if item.get("error") or item.get("errorDetail"):
+                                detail = item.get("errorDetail") or {}
+                                reason = detail.get("message") or item.get("error")
+                                raise aiodocker.DockerError(500, str(reason))
                             if item.get("stream"):
                                 messages.append(str(item["stream"]).strip())
+                    finally:
+                        response.close()
         except NodeError:
             if source_error is not None:
                 raise source_error from None
