@@ -107,9 +107,10 @@ class DockerEngine:
         with docker_errors(self.node, doing, timeout=stall_s, image=reference, stalled=True):
             # Requested here rather than through aiodocker's `export_image`, whose response is
             # never released when the reader stops early; this one is closed on every way out.
-            response = await self._client._do_query(
-                f"images/{reference}/get", method="GET", timeout=_UNBOUNDED
-            )
+            async with asyncio.timeout(stall_s):
+                response = await self._client._do_query(
+                    f"images/{reference}/get", method="GET", timeout=_UNBOUNDED
+                )
             try:
                 while True:
                     async with asyncio.timeout(stall_s):
