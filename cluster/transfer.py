@@ -35,6 +35,9 @@ class TransferMeter:
     def add(self, count: int) -> bool:
         """Count `count` more bytes moved; True when a report is due (at most every `every_s`)."""
         now = self.clock()
+        if not self.done:  # the clock starts at the first byte: the engine's start-up is no rate
+            self.started = self._told = now
+            self._samples = deque([(now, 0)])
         self.done += count
         if now - self._samples[-1][0] >= self.window_s / 20:
             self._samples.append((now, self.done))
