@@ -12,7 +12,7 @@ from a tarball it could not read to its end.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +42,7 @@ class ImageSync:
     head_image: dict[str, Any] = field(default_factory=dict)
     copied: list[str] = field(default_factory=list)
 
-    async def run(self) -> AsyncIterator[Event]:
+    async def run(self) -> AsyncGenerator[Event, None]:
         steps = [
             Step(_BY_ID["ssh"], self._reachable),
             Step(_BY_ID["image_source"], self._source),
@@ -57,10 +57,10 @@ class ImageSync:
     def image(self) -> str:
         return self.config.container.image
 
-    async def _reachable(self) -> AsyncIterator[Event]:
+    async def _reachable(self) -> AsyncGenerator[Event, None]:
         yield reachable(self.connection, self.reporter)
 
-    async def _source(self) -> AsyncIterator[Event]:
+    async def _source(self) -> AsyncGenerator[Event, None]:
         head = self.connection.head
         info = await head.docker.inspect_image(self.image)
         if info is None:
@@ -78,7 +78,7 @@ class ImageSync:
             node=head.name,
         )
 
-    async def _copy(self) -> AsyncIterator[Event]:
+    async def _copy(self) -> AsyncGenerator[Event, None]:
         wanted = self.head_image["Id"]
         others = self.connection.ordered()[1:]
         ids = await asyncio.gather(*(node.docker.image_id(self.image) for node in others))
@@ -188,7 +188,7 @@ class ImageSync:
             return
         await chunks.put(None)
 
-    async def _same(self) -> AsyncIterator[Event]:
+    async def _same(self) -> AsyncGenerator[Event, None]:
         nodes = self.connection.ordered()
         ids = dict(
             zip(
