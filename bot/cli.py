@@ -7,6 +7,7 @@ import asyncio
 import importlib.metadata
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -77,7 +78,7 @@ def check_config(args: argparse.Namespace) -> int:
 
 # What runs a model takes its recipe (--recipe, else the config's own `recipe`); what looks at
 # or removes the containers (status, logs, down, recipes) works on every node of the cluster.
-_RECIPE_COMMANDS = ("up", "verify", "watch", "preflight", "bench")
+_RECIPE_COMMANDS = ("up", "verify", "watch", "preflight", "bench", "sync-image")
 # What looks at a running server without --recipe: the recipe its head container was started with
 _FOLLOWS_THE_RUNNING_RECIPE = ("verify", "watch", "bench")
 
@@ -103,18 +104,27 @@ async def _running_recipe(cluster: ClusterConfig) -> str | None:
     return None
 
 
-async def _print_events(events, as_json: bool) -> int:
-    """Print each event as it comes; exit 1 when the operation failed (diagnosis on stderr)."""
+async def _print_events(events, as_json: bool, config: Path | None = None) -> int:
+    """Print each event as it comes; exit 1 when the operation failed (diagnosis on stderr).
+    A failure a command fixes ends with that command, for this config."""
     status = 0
     async for event in events:
         print(redact(event.to_json() if as_json else render(event)), flush=True)
         if isinstance(event, Failed):
             status = 1
+            remedy = (
+                f"spark-bot {event.remedy} --config {shlex.quote(str(config))}"
+                if event.remedy and config
+                else None
+            )
             if as_json:
                 print(
-                    redact(f"spark-bot: {event.summary}\ncause: {event.cause}\nfix: {event.fix}"),
+                    redact(f"spark-bot: {event.summary}\ncause: {event.cause}\nfix: {event.fix}")
+                    + (f"\nrun: {remedy}" if remedy else ""),
                     file=sys.stderr,
                 )
+            elif remedy:
+                print(f"    run:      {remedy}", flush=True)
     return status
 
 
@@ -130,8 +140,8 @@ def _operation(method: str) -> Command:
                     args.node, controller.config
                 )  # a CommandError is reported by main()
             kwargs = {"node": args.node, "lines": args.lines}
-        events = getattr(controller, method)(**kwargs)
-        return asyncio.run(_print_events(events, args.json))
+        events = getattr(controller, method.replace("-", "_"))(**kwargs)
+        return asyncio.run(_print_events(events, args.json, args.config))
 
     return run
 
@@ -329,6 +339,7 @@ def _parser() -> _Parser:
         *shared_with_chat,
         ("watch", "follow a running cluster until something fails"),
         ("preflight", "check every node without starting anything"),
+        ("sync-image", SPECS["sync-image"].summary),
     ]:
         sub = command(name, _operation(name), help_text)
         sub.add_argument("--config", required=True, help="path to the YAML config")

@@ -24,6 +24,7 @@ def test_every_command_is_declared_once_with_the_access_level_the_settings_docum
         "logs": "read",
         "diag": "read",
         "down": "operate",
+        "sync-image": "operate",
         "cancel": "operate",
         "help": "read",
     }
