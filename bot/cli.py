@@ -50,6 +50,7 @@ EXAMPLES = {
     "down": "down --config configs/sparks.yaml",
     "watch": "watch --config configs/sparks.yaml",
     "preflight": "preflight --config configs/sparks.yaml",
+    "sync-image": "sync-image --config configs/sparks.yaml",
     "bench": "bench --config configs/sparks.yaml --concurrency 1,2,4 --max-tokens 256",
     "run": "run --config configs/sparks.yaml",
     "console": "console --config configs/sparks.yaml",
