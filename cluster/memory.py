@@ -14,6 +14,8 @@ import re
 from collections import deque
 from dataclasses import dataclass
 
+from cluster.errors import NodeError
+from cluster.events import NodeMemory
 from cluster.nodes import NodeConnection
 
 GIB = 1024**3
@@ -69,6 +71,23 @@ async def read_memory(node: NodeConnection, *, timeout: float, at: float) -> Mem
     )
     total, available = parse_meminfo(meminfo)
     return MemoryReading(node.name, at, total, available, parse_oom_kills(vmstat))
+
+
+async def nodes_memory(nodes: list[NodeConnection], timeout: float) -> list[NodeMemory]:
+    """Each node's memory for `status`, read at once; a node that does not answer is left out."""
+
+    async def one(node: NodeConnection) -> NodeMemory | None:
+        try:
+            reading = await read_memory(node, timeout=timeout, at=0.0)
+        except (NodeError, ValueError):
+            return None
+        return NodeMemory(
+            node=node.name,
+            available_gib=round(reading.available_gib, 2),
+            total_gib=round(reading.total_gib, 2),
+        )
+
+    return [m for m in await asyncio.gather(*map(one, nodes)) if m is not None]
 
 
 # The trend is the slope over the readings of the last TREND_WINDOW_S seconds (at least two).

@@ -167,8 +167,8 @@ async def probe(
         findings.append(
             Finding("probe", None, f"{len(pending)} check(s) did not answer within {budget_s:g} s")
         )
-    for node in connection.errors:
-        findings.append(Finding("ssh", node, f"{node} was not reachable when the watch began"))
+    for name in connection.errors:
+        findings.append(Finding("ssh", name, f"{name} was not reachable when the watch began"))
     return ProbeReport(findings)
 
 
