@@ -23,6 +23,7 @@ from cluster.config import ClusterConfig
 from cluster.errors import NodeError
 from cluster.events import Failed
 from cluster.failures import (
+    API_DOWN,
     FABRIC_LINK_DOWN,
     FABRIC_UNREACHABLE,
     FOLLOW_LOST,
@@ -59,7 +60,7 @@ _TCP_REACH = (
 )
 
 # The failures that say something died, not why: a probe may find the why.
-_UNEXPLAINED = {UNRECOGNISED.id, STALLED.id, SERVING_HUNG.id, FOLLOW_LOST.id}
+_UNEXPLAINED = {UNRECOGNISED.id, STALLED.id, SERVING_HUNG.id, FOLLOW_LOST.id, API_DOWN.id}
 # Which finding explains a death best when several are found, first first.
 _PRIORITY = (
     FABRIC_LINK_DOWN.id,

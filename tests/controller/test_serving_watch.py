@@ -1,5 +1,5 @@
-"""The rules of watching a serving cluster, with doubles: hangs (token stall, canary), memory (trend,
-warnings, OOM kills) and the probe after a death no signature explains (issue 12, parts 1-3)."""
+"""The rules of watching a serving cluster, with doubles: hangs (token stall, canary), memory
+(trend, warnings, OOM kills) and the probe after a death no signature explains (issue 12, 1-3)."""
 
 from __future__ import annotations
 
