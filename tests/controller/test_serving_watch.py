@@ -107,10 +107,13 @@ class FakeServer:
         return httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
 
 
-def liveness(server: FakeServer, **settings: float) -> ServingWatch:
+def liveness(server: FakeServer, clock=None, **settings: float) -> ServingWatch:
     client = httpx.AsyncClient(transport=httpx.MockTransport(server), base_url="http://api")
     values = {"canary_interval": 0.05, "canary_timeout": 0.3, "metrics_interval": 0.02}
-    return ServingWatch(WatchConfig(**{**values, **settings}), client, "qwen35", HEAD)
+    config = WatchConfig(**{**values, **settings})
+    if clock is None:
+        return ServingWatch(config, client, "qwen35", HEAD)
+    return ServingWatch(config, client, "qwen35", HEAD, clock=clock)
 
 
 async def test_a_canary_without_an_answer_is_serving_hung_with_its_timing_and_the_counters():
@@ -130,9 +133,12 @@ async def test_no_canary_while_real_requests_run_and_the_stall_rule_judges_them(
 
 async def test_a_canary_that_answers_proves_the_server():
     server = FakeServer()
-    watch = liveness(server)
-    await asyncio.sleep(0.06)
+    now = [0.0]
+    watch = liveness(server, clock=lambda: now[0], canary_interval=100)
+    assert await watch.check() is None and server.completions == 0, "not due yet"
+    now[0] = 100.0
     assert await watch.check() is None and server.completions == 1
+    now[0] = 150.0
     assert await watch.check() is None and server.completions == 1, "proven: not due again yet"
 
 
