@@ -1,7 +1,7 @@
 """Node faults while the cluster serves (issue 10's matrix, issue 12): a worker's Docker engine
-killed and started again is monitoring lost, not serving lost, and the node is followed again; a
-serving hang behind a healthy /health is caught by the canary; a worker's fabric link set down is
-reported with that cause."""
+killed and started again, or its SSH sessions dropped, is monitoring lost, not serving lost, and
+the node is followed again; a serving hang behind a healthy /health is caught by the canary; a
+worker's fabric link set down is reported with that cause."""
 
 from __future__ import annotations
 
@@ -90,6 +90,31 @@ async def test_a_worker_engine_killed_while_serving_is_monitoring_lost_then_resu
             await asyncio.wait_for(task, 10)
     finally:
         await asyncio.to_thread(lab_api.start_dockerd, 1, keep_containers=True)
+
+
+async def test_a_workers_ssh_sessions_dropped_while_serving_are_reopened_and_followed(clean):
+    """The connection to the worker closes under the bot (its sshd's sessions killed, as a
+    network drop or an sshd restart ends them): monitoring lost with the API still serving,
+    a new connection with backoff, and the worker followed again."""
+    controller = controller_for(clean, watch=WatchConfig(memory_low_gib=0))
+    worker = clean.nodes[1].name
+    assert isinstance((await collect(controller.up()))[-1], Ready)
+    async with watched(controller, health_interval=60) as (next_event, task):
+        assert (await next_event(30)).phase == "watch"
+        assert await asyncio.to_thread(lab_api.drop_ssh_sessions, 1) > 0
+        lost = await next_event(30)
+        assert isinstance(lost, Progress) and lost.phase == "monitoring_lost", lost
+        assert lost.node == worker and "the API still serves" in lost.message, lost
+        assert "the connection to it (SSH) is lost" in lost.message, "which part of it went"
+        resumed = await next_event(60)
+        assert isinstance(resumed, Progress) and resumed.phase == "monitoring_resumed", resumed
+        assert resumed.node == worker
+
+        await lab_docker_kill(clean, 1, controller.config.container.name)
+        failure = await next_event(30)
+        assert isinstance(failure, Failed), failure
+        assert failure.node == worker and "exited" in failure.summary, failure
+        await asyncio.wait_for(task, 10)
 
 
 async def test_the_heads_engine_stopped_with_its_containers_is_told_then_down_cleans_up(clean):
