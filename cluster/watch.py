@@ -67,12 +67,15 @@ async def watch(
     timeouts = config.timeouts
     starting_s = timeouts.weights + timeouts.engine + timeouts.api
     started = time.monotonic()
+    api_answered = asyncio.Event()  # a server still starting is not judged by the canary yet
 
     async def probe_health(client: httpx.AsyncClient) -> None:
         misses, answered = 0, False
         while True:
             ok, detail = await api.health(client)
             answered = answered or ok
+            if ok:
+                api_answered.set()
             starting = not answered and time.monotonic() - started < starting_s
             misses = 0 if ok or starting else misses + 1
             if misses >= health_failures:
@@ -155,6 +158,7 @@ async def watch(
             return lost
 
         async def serving() -> None:
+            await api_answered.wait()
             liveness = ServingWatch(settings, canary_client, config.serve.api_model_name, head)
             monitor.publish(await liveness.run())
 
