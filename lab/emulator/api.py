@@ -161,8 +161,11 @@ class Engine:
             self.kv_in_use -= kv
             self.cond.notify_all()
 
-    def rate(self):
-        return P.per_stream_tok_s(self.profile, max(1, self.running))
+    def rate(self, depth=0):
+        """Per-stream decode tok/s now, for a request `depth` tokens deep (its prompt)."""
+        return P.per_stream_tok_s(self.profile, max(1, self.running)) * P.depth_factor(
+            self.profile, depth
+        )
 
     def add_tokens(self, n):
         with self.cond:
@@ -415,6 +418,8 @@ class Handler(BaseHTTPRequestHandler):
     # --- POST --------------------------------------------------------------------------
     def do_POST(self):
         e = self.engine
+        # vLLM times a request from its arrival: reading, tokenizing and queueing count in its TTFT
+        t_arrival = time.monotonic()
         path = self.path.split("?")[0]
         req = self._body()
         if not self._authorised(path):
@@ -498,7 +503,6 @@ class Handler(BaseHTTPRequestHandler):
         stream = bool(req.get("stream"))
         so = req.get("stream_options") or {}
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        t_arrival = time.monotonic()
         try:
             e.admit(prompt_tokens)
         except EngineDead:
@@ -507,7 +511,7 @@ class Handler(BaseHTTPRequestHandler):
             )
         with e.cond:
             e.prompt_total += prompt_tokens
-        state = {"sent": 0, "kv": prompt_tokens, "finished": False}
+        state = {"sent": 0, "kv": prompt_tokens, "prompt": prompt_tokens, "finished": False}
         try:
             if stream:
                 self._stream(
@@ -523,13 +527,14 @@ class Handler(BaseHTTPRequestHandler):
     def _pace(self, e, n, t_arrival, emit, state):
         """Call emit(i0, i1) for token groups at their absolute deadlines."""
         k = max(1, int(e.profile["tokens_per_chunk"]))
-        deadline = t_arrival + e.profile["ttft_s"]
+        depth = state.get("prompt", 0)
+        deadline = t_arrival + P.ttft_at(e.profile, depth)
         last = None
         i = 0
         while i < n:
             step = 1 if i == 0 else min(k, n - i)
             if i > 0:
-                deadline += step / e.rate()
+                deadline += step / e.rate(depth)
             sleep_until(deadline)
             while e.hung and not e.dead:  # a hung engine: the request waits, /health says 200
                 time.sleep(0.1)
