@@ -75,6 +75,7 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
             f"{stamp} status\n"
             + "\n".join(rows)
             + f"\n    API: {health} ({event.api_detail}{version})"
+            + "".join(f"\n    memory {m.node}: {m.describe()}" for m in event.memory)
         )
     if isinstance(event, RecipesReport):
         return render_recipes(event)

@@ -327,6 +327,26 @@ class Timeouts(_Model):
     down: Seconds = 60
 
 
+class WatchConfig(_Model):
+    """What `watch` checks besides the logs, deaths and `/health`: that the server still serves,
+    and that each node keeps enough memory."""
+
+    canary_interval: Seconds = Field(
+        180, description="a short completion this often, unless real traffic proves the server"
+    )
+    canary_timeout: Seconds = Field(60, description="the canary's answer must end within this")
+    metrics_interval: Seconds = Field(15, description="how often /metrics is read")
+    token_stall: Seconds = Field(
+        180,
+        description="requests running while vllm:generation_tokens_total does not advance for "
+        "this long is a hang",
+    )
+    memory_interval: Seconds = Field(30, description="how often each node's memory is read")
+    memory_low_gib: float = Field(
+        6.0, ge=0, le=10_000, description="warn when a node's available memory falls below this"
+    )
+
+
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
 
@@ -360,6 +380,7 @@ class ClusterConfig(_Model):
     serve: ServeConfig
     api: APIConfig = APIConfig()
     timeouts: Timeouts = Timeouts()
+    watch: WatchConfig = WatchConfig()
     log_tail_lines: int = Field(30, ge=1, le=500)
     restart: RestartPolicy | None = Field(
         None, description="relaunch after a death while watched (off unless given)"

@@ -26,6 +26,7 @@ from cluster.inventory import (
     remove_container,
 )
 from cluster.launch import Launch, api_base_url
+from cluster.memory import nodes_memory
 from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster
 from cluster.preflight import Preflight
 from cluster.recipes import recipes_report
@@ -125,6 +126,7 @@ class Controller:
             yield StatusReport(
                 elapsed_s=reporter.elapsed(),
                 containers=states,
+                memory=await nodes_memory(connection.ordered(), self.config.timeouts.docker),
                 api_healthy=healthy,
                 api_detail=detail + (f"; unreachable: {unreachable}" if unreachable else ""),
                 vllm_version=version,

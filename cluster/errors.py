@@ -48,6 +48,13 @@ class NodeTimedOut(NodeError):
     cause = "the node, its sshd or its Docker engine is hung or overloaded"
 
 
+class FileUnreadable(NodeError):
+    """A file on the node does not exist or may not be read (a /sys path of an interface
+    that is not there, a log only root reads)."""
+
+    cause = "the file is missing on the node or not readable by the SSH user"
+
+
 class DockerUnavailable(NodeError):
     """The node's Docker engine does not answer, or the connection to it broke."""
 

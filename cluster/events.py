@@ -122,9 +122,23 @@ class ContainerState(BaseModel):
     recipe: str | None = Field(None, description="the recipe it was started with (its label)")
 
 
+class NodeMemory(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    available_gib: float
+    total_gib: float
+
+    def describe(self) -> str:
+        return f"{self.available_gib:.1f} of {self.total_gib:.1f} GiB available"
+
+
 class StatusReport(_Event):
     kind: Literal["status"] = "status"
     containers: list[ContainerState]
+    memory: list[NodeMemory] = Field(
+        default_factory=list, description="per node that answered (/proc/meminfo)"
+    )
     api_healthy: bool | None = Field(None, description="None when the API was not reachable to ask")
     api_detail: str = ""
     vllm_version: str | None = None

@@ -420,6 +420,17 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "prefix names the node); check `dmesg` on that node for the OOM killer; restart.",
     ),
     FailureSignature(
+        id="ray_subprocesses_exited", role="symptom", fatal=True,
+        pattern=_re(r"Some Ray subprocesses exited unexpectedly"),
+        title="Ray's processes on the node exited (its raylet died)",
+        cause="`ray start --block` saw the node's Ray processes exit: the raylet lost the head "
+              "(fabric link, the head's GCS gone), was OOM-killed, or crashed.",
+        fix="Read the probe's findings and the other node's log; check the fabric link "
+            "(`ip link`, `ibdev2netdev`) and memory (`free -g`, `dmesg`) on the node; relaunch.",
+        source="ray python/ray/scripts/scripts.py (`ray start --block`), seen on the lab's "
+               "worker when its fabric link went down",
+    ),
+    FailureSignature(
         id="engine_start_failed", role="symptom", fatal=True,
         pattern=_re(r"EngineCore failed to start|Engine core initialization failed"),
         title="vLLM engine failed to start",
@@ -707,6 +718,75 @@ API_DOWN_NODE_LOST = KnownFailure(
           "and the server stopped answering after that",
     fix="check that {node} is up (`ssh` to it, `systemctl status docker`), read the head's log tail; "
         "`down` then `up` relaunches",
+)
+SERVING_HUNG = KnownFailure(
+    id="serving_hung", role="symptom", fatal=True,
+    source="spark-bot watch (a canary completion, the server's /metrics)",
+    title="serving hung: {detail}",
+    cause="the API answers /health but the engine generates nothing: its workers are stuck, "
+          "most often in a collective between the nodes (the NCCL 2.28.x hang on ARM, a fabric "
+          "link problem) or a node short of memory",
+    fix="read the last lines of every node's log (below) for `No available shared memory broadcast "
+        "block` or NCCL lines; `down` then `up` relaunches; if it recurs: " + _NCCL_HANG_FIX,
+)
+_OOM_FIX = (
+    "lower serve.gpu_memory_utilization (e.g. 0.80) or serve.max_model_len / max_num_seqs, then "
+    "`down` and `up`; run an earlyoom-style guard on the node (earlyoom or systemd-oomd) so a "
+    "runaway process is stopped before the node freezes; `dmesg -T | grep -i oom` on {node} "
+    "names what was killed"
+)
+CONTAINER_OOM_KILLED = KnownFailure(
+    id="container_oom_killed", role="cause", fatal=True,
+    source="spark-bot watch (Docker's oom event, State.OOMKilled)",
+    title="the container on {node} was killed for lack of memory during {checkpoint}",
+    cause="unified memory ran out on {node} and the kernel's OOM killer killed the container's "
+          "process (--gpu-memory-utilization is not a hard cap on GB10; the page cache, other "
+          "processes and long contexts add to it)",
+    fix=_OOM_FIX,
+)
+KERNEL_OOM_KILL = KnownFailure(
+    id="kernel_oom_kill", role="cause", fatal=True,
+    source="spark-bot watch (the node's /proc/vmstat oom_kill)",
+    title="the kernel's OOM killer struck {kills} time(s) on {node} while serving ({memory})",
+    cause="unified memory ran out on {node}: the kernel killed a process to free memory (the "
+          "engine's, or another process on the node)",
+    fix=_OOM_FIX,
+)
+FABRIC_LINK_DOWN = KnownFailure(
+    id="fabric_link_down", role="cause", fatal=True,
+    source="spark-bot's probe after a death (/sys/class/net/<if>/operstate)",
+    title="the fabric link {interface} on {node} is {state}",
+    cause="the fabric interface {interface} on {node} reports operstate `{state}`: the nodes "
+          "cannot reach each other, so Ray lost the node and the engine's collectives stop",
+    fix="check the QSFP cable and the port on both nodes (`ip link show {interface}`, "
+        "`ibdev2netdev`); bring the link up (`sudo ip link set {interface} up`), then `down` "
+        "and `up` to relaunch",
+)
+FABRIC_UNREACHABLE = KnownFailure(
+    id="fabric_unreachable", role="cause", fatal=True,
+    source="spark-bot's probe after a death (ping over the fabric)",
+    title="{node} cannot reach {peer} over the fabric ({address})",
+    cause="the fabric links are up but {node} gets no answer from {peer} at {address}: a "
+          "cable, switch, address or firewall problem between the nodes",
+    fix="from {node}: `ping {address}`; check both nodes' fabric addresses (`ip -o addr`), "
+        "routes and firewall; then `down` and `up`",
+)
+NODE_ENGINE_GONE = KnownFailure(
+    id="node_engine_gone", role="cause", fatal=True,
+    source="spark-bot's probe after a death (Docker's /version)",
+    title="the Docker engine on {node} does not answer ({problem})",
+    cause="{node}'s Docker engine went away (restarted, crashed or hung), taking or losing its "
+          "containers",
+    fix="on {node}: `systemctl status docker`, `journalctl -u docker`; when it answers, `down` "
+        "then `up`",
+)
+RAY_NODES_MISSING = KnownFailure(
+    id="ray_nodes_missing", role="cause", fatal=True,
+    source="spark-bot's probe after a death (ray status on the head)",
+    title="Ray on the head sees {active_nodes} of {want_nodes} nodes",
+    cause="a node left the Ray cluster (its raylet died or lost the head); the probe found "
+          "nothing else wrong with it",
+    fix="read that node's log (`logs worker`) for why its raylet exited; `down` then `up`",
 )
 CLUSTER_NOT_UP = KnownFailure(
     id="cluster_not_up", role="cause", fatal=True, source="spark-bot bench (Docker's inspect)",

@@ -16,12 +16,17 @@ from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.failures import (
     API_DOWN,
     API_DOWN_NODE_LOST,
+    CONTAINER_OOM_KILLED,
     FOLLOW_LOST,
+    KERNEL_OOM_KILL,
     PHASE_TIMEOUT,
+    SERVING_HUNG,
     STOPPED_ON_REQUEST,
     for_cluster,
 )
+from cluster.liveness import ServingHung
 from cluster.logtext import ray_repeats, strip_prefixes
+from cluster.memory import KernelOomKill, MemoryLow
 from cluster.monitor import (
     ClusterMonitor,
     ContainerExited,
@@ -116,6 +121,9 @@ class _Proof:
     evidence: str
     deadline: float = field(default_factory=lambda: time.monotonic() + PROOF_GRACE_S)
 
+
+# Lines of every node's log attached to a failure that concerns the whole server (a hang).
+EVERY_NODE_LINES = 12
 
 # A fatal symptom ("EngineCore failed to start.") is often printed before the traceback that
 # holds its cause; wait this long for the cause before reporting the symptom.
@@ -288,18 +296,28 @@ class LogFollower:
         self,
         checkpoint: Checkpoint,
         *,
-        still_serving: Callable[[FollowLost], Awaitable[bool]] | None = None,
+        still_serving: Callable[[FollowLost], Awaitable[str | None]] | None = None,
     ) -> AsyncGenerator[Failed | Progress, None]:
         """For a running cluster: yield the first failure, however long it takes to come, or a
         Progress saying it was stopped on request (a `down`, `docker stop`): no failure.
 
         A node whose streams broke (its engine or SSH went away) is a failure unless
         `still_serving(item)` says the server still answers (and takes care of following the
-        node again): then a Progress `monitoring_lost`, later `monitoring_resumed` when a
+        node again) by saying what was lost of the node (its Docker engine, or SSH to it; None:
+        the server does not answer): then a Progress `monitoring_lost`, later
+        `monitoring_resumed` when a
         FollowResumed arrives; the API going down meanwhile names that node as the likely cause.
         """
         while True:
             item = await self._next(timeout=None)
+            if isinstance(item, MemoryLow):
+                yield Progress(
+                    elapsed_s=self.reporter.elapsed(),
+                    phase="memory_low",
+                    node=item.node,
+                    message=item.message,
+                )
+                continue
             if isinstance(item, FollowResumed):
                 self._lost.pop(item.node, None)
                 yield Progress(
@@ -318,14 +336,16 @@ class LogFollower:
             ):
                 if item.node in self._lost:
                     continue  # its other stream, broken by the same cause
-                if await still_serving(item):
+                lost = await still_serving(item)
+                if lost is not None:
                     self._lost[item.node] = item.reason
                     yield Progress(
                         elapsed_s=self.reporter.elapsed(),
                         phase="monitoring_lost",
                         node=item.node,
-                        message=f"monitoring lost on {item.node} ({item.reason}), but the API still "
-                        "serves: probing it and reconnecting to the node",
+                        message=f"monitoring lost on {item.node}: {lost} ({item.reason}); the "
+                        "server is not lost, the API still serves: probing it and reconnecting "
+                        "to the node",
                     )
                     continue
             if isinstance(item, ContainerExited | FollowLost | HealthLost) and self._stop is None:
@@ -373,8 +393,27 @@ class LogFollower:
         if isinstance(item, Shed):
             log.warning("%d log lines shed: they came faster than they were read", item.count)
             return None
-        if isinstance(item, FollowResumed):
+        if isinstance(item, FollowResumed | MemoryLow):
             return None
+        if isinstance(item, ServingHung):
+            return self.reporter.known(
+                checkpoint,
+                SERVING_HUNG,
+                {"detail": item.detail},
+                node=item.node,
+                evidence=item.evidence,
+                log_tail=self.monitor.every_tail(EVERY_NODE_LINES),
+            )
+        if isinstance(item, KernelOomKill):
+            return self.reporter.known(
+                checkpoint,
+                KERNEL_OOM_KILL,
+                {"kills": str(item.kills), "node": item.node, "memory": item.reading.describe()},
+                node=item.node,
+                evidence=f"/proc/vmstat oom_kill rose by {item.kills} on {item.node}; "
+                f"{item.reading.describe()}",
+                log_tail=self.monitor.tail(item.node),
+            )
         if isinstance(item, HealthLost) and self._lost:
             node, lost = next(iter(self._lost.items()))
             return self.reporter.known(
@@ -479,6 +518,18 @@ class LogFollower:
 
     def _exit_failure(self, checkpoint: Checkpoint, item: ContainerExited) -> Failed:
         lines = self.monitor.tail(item.node, 500)
+        if item.oom_killed:
+            found = diagnose(lines, self._table, self._words)
+            if found is None or found.role != "cause":
+                return self.reporter.known(
+                    checkpoint,
+                    CONTAINER_OOM_KILLED,
+                    {"node": item.node, "checkpoint": checkpoint.title},
+                    node=item.node,
+                    evidence=f"Docker: the container on {item.node} was OOM-killed "
+                    f"(exit code {item.exit_code})",
+                    log_tail=self.monitor.tail(item.node),
+                )
         diagnosis = diagnose(lines, self._table, self._words) or unrecognised(
             lines, where=f"{checkpoint.phase} on {item.node}"
         )

@@ -19,7 +19,9 @@ from cluster.backlog import KEEP, MATTERS, PLAIN, Backlog, Shed
 from cluster.config import Secrets
 from cluster.errors import ContainerMissing, NodeError
 from cluster.failures import CONTAINER_REMOVED, FOLLOW_LOST, KnownFailure
+from cluster.liveness import ServingHung
 from cluster.logtext import clean_line
+from cluster.memory import KernelOomKill, MemoryLow
 from cluster.nodes import NodeConnection
 from cluster.timestamps import parse_docker_timestamp
 
@@ -76,7 +78,16 @@ class HealthLost:
 GRACEFUL_SIGNALS = frozenset({2, 15})
 
 MonitorItem = (
-    LogLine | ContainerExited | FollowLost | FollowResumed | StopRequested | HealthLost | Shed
+    LogLine
+    | ContainerExited
+    | FollowLost
+    | FollowResumed
+    | StopRequested
+    | HealthLost
+    | ServingHung
+    | MemoryLow
+    | KernelOomKill
+    | Shed
 )
 
 QUEUED_LINES = 20_000  # lines waiting for the reader (a launch busy posting to chat)
@@ -109,6 +120,14 @@ class ClusterMonitor:
     def tail(self, node: str, lines: int | None = None) -> list[str]:
         buffer = list(self._tails.get(node, ()))
         return buffer[-(lines or self._tail_lines) :]
+
+    def every_tail(self, lines: int) -> list[str]:
+        """The last `lines` lines of every followed node, each node's under its name."""
+        out: list[str] = []
+        for node in self._tails:
+            out.append(f"── {node} ──")
+            out.extend(self.tail(node, lines) or ["(no output)"])
+        return out
 
     def follow(self, node: NodeConnection, *, backlog: int | str = "all") -> None:
         """Start following `node`'s container: its log from `backlog` lines back, and its death."""

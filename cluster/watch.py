@@ -1,9 +1,12 @@
 """`watch`: after Ready, follow every container and the API; the first failure is reported.
 
-Log lines and container deaths arrive as events; only the health probe runs on an interval,
-because an HTTP endpoint has no stream to follow. A node whose streams break (its Docker engine
-restarted, its SSH dropped) while the API still answers is monitoring lost, not serving lost:
-it is reported as such, opened again with backoff and followed again from its last line.
+Log lines and container deaths arrive as events; what has no stream to follow is asked at an
+interval: `/health`, whether the server still serves (`cluster.liveness`: /metrics and a canary
+completion) and each node's memory (`cluster.memory`). A node whose streams break (its Docker
+engine restarted, its SSH dropped) while the API still answers is monitoring lost, not serving
+lost: it is reported as such, saying which part of the node went away, opened again with
+backoff and followed again from its last line. A death that no signature explains is probed
+before it is reported (`cluster.postmortem`).
 """
 
 from __future__ import annotations
@@ -19,11 +22,15 @@ from cluster import api
 from cluster.checkpoints import SERVING
 from cluster.config import ClusterConfig, Secrets
 from cluster.errors import NodeError
-from cluster.events import Event, Progress
+from cluster.events import Event, Failed, Progress
+from cluster.failures import for_cluster
 from cluster.follow import LogFollower, must_see
 from cluster.launch import api_base_url
+from cluster.liveness import ServingWatch
+from cluster.memory import MemoryWatch, read_memory
 from cluster.monitor import ClusterMonitor, FollowLost, FollowResumed, HealthLost
-from cluster.nodes import ClusterConnection
+from cluster.nodes import ClusterConnection, NodeConnection
+from cluster.postmortem import amend, needs_probe, probe
 from cluster.reporter import Reporter
 
 RECONNECT_FIRST_S = 1.0
@@ -60,12 +67,15 @@ async def watch(
     timeouts = config.timeouts
     starting_s = timeouts.weights + timeouts.engine + timeouts.api
     started = time.monotonic()
+    api_answered = asyncio.Event()  # a server still starting is not judged by the canary yet
 
-    async def probe(client: httpx.AsyncClient) -> None:
+    async def probe_health(client: httpx.AsyncClient) -> None:
         misses, answered = 0, False
         while True:
             ok, detail = await api.health(client)
             answered = answered or ok
+            if ok:
+                api_answered.set()
             starting = not answered and time.monotonic() - started < starting_s
             misses = 0 if ok or starting else misses + 1
             if misses >= health_failures:
@@ -95,23 +105,75 @@ async def watch(
             monitor.publish(FollowResumed(name, time.monotonic() - lost_at))
             return
 
-    async with api.api_client(base_url, read_timeout=10, api_key=secrets.api_key) as client:
+    settings = config.watch
+    memory = MemoryWatch(settings.memory_low_gib)
 
-        async def still_serving(item: FollowLost) -> bool:
-            """The API answers: only monitoring is lost; the node is opened again, the API probed."""
+    async def watch_memory() -> None:
+        """Every node's memory at the interval, all at once; a node being reconnected (or not
+        answering this time) is read again next time."""
+
+        async def read(node: NodeConnection) -> None:
+            try:
+                reading = await read_memory(node, timeout=timeouts.docker, at=time.monotonic())
+            except (NodeError, ValueError):
+                return
+            found = memory.observe(reading)
+            if found is not None:
+                monitor.publish(found)
+
+        while True:
+            followed = [n for n in connection.ordered() if n.name not in reconnecting]
+            await asyncio.gather(*map(read, followed))
+            await asyncio.sleep(settings.memory_interval)
+
+    async def what_was_lost(name: str) -> str:
+        """Of a node whose streams broke: its Docker engine alone, or SSH to it."""
+        node = connection.nodes.get(name)
+        if node is None:
+            return "it is not connected"
+        try:
+            await node.read_file("/proc/uptime", timeout=timeouts.connect)
+        except NodeError:
+            return "the connection to it (SSH) is lost"
+        return "its Docker engine does not answer, SSH to it does"
+
+    async with (
+        api.api_client(base_url, read_timeout=10, api_key=secrets.api_key) as client,
+        api.api_client(
+            base_url, read_timeout=settings.canary_timeout + 5, api_key=secrets.api_key
+        ) as canary_client,
+    ):
+
+        async def still_serving(item: FollowLost) -> str | None:
+            """The API answers: only monitoring is lost (what of the node is said); the node is
+            opened again, the API probed."""
             ok, _ = await api.health(client)
-            if ok and item.node not in reconnecting:
+            if not ok:
+                return None
+            lost = await what_was_lost(item.node)
+            if item.node not in reconnecting:
                 reconnecting.add(item.node)
                 wake.set()  # probe at the shorter interval from now on
                 monitor.run(reconnect(item.node))
-            return ok
+            return lost
 
+        async def serving() -> None:
+            await api_answered.wait()
+            liveness = ServingWatch(settings, canary_client, config.serve.api_model_name, head)
+            monitor.publish(await liveness.run())
+
+        table, _ = for_cluster(config)
         try:
-            monitor.run(probe(client))
+            monitor.run(probe_health(client))
+            monitor.run(serving())
+            monitor.run(watch_memory())
             yield Progress(
                 elapsed_s=reporter.elapsed(),
                 phase="watch",
-                message=f"watching {len(connection.nodes)} node(s) and {base_url}/health",
+                message=f"watching {len(connection.nodes)} node(s) and {base_url}: /health every "
+                f"{health_interval:g} s, /metrics every {settings.metrics_interval:g} s, a canary "
+                f"when idle for {settings.canary_interval:g} s (answer within "
+                f"{settings.canary_timeout:g} s), memory every {settings.memory_interval:g} s",
             )
             # One stream: log lines, deaths, the probe's verdict and reconnections; the first
             # failure (or a stop on request, which is none) ends the watch.
@@ -119,6 +181,8 @@ async def watch(
                 follower.failures(SERVING, still_serving=still_serving)
             ) as failures:
                 async for event in failures:
+                    if isinstance(event, Failed) and needs_probe(event, table):
+                        event = amend(event, await probe(config, connection, memory=memory))
                     yield event
         finally:
             await monitor.aclose()

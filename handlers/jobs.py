@@ -720,10 +720,12 @@ class JobManager:
                 )
 
 
-# The watch's news that is no failure: a node no longer followed while the API serves, and again.
+# The watch's news that is no failure: a node no longer followed while the API serves, and
+# again; a node whose memory runs low (with the trend).
 MONITORING = {
     "monitoring_lost": ("⚠ Monitoring lost, the API still serves", "warning"),
     "monitoring_resumed": ("👀 Monitoring resumed", "neutral"),
+    "memory_low": ("⚠ Memory low", "warning"),
 }
 
 

@@ -185,6 +185,7 @@ async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> M
         text="\n".join(lines)
         + f"\nAPI: {health} ({escape(report.api_detail)})"
         + (f"\nvLLM: {escape(report.vllm_version)}" if report.vllm_version else "")
+        + "".join(f"\nMemory `{escape(m.node)}`: {m.describe()}" for m in report.memory)
         + f"{busy}{watching}",
     )
 

@@ -4,6 +4,7 @@
     lab_down(purge=False)
     set_image_variant(node) / restore_image()
     stop_sshd(node) / start_sshd(node) / stop_dockerd(node) / start_dockerd(node)
+    set_fabric_link(node, up) / kill_dockerd(node)
     status() -> dict
 
 Blocking (subprocess) by design: this is lab tooling, not the bot.
@@ -28,10 +29,12 @@ __all__ = [
     "LabError",
     "LabInfo",
     "NodeInfo",
+    "kill_dockerd",
     "lab_down",
     "lab_info",
     "lab_up",
     "restore_image",
+    "set_fabric_link",
     "set_image_variant",
     "start_dockerd",
     "start_sshd",
@@ -308,10 +311,24 @@ def stop_dockerd(node: int, *, keep_containers: bool = False) -> None:
     dockerd.stop(_node(node), remove_containers=False, keep_containers=keep_containers)
 
 
+def kill_dockerd(node: int) -> None:
+    """SIGKILL the node's engine (live-restore on: its containers keep running); bring it back
+    with `start_dockerd(node, keep_containers=True)`."""
+    dockerd.kill(_node(node))
+
+
 def start_dockerd(node: int, *, keep_containers: bool = False) -> None:
     """Start the node's engine again; `keep_containers` restores those a
     `stop_dockerd(keep_containers=True)` left running."""
     dockerd.start(_node(node), keep_containers=keep_containers)
+
+
+def set_fabric_link(node: int, up: bool) -> None:
+    """Set the node's fabric interface (enp1s0f1np1) down, as a pulled cable, or up again."""
+    n = _node(node)
+    netns.set_link(n.netns, T.FABRIC_IFNAME, up)
+    if up:
+        netns.flush_neighbours([n])
 
 
 # --- status -----------------------------------------------------------------

@@ -262,6 +262,29 @@ def set_live_restore(node: T.Node, on: bool, timeout: float = 10.0) -> None:
     )
 
 
+def kill(node: T.Node, timeout: float = 10.0) -> None:
+    """SIGKILL the engine (dockerd and the containerd it runs), configured with live-restore as
+    production engines often are: its API goes away at once, its containers keep running
+    (their shims outlive it) until `start(keep_containers=True)` restores them."""
+    p = pid(node)
+    if p is None:
+        raise LabError(f"dockerd for {node.name} is not running")
+    set_live_restore(node, True)
+    containerd_pidfile = node.exec_root / "containerd" / "containerd.pid"
+    containerd = live_pid(containerd_pidfile, "containerd")
+    for victim in (p, containerd):
+        if victim is not None:
+            os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while any(v is not None and pid_alive(v) for v in (p, containerd)):
+        if time.monotonic() > deadline:
+            raise LabError(f"dockerd for {node.name} outlived SIGKILL for {timeout:g}s")
+        time.sleep(0.05)
+    # Killed, they may linger as zombies (nothing here reaps them), which the next dockerd
+    # would take for a containerd still running: forget its pid.
+    containerd_pidfile.unlink(missing_ok=True)
+
+
 def stop(node: T.Node, remove_containers: bool = True, *, keep_containers: bool = False) -> None:
     """Stop the engine; its containers go too, unless `keep_containers`: then the engine stops
     with live-restore on and they keep running without it (until `start(keep_containers=True)`)."""

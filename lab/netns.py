@@ -61,6 +61,11 @@ def link_up(netns: str, ifname: str) -> bool:
     return "UP" in info.get("flags", [])
 
 
+def set_link(netns: str, ifname: str, up: bool) -> None:
+    """Set an interface inside a namespace up or down (a pulled cable, as the node sees it)."""
+    _ip("-n", netns, "link", "set", ifname, "up" if up else "down")
+
+
 # --- bridges ----------------------------------------------------------------
 def ensure_bridge(name: str, addr: str | None) -> None:
     if not _link_exists(name):

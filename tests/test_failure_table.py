@@ -86,6 +86,17 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     },
     "cluster_not_up": {"container": "vllm", "node": "spark-a"},
     "engine_busy": {"busy": "the server is busy: vllm:num_requests_running=1, waiting=0"},
+    "serving_hung": {"detail": "a canary completion (4 tokens) got no complete answer in 60 s"},
+    "container_oom_killed": {"node": "spark-b", "checkpoint": "Serving"},
+    "kernel_oom_kill": {
+        "kills": "1",
+        "node": "spark-b",
+        "memory": "0.4 of 121.6 GiB available",
+    },
+    "fabric_link_down": {"interface": "enp1s0f1np1", "node": "spark-b", "state": "down"},
+    "fabric_unreachable": {"node": "spark-a", "peer": "spark-b", "address": "10.0.0.2"},
+    "node_engine_gone": {"node": "spark-b", "problem": "the Docker engine does not answer"},
+    "ray_nodes_missing": {"active_nodes": "1", "want_nodes": "2"},
 }
 
 

@@ -175,6 +175,7 @@ SAMPLES: dict[str, str | list[str]] = {
         "shm_broadcast.py:466",
     ),
     "ray_worker_crashed": RAY + "*** SIGBUS received at time=1796022252 on cpu 7 ***",
+    "ray_subprocesses_exited": "Some Ray subprocesses exited unexpectedly:",
     "ray_actor_died": ENGINE
     + vllm(
         "ERROR",

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from cluster.config import NodeConfig
 from cluster.nodes.docker_engine import DockerEngine
 
+READ_LIMIT = 32_768  # bytes of a file read on a node: /proc/meminfo is ~1.5 KB
+
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -37,6 +39,12 @@ class NodeConnection(ABC):
     async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
         """Run a command on the node (not in a container). argv is quoted by the driver.
         NodeTimedOut after `timeout`; NodeUnreachable when it cannot run at all."""
+
+    @abstractmethod
+    async def read_file(self, path: str, *, timeout: float, limit: int = READ_LIMIT) -> str:
+        """The first `limit` bytes of a file on the node (not in a container), read afresh on
+        each call (for /proc and /sys files) without starting a process on the node.
+        FileUnreadable when it does not exist or may not be read; NodeTimedOut after `timeout`."""
 
     @abstractmethod
     async def api_base_url(self, port: int) -> str:

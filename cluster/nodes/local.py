@@ -8,9 +8,9 @@ import time
 from collections.abc import Sequence
 
 from cluster.config import NodeConfig
-from cluster.nodes.base import CommandResult, NodeConnection
+from cluster.nodes.base import READ_LIMIT, CommandResult, NodeConnection
 from cluster.nodes.docker_engine import DockerEngine
-from cluster.nodes.seam import command_errors
+from cluster.nodes.seam import command_errors, file_errors
 
 
 class LocalNode(NodeConnection):
@@ -47,8 +47,19 @@ class LocalNode(NodeConnection):
             stderr.decode(errors="replace"),
         )
 
+    async def read_file(self, path: str, *, timeout: float, limit: int = READ_LIMIT) -> str:
+        with file_errors(self.name, path, timeout):
+            async with asyncio.timeout(timeout):
+                data = await asyncio.to_thread(_read, path, limit)
+        return data.decode(errors="replace")
+
     async def api_base_url(self, port: int) -> str:
         return f"http://127.0.0.1:{port}"
 
     async def aclose(self) -> None:
         await self.docker.close()
+
+
+def _read(path: str, limit: int) -> bytes:
+    with open(path, "rb") as file:
+        return file.read(limit)

@@ -21,6 +21,7 @@ from cluster.errors import (
     ContainerMissing,
     DockerRefused,
     DockerUnavailable,
+    FileUnreadable,
     HostKeyMismatch,
     ImageMissing,
     NodeError,
@@ -147,6 +148,31 @@ def command_errors(node: str, argv: Sequence[str], timeout: float) -> Iterator[N
         yield
     except _SSH_ERRORS as error:
         raise command_error(node, argv, timeout, error) from error
+
+
+_UNREADABLE = (
+    asyncssh.SFTPNoSuchFile,
+    asyncssh.SFTPPermissionDenied,
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+)
+
+
+@contextmanager
+def file_errors(node: str, path: str, timeout: float) -> Iterator[None]:
+    """Read a file on a node (over SFTP, or locally): a missing or forbidden file is
+    FileUnreadable; a timeout or a broken connection as for a command."""
+    try:
+        yield
+    except _UNREADABLE as error:
+        raise FileUnreadable(
+            node,
+            f"cannot read {path} ({_reason(error)})",
+            f"check that {path} exists on {node} and that the SSH user may read it",
+        ) from error
+    except _SSH_ERRORS as error:
+        raise command_error(node, [f"read {path}"], timeout, error) from error
 
 
 @asynccontextmanager

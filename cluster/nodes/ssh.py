@@ -13,9 +13,9 @@ import asyncssh
 
 from cluster.config import NodeConfig
 from cluster.errors import NodeError
-from cluster.nodes.base import CommandResult, NodeConnection
+from cluster.nodes.base import READ_LIMIT, CommandResult, NodeConnection
 from cluster.nodes.docker_engine import DockerEngine
-from cluster.nodes.seam import command_errors, ssh_login_errors
+from cluster.nodes.seam import command_errors, file_errors, ssh_login_errors
 
 
 class SSHNode(NodeConnection):
@@ -31,6 +31,12 @@ class SSHNode(NodeConnection):
         self.connection = connection
         self._socket_dir = socket_dir
         self._api_urls: dict[int, str] = {}
+        # One SFTP session per connection and one handle per file read, kept open: each read
+        # is then a single SFTP READ at offset 0 (one round trip, no process started on the
+        # node; /proc and /sys files are generated afresh by a read from their start).
+        self._sftp: asyncssh.SFTPClient | None = None
+        self._files: dict[str, asyncssh.SFTPClientFile] = {}
+        self._opening = asyncio.Lock()
 
     @classmethod
     async def connect(
@@ -60,6 +66,26 @@ class SSHNode(NodeConnection):
             _text(result.stdout),
             _text(result.stderr),
         )
+
+    async def read_file(self, path: str, *, timeout: float, limit: int = READ_LIMIT) -> str:
+        try:
+            with file_errors(self.name, path, timeout):
+                async with asyncio.timeout(timeout):
+                    handle = await self._handle(path)
+                    data = await handle.read(limit, 0)
+        except NodeError:
+            self._files.pop(path, None)
+            raise
+        return _text(data)
+
+    async def _handle(self, path: str) -> asyncssh.SFTPClientFile:
+        async with self._opening:
+            if path not in self._files:
+                if self._sftp is None:
+                    self._sftp = await self.connection.start_sftp_client()
+                # block_size 0: one READ request of the asked size, not parallel blocks
+                self._files[path] = await self._sftp.open(path, "rb", block_size=0)
+            return self._files[path]
 
     async def api_base_url(self, port: int) -> str:
         if port not in self._api_urls:

@@ -138,6 +138,7 @@ class Engine:
         self.itl_h = Histogram(ITL_BUCKETS)
         self.e2e_h = Histogram(E2E_BUCKETS)
         self.dead = False
+        self.hung = False  # the serving_hang fault: no token is generated any more
         self.created = int(time.time())
         self._last_stats = (time.monotonic(), 0, 0)
         self._last_printed_active = False
@@ -170,6 +171,10 @@ class Engine:
         with self.cond:
             self.gen_total += n
             self.kv_in_use += n
+
+    def hang(self):
+        with self.cond:
+            self.hung = True
 
     def kill(self):
         with self.cond:
@@ -531,6 +536,8 @@ class Handler(BaseHTTPRequestHandler):
             if i > 0:
                 deadline += step / e.rate(depth)
             sleep_until(deadline)
+            while e.hung and not e.dead:  # a hung engine: the request waits, /health says 200
+                time.sleep(0.1)
             if e.dead:
                 raise EngineDead()
             now = time.monotonic()

@@ -13,7 +13,8 @@ text printed as is); otherwise the vLLM level+time+[file:line] prefix on every l
 actions: hang (print, then stay alive and silent), init_failed (engine core fails to start:
 + "Engine core initialization failed" tail, exit 1), engine_dead (EngineDeadError tail; /health
 500 while lingering; exit 1), remote_died (the remote rank dies: Ray actor died / mp worker
-lost, then engine dead, exit 1), exit1 (tool exits 1), slow (phases x time_factor).
+lost, then engine dead, exit 1), exit1 (tool exits 1), slow (phases x time_factor),
+serving_hang (generation stops, /health stays 200).
 """
 
 ENGINE_CORE_TB_HEAD = """Traceback (most recent call last):
@@ -242,6 +243,14 @@ FAULTS = {
                 "EngineCore encountered a fatal error.\n" + LATE_DEATH_TB,
             ),
         ],
+    },
+    "serving_hang": {
+        "where": "serve",
+        "phase": "serving",
+        "action": "serving_hang",
+        "signature": "No available shared memory broadcast block found in 60 seconds",
+        "doc": "Ready and serving; SPARK_EMU_FAULT_AFTER_S (real s, default 5) after ready the engine stops generating: requests in flight get no further token, new ones none at all; /health stays 200 and the stats line goes on (Running: N reqs, 0.0 tokens/s); while a request is stuck, every 60 s (scaled) EngineCore warns: No available shared memory broadcast block found in 60 seconds (vLLM's shm_broadcast.py, as the real hang prints). Never exits.",
+        "lines": [],
     },
     "slow_start": {
         "where": "serve",

@@ -292,7 +292,29 @@ class Serve:
             self.block_forever()
         if act == "remote_died":
             return self.remote_died("fault")
+        if act == "serving_hang":
+            self.engine.hang()
+            threading.Thread(target=self.hang_warnings, daemon=True).start()
+            return
         self.fatal(f["lines"], dead=(act == "engine_dead"))
+
+    def hang_warnings(self):
+        """vLLM's shm_broadcast.py warns every VLLM_RINGBUFFER_WARNING_INTERVAL (60 s) that a
+        reader waits: printed while a request is stuck, as the real hang does."""
+        interval = 60.0 * self.scale
+        waited = 0.0
+        while not self.dying:
+            time.sleep(min(interval, 0.1) if interval > 0 else 0.1)
+            waited = waited + 0.1 if self.engine.running > 0 else 0.0
+            if interval > 0 and waited >= interval:
+                waited = 0.0
+                self.e(
+                    "WARNING",
+                    "shm_broadcast.py:466",
+                    "No available shared memory broadcast block found in 60 seconds. This "
+                    "typically happens when some processes are hanging or doing some "
+                    "time-consuming work (e.g. compilation)",
+                )
 
     def shutdown_lines(self):
         for m in (

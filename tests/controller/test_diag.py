@@ -14,9 +14,9 @@ from typing import Any
 from bot.config import load_config
 from cluster.config import Secrets
 from cluster.diag import NODE_COMMANDS, collect
-from cluster.errors import NodeTimedOut, NodeUnreachable
+from cluster.errors import FileUnreadable, NodeTimedOut, NodeUnreachable
 from cluster.nodes import ClusterConnection
-from cluster.nodes.base import CommandResult, NodeConnection
+from cluster.nodes.base import READ_LIMIT, CommandResult, NodeConnection
 from tests.controller.helpers import LAB_CONFIG
 from tests.secrets import HF_TOKEN, SLACK_BOT_TOKEN, planted_in
 
@@ -66,6 +66,9 @@ class ScriptedNode(NodeConnection):
         if isinstance(answer, Exception):
             raise answer
         return CommandResult(0, answer, "")
+
+    async def read_file(self, path: str, *, timeout: float, limit: int = READ_LIMIT) -> str:
+        raise FileUnreadable(self.name, f"cannot read {path}", "the double reads no file")
 
     async def api_base_url(self, port: int) -> str:
         return "http://127.0.0.1:9"  # nothing answers: the version comes from the container

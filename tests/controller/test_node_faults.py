@@ -1,6 +1,7 @@
-"""A worker's Docker engine stopped and started again, or its SSH sessions dropped, while the
-cluster serves: monitoring lost, not serving lost, and the node followed again (issue 10's
-matrix, node faults)."""
+"""Node faults while the cluster serves (issue 10's matrix, issue 12): a worker's Docker engine
+killed and started again, or its SSH sessions dropped, is monitoring lost, not serving lost, and
+the node is followed again; a serving hang behind a healthy /health is caught by the canary; a
+worker's fabric link set down is reported with that cause."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 
 import pytest
 
+from cluster.config import WatchConfig
 from cluster.events import Failed, Progress, Ready, StatusReport
 from lab import api as lab_api
 from tests.controller.helpers import collect, controller_for
@@ -37,16 +39,29 @@ async def watched(controller, health_interval: float):
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_a_worker_engine_restarted_while_serving_is_monitoring_lost_then_resumed(clean):
-    controller = controller_for(clean)
+async def next_failure(next_event, timeout: float) -> Failed:
+    """The next Failed, past the Progress a watch may say meanwhile (a memory warning)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        event = await next_event(max(0.1, deadline - loop.time()))
+        if isinstance(event, Failed):
+            return event
+        assert isinstance(event, Progress) and event.phase == "memory_low", event
+
+
+async def test_a_worker_engine_killed_while_serving_is_monitoring_lost_then_resumed(clean):
+    # no memory warning among the events this test reads one by one (the lab's nodes share the
+    # host's memory, whatever else runs on it)
+    controller = controller_for(clean, watch=WatchConfig(memory_low_gib=0))
     worker = clean.nodes[1].name
     assert isinstance((await collect(controller.up()))[-1], Ready)
     try:
         async with watched(controller, health_interval=60) as (next_event, task):
             assert (await next_event(30)).phase == "watch"
-            # The lab's stop_dockerd takes the containers with the engine, as a crash does; with
-            # live-restore they keep running and only the engine's API goes away.
-            await asyncio.to_thread(lab_api.stop_dockerd, 1, keep_containers=True)
+            # kill -9 of an engine with live-restore: its containers keep running, only the
+            # engine's API goes away (the lab's plain stop would take the containers too).
+            await asyncio.to_thread(lab_api.kill_dockerd, 1)
             lost = await next_event(30)
             assert isinstance(lost, Progress) and lost.phase == "monitoring_lost", lost
             assert (
@@ -54,6 +69,7 @@ async def test_a_worker_engine_restarted_while_serving_is_monitoring_lost_then_r
                 and worker in lost.message
                 and "the API still serves" in lost.message
             )
+            assert "its Docker engine does not answer, SSH to it does" in lost.message, lost
             [status] = await collect(controller.status())
             assert isinstance(status, StatusReport) and status.api_healthy is True, status
             assert worker in status.api_detail, "the worker's engine does not answer"
@@ -62,6 +78,9 @@ async def test_a_worker_engine_restarted_while_serving_is_monitoring_lost_then_r
             resumed = await next_event(60)
             assert isinstance(resumed, Progress) and resumed.phase == "monitoring_resumed", resumed
             assert resumed.node == worker
+            [status] = await collect(controller.status())
+            assert [m.node for m in status.memory] == [clean.nodes[0].name, worker], status
+            assert all(0 < m.available_gib <= m.total_gib for m in status.memory), status.memory
 
             # Following really resumed: the worker's death is reported as such.
             await lab_docker_kill(clean, 1, controller.config.container.name)
@@ -77,7 +96,7 @@ async def test_a_workers_ssh_sessions_dropped_while_serving_are_reopened_and_fol
     """The connection to the worker closes under the bot (its sshd's sessions killed, as a
     network drop or an sshd restart ends them): monitoring lost with the API still serving,
     a new connection with backoff, and the worker followed again."""
-    controller = controller_for(clean)
+    controller = controller_for(clean, watch=WatchConfig(memory_low_gib=0))
     worker = clean.nodes[1].name
     assert isinstance((await collect(controller.up()))[-1], Ready)
     async with watched(controller, health_interval=60) as (next_event, task):
@@ -86,6 +105,7 @@ async def test_a_workers_ssh_sessions_dropped_while_serving_are_reopened_and_fol
         lost = await next_event(30)
         assert isinstance(lost, Progress) and lost.phase == "monitoring_lost", lost
         assert lost.node == worker and "the API still serves" in lost.message, lost
+        assert "the connection to it (SSH) is lost" in lost.message, "which part of it went"
         resumed = await next_event(60)
         assert isinstance(resumed, Progress) and resumed.phase == "monitoring_resumed", resumed
         assert resumed.node == worker
@@ -150,3 +170,52 @@ async def test_the_heads_engine_stopped_with_its_containers_is_told_then_down_cl
     ]
     [status] = await collect(controller.status())
     assert not any(c.present for c in status.containers), f"no orphan {name} after down"
+
+
+QUICK_WATCH = WatchConfig(
+    canary_interval=2, canary_timeout=2, metrics_interval=0.5, token_stall=60, memory_interval=1
+)
+HANG_AFTER_S = 5.0  # after the API starts: up's own sample completion is done by then
+
+
+async def test_a_serving_hang_is_reported_within_the_canary_interval_plus_its_timeout(clean):
+    """The engine stops generating while /health says 200: the canary finds it."""
+    env = {"SPARK_EMU_FAULT": "serving_hang", "SPARK_EMU_FAULT_AFTER_S": str(HANG_AFTER_S)}
+    controller = controller_for(clean, env=env, watch=QUICK_WATCH)
+    assert isinstance((await collect(controller.up()))[-1], Ready)
+    async with watched(controller, health_interval=1) as (next_event, _):
+        assert (await next_event(30)).phase == "watch"
+        started = asyncio.get_running_loop().time()
+        failed = await next_failure(next_event, 60)
+        took = asyncio.get_running_loop().time() - started
+    # The hang struck at most HANG_AFTER_S after the watch began (the API started before it).
+    bound = HANG_AFTER_S + QUICK_WATCH.canary_interval + QUICK_WATCH.canary_timeout
+    assert took <= bound + 2.0, f"reported {took:.1f} s into the watch (bound {bound:g} s + 2)"
+    assert failed.signature == "serving_hung", failed
+    assert failed.summary.startswith("serving hung: a canary completion"), failed.summary
+    assert "canary sent" in failed.evidence and "vllm:num_requests_running=" in failed.evidence
+    assert "probed after the failure" in failed.evidence
+    heads_lines = "\n".join(failed.log_tail)
+    assert "No available shared memory broadcast block found" in heads_lines, heads_lines
+    [status] = await collect(controller.status())
+    assert status.api_healthy is True, "a hang that /health does not see"
+
+
+async def test_a_workers_fabric_link_down_while_serving_is_reported_with_that_cause(clean):
+    controller = controller_for(
+        clean, watch=QUICK_WATCH.model_copy(update={"canary_interval": 600})
+    )
+    worker = clean.nodes[1].name
+    assert isinstance((await collect(controller.up()))[-1], Ready)
+    try:
+        async with watched(controller, health_interval=1) as (next_event, _):
+            assert (await next_event(30)).phase == "watch"
+            await asyncio.to_thread(lab_api.set_fabric_link, 1, False)
+            failed = await next_failure(next_event, 30)
+    finally:
+        await asyncio.to_thread(lab_api.set_fabric_link, 1, True)
+    assert failed.signature == "fabric_link_down", failed
+    assert f"the fabric link enp1s0f1np1 on {worker} is down" in failed.summary, failed.summary
+    assert "sudo ip link set enp1s0f1np1 up" in failed.fix
+    assert "signature" not in failed.fix, "no advice to edit the bot's source"
+    assert f"enp1s0f1np1 on {clean.nodes[0].name} is up" in failed.evidence

@@ -57,9 +57,9 @@ async def test_a_lost_stream_while_the_api_serves_is_monitoring_lost_then_resume
     follower = LogFollower(CONFIG, monitor, Reporter())
     asked: list[str] = []
 
-    async def still_serving(item: FollowLost) -> bool:
+    async def still_serving(item: FollowLost) -> str | None:
         asked.append(item.node)
-        return True
+        return "its Docker engine does not answer (SSH to it does)"
 
     worker = CONFIG.nodes[1].name
     monitor.publish(
@@ -85,6 +85,7 @@ async def test_a_lost_stream_while_the_api_serves_is_monitoring_lost_then_resume
     lost = events[0]
     assert lost.node == worker and worker in lost.message and "the API still serves" in lost.message
     assert "log stream broke" in lost.message
+    assert "its Docker engine does not answer" in lost.message, "which part of the node was lost"
     failed = events[-1]
     assert (
         isinstance(failed, Failed)
@@ -98,8 +99,8 @@ async def test_a_lost_stream_when_the_api_does_not_answer_is_the_failure():
     monitor = ClusterMonitor("vllm", Secrets({}), 10)
     follower = LogFollower(CONFIG, monitor, Reporter())
 
-    async def not_serving(item: FollowLost) -> bool:
-        return False
+    async def not_serving(item: FollowLost) -> str | None:
+        return None
 
     worker = CONFIG.nodes[1].name
     monitor.publish(FollowLost(worker, "Docker event stream ended"))

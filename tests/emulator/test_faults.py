@@ -187,3 +187,30 @@ def test_ray_version_mismatch_natural(spawn, tmp_path):
     _port, _head, worker = ray_pair(spawn, tmp_path, {"SPARK_EMU_RAY_VERSION": "2.47.0"})
     worker.wait_for("RuntimeError: Version mismatch: The cluster was started with:")
     assert worker.wait_exit(10) == 1
+
+
+def test_serving_hang_keeps_health_and_stops_generating(spawn):
+    """The hang while serving: /health stays 200, a request gets no token, the counters stand
+    still with the request running, and EngineCore warns as vLLM's shm_broadcast does."""
+    port = free_port()
+    p = serve(spawn, "serving_hang", {"SPARK_EMU_FAULT_AFTER_S": "0.2"}, port)
+    p.wait_for("Application startup complete.", 20)
+    base = "http://127.0.0.1:%d" % port
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    deadline = time.monotonic() + 10
+    hung = False
+    while not hung and time.monotonic() < deadline:
+        try:
+            httpx.post(base + "/v1/chat/completions", json=body, timeout=2)
+        except httpx.ReadTimeout:
+            hung = True
+    assert hung, "a completion still finished after the fault struck"
+    assert httpx.get(base + "/health").status_code == 200
+    line = p.wait_for("No available shared memory broadcast block found in 60 seconds", 10)
+    assert "EngineCore" in line and "shm_broadcast.py" in line
+    metrics = httpx.get(base + "/metrics").text
+    running = [
+        line for line in metrics.splitlines() if line.startswith("vllm:num_requests_running{")
+    ]
+    assert running and float(running[0].rsplit(" ", 1)[1]) >= 1
+    assert p.p.poll() is None, "a hung engine does not exit"
