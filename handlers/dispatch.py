@@ -30,6 +30,7 @@ from handlers.messages import (
     Message,
     escape,
 )
+from handlers.metrics import BotMetrics
 from handlers.render import Delivery
 from handlers.settings import BotSettings
 from handlers.specs import CommandSpec, Consent, Question, chat_usage, parse_command, spec_for
@@ -64,13 +65,17 @@ class Dispatcher:
         store: Store,
         controller_for: ControllerFactory,
         access: Access | None = None,
+        metrics: BotMetrics | None = None,
     ):
         self.cluster = cluster
+        self.metrics = metrics or BotMetrics()
         self.settings = settings
         self.chat = chat
         self.store = store
         self.access = access or Access(settings.access)
-        self.jobs = JobManager(cluster, settings, chat, store, controller_for)
+        self.jobs = JobManager(
+            cluster, settings, chat, store, controller_for, self.metrics.cluster(cluster.name)
+        )
         self.controller_for = controller_for
         self.deliver = Delivery(chat)
 

@@ -82,6 +82,7 @@ class JobView:
         link: str | None = None,
         on_parent: Callable[[Message], Awaitable[None]] | None = None,
         on_posted: Callable[[Posted], Awaitable[None]] | None = None,
+        on_checkpoint_shown: Callable[[CheckpointPassed], None] | None = None,
     ):
         self.deliver = Delivery(chat)
         self.chat = chat
@@ -91,6 +92,7 @@ class JobView:
         self.settings = settings
         self.on_parent = on_parent
         self.on_posted = on_posted
+        self.on_checkpoint_shown = on_checkpoint_shown
         self.outbox = Outbox(
             chat,
             channel,
@@ -183,8 +185,14 @@ class JobView:
 
     # -- thread replies ---------------------------------------------------------------------
 
-    async def reply(self, message: Message, *, broadcast: bool = False) -> None:
-        self.outbox.reply(message, broadcast=broadcast)
+    async def reply(
+        self,
+        message: Message,
+        *,
+        broadcast: bool = False,
+        on_posted: Callable[[], None] | None = None,
+    ) -> None:
+        self.outbox.reply(message, broadcast=broadcast, on_posted=on_posted)
 
     # -- events -----------------------------------------------------------------------------
 
@@ -231,6 +239,7 @@ class JobView:
         await self.refresh()
         where = f" ({event.node})" if event.node else ""
         tone: Tone = "warning" if event.warning else "success"
+        shown = self.on_checkpoint_shown
         text = f"Passed at {event.elapsed_s:.1f}s" + (
             f"\n⚠ {escape(event.warning)}" if event.warning else ""
         )
@@ -241,7 +250,8 @@ class JobView:
                 ),
                 event.log_tail,
                 f"{event.checkpoint}.log",
-            )
+            ),
+            on_posted=(lambda: shown(event)) if shown is not None else None,
         )
 
     def _with_log(self, message: Message, lines: list[str], filename: str) -> Message:
