@@ -22,6 +22,7 @@ from handlers.errors import Busy, CommandError, StoreUnavailable
 from handlers.job_state import JobState
 from handlers.jobs import ControllerFactory, JobManager, JobPlan, since
 from handlers.journal import retried
+from handlers.log_context import for_this_task
 from handlers.messages import (
     CANCEL_ACTION,
     CONFIRM_ACTION,
@@ -302,6 +303,7 @@ class Dispatcher:
                 ),
             )
             return
+        for_this_task(job_id=record.id)  # this task runs the job: its records name it
         # From here the job holds the lock: until `jobs.run` owns it (and releases it in every
         # case), any failure or cancel must close the job and free the lock here.
         try:

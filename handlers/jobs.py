@@ -23,6 +23,7 @@ from handlers.commands import apply_serve
 from handlers.errors import AnotherInstance, Busy, StoreUnavailable
 from handlers.job_state import JobState
 from handlers.journal import Journal, retried
+from handlers.log_context import context_with, for_this_task
 from handlers.messages import Message, escape
 from handlers.metrics import BotMetrics, ClusterMetrics
 from handlers.outbox import Deliveries
@@ -106,7 +107,7 @@ class JobManager:
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
         # the coroutine itself, not a wrapper awaiting it: a task cancelled before it ran (a stop
         # right after a start) closes its coroutine instead of leaving it never awaited
-        task = asyncio.create_task(coro, name=name)
+        task = asyncio.create_task(coro, name=name, context=context_with(cluster=self.cluster.name))
         self._tasks.add(task)
         task.add_done_callback(self._ended)
         return task
@@ -449,6 +450,7 @@ class JobManager:
         )
 
     async def _watch(self, record: JobRecord, view: JobView) -> None:
+        for_this_task(job_id=record.id)
         config = await self.launched_config()
         events = self.controller_for(config).watch(
             health_interval=self.settings.jobs.watch_health_interval
