@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.events import CheckpointPassed, Progress
 from handlers.metrics import BotMetrics
-from tests.bot.helpers import ALICE, CH, settings, slack_bot
+from tests.bot.helpers import ALICE, CH, Samples, scrape, settings, slack_bot, value
 from tests.handlers.doubles import (
     CLUSTER,
     Hold,
@@ -24,27 +23,6 @@ from tests.handlers.doubles import (
 )
 
 pytestmark = pytest.mark.timeout(60)
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-async def scrape(bot) -> Samples:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{bot.port}/metrics") as response,
-    ):
-        assert response.status == 200
-        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = await response.text()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 def logged_now(event: CheckpointPassed, ago: float) -> CheckpointPassed:
