@@ -295,6 +295,12 @@ def start_sshd(node: int) -> None:
     sshd.start(_node(node))
 
 
+def drop_ssh_sessions(node: int) -> int:
+    """End every SSH session to the node (the client sees its connection closed); new ones
+    are accepted."""
+    return sshd.drop_sessions(_node(node))
+
+
 def stop_dockerd(node: int, *, keep_containers: bool = False) -> None:
     """Stop the node's engine as a crash would leave it for a client (containers go too), or,
     with `keep_containers`, as a restart with live-restore does: the engine's API goes away,

@@ -3,7 +3,9 @@ SetEnv with the node's DOCKER_HOST and PATH; the client key and known_hosts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -195,3 +197,29 @@ def stop(node: T.Node) -> None:
     if p:
         terminate(p, 5)
     node.sshd_pidfile.unlink(missing_ok=True)
+
+
+def drop_sessions(node: T.Node) -> int:
+    """Kill the node's SSH sessions (its sshd's children), as a network drop or a restarted
+    sshd ends them for the client; the listener stays, so clients can connect again. Returns how
+    many session processes were killed."""
+    listener = pid(node)
+    if listener is None:
+        raise LabError(f"sshd for {node.name} is not running")
+    sessions = [child for child, parent in _parents().items() if parent == listener]
+    for session in sessions:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(session, signal.SIGKILL)
+    return len(sessions)
+
+
+def _parents() -> dict[int, int]:
+    """Every process's parent, from /proc."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                # the command name (field 2) may hold spaces and parentheses: split after its end
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                parents[int(entry.name)] = int(fields[1])
+    return parents

@@ -71,6 +71,47 @@ def no_planted_secret_reaches_slack(request, monkeypatch):
         pytest.fail("a planted secret reached Slack: " + "; ".join(leaks[:10]), pytrace=False)
 
 
+class _Recorder(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.texts: list[str] = []
+        self._formatter = logging.Formatter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info:
+            text += "\n" + self._formatter.formatException(record.exc_info)
+        if len(self.texts) < 100_000:
+            self.texts.append(text)
+
+
+_OUR_LOGGERS = ("bot", "handlers", "cluster", "demo")
+
+
+@pytest.fixture(autouse=True)
+def no_planted_secret_in_logs(request):
+    """Everything spark-bot logs during a test, at every level and with its tracebacks, is scanned
+    for the planted secrets (tests/secrets.py); one found fails the test."""
+    recorder = _Recorder()
+    root = logging.getLogger()
+    root.addHandler(recorder)
+    ours = [logging.getLogger(name) for name in _OUR_LOGGERS]
+    levels = [logger.level for logger in ours]
+    for logger in ours:
+        logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        root.removeHandler(recorder)
+        for logger, level in zip(ours, levels, strict=True):
+            logger.setLevel(level)
+    if request.node.get_closest_marker("leaks_on_purpose"):
+        return
+    leaks = sorted({name for text in recorder.texts for name in planted_in(text)})
+    if leaks:
+        pytest.fail("a planted secret was logged: " + ", ".join(leaks), pytrace=False)
+
+
 # -- unclosed resources -----------------------------------------------------------------------
 # pyproject's filterwarnings turns ResourceWarning, and the unraisable exception it becomes in a
 # finalizer, into errors: an unclosed socket, file, transport, aiohttp session, connector or

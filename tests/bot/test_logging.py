@@ -50,6 +50,7 @@ def test_the_flag_wins_over_the_environment_which_wins_over_the_default():
         log_settings({"SPARK_BOT_LOG_FORMAT": "xml"}, level=None, log_format=None)
 
 
+@pytest.mark.leaks_on_purpose  # it logs a planted token, for the handler to mask
 def test_a_json_line_redacts_the_message_the_traceback_and_extra_fields(root_logger):
     stream = io.StringIO()
     environ = {"HF_TOKEN": "plain-words-secret"}

@@ -1,5 +1,6 @@
-"""A worker's Docker engine stopped and started again while the cluster serves: monitoring lost,
-not serving lost, and the node followed again (issue 10's matrix, node faults)."""
+"""A worker's Docker engine stopped and started again, or its SSH sessions dropped, while the
+cluster serves: monitoring lost, not serving lost, and the node followed again (issue 10's
+matrix, node faults)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,30 @@ async def test_a_worker_engine_restarted_while_serving_is_monitoring_lost_then_r
             await asyncio.wait_for(task, 10)
     finally:
         await asyncio.to_thread(lab_api.start_dockerd, 1, keep_containers=True)
+
+
+async def test_a_workers_ssh_sessions_dropped_while_serving_are_reopened_and_followed(clean):
+    """The connection to the worker closes under the bot (its sshd's sessions killed, as a
+    network drop or an sshd restart ends them): monitoring lost with the API still serving,
+    a new connection with backoff, and the worker followed again."""
+    controller = controller_for(clean)
+    worker = clean.nodes[1].name
+    assert isinstance((await collect(controller.up()))[-1], Ready)
+    async with watched(controller, health_interval=60) as (next_event, task):
+        assert (await next_event(30)).phase == "watch"
+        assert await asyncio.to_thread(lab_api.drop_ssh_sessions, 1) > 0
+        lost = await next_event(30)
+        assert isinstance(lost, Progress) and lost.phase == "monitoring_lost", lost
+        assert lost.node == worker and "the API still serves" in lost.message, lost
+        resumed = await next_event(60)
+        assert isinstance(resumed, Progress) and resumed.phase == "monitoring_resumed", resumed
+        assert resumed.node == worker
+
+        await lab_docker_kill(clean, 1, controller.config.container.name)
+        failure = await next_event(30)
+        assert isinstance(failure, Failed), failure
+        assert failure.node == worker and "exited" in failure.summary, failure
+        await asyncio.wait_for(task, 10)
 
 
 async def test_the_heads_engine_stopped_with_its_containers_is_told_then_down_cleans_up(clean):
