@@ -82,6 +82,7 @@ def configure_logging(
     known = tuple(value for name, value in environ.items() if secret_name(name) and len(value) >= 8)
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.set_name(HANDLER_NAME)
+    handler.setLevel(level)  # also for a logger a library set to a lower level of its own
     handler.setFormatter(
         RedactedJsonFormatter(known) if log_format == "json" else logging.Formatter(TEXT)
     )
