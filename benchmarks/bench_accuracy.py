@@ -23,14 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lab"))
-
-from emulator.profiles import truth
 
 from benchmarks.emulator_server import EmulatorServer
 from cluster.bench.history import make_fingerprint
 from cluster.bench.models import BenchReport
 from cluster.bench.runner import BenchOptions, run_bench
+from lab.emulator.profiles import truth
 
 LEVELS = (1, 2, 4, 8, 32)
 SINGLE_BOUND = 0.02
@@ -145,9 +143,12 @@ async def main_async(args: argparse.Namespace) -> int:
             for c in CASES
         ]
         reports = await asyncio.gather(
-            *(measure(c, s, args.runs, args.max_tokens) for c, s in zip(CASES, servers))
+            *(
+                measure(c, s, args.runs, args.max_tokens)
+                for c, s in zip(CASES, servers, strict=True)
+            )
         )
-    results = list(zip(CASES, reports))
+    results = list(zip(CASES, reports, strict=True))
     rows: list[Row] = []
     failures: list[str] = []
     for case, report in results:

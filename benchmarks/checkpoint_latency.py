@@ -47,6 +47,9 @@ async def one_launch(controller: Controller, latencies: dict[str, list[float]]) 
     return total
 
 
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -58,8 +61,7 @@ async def main() -> int:
         help="default: configs/lab.yaml, or configs/lab-real.yaml with --engine real",
     )
     args = parser.parse_args()
-    configs = Path(__file__).resolve().parents[1] / "configs"
-    config = args.config or configs / ("lab-real.yaml" if args.engine == "real" else "lab.yaml")
+    config = args.config or CONFIGS / ("lab-real.yaml" if args.engine == "real" else "lab.yaml")
     with exclusive_use():
         lab_up(nodes=2, engine=args.engine)
         return await measure(args.runs, config)

@@ -173,7 +173,11 @@ async def scenario(
     holds the cluster lock) and wait until `expected_replies` more replies are shown."""
     slack = standin.slack
     async with slack_bot(
-        slack, CLUSTER, settings(store_dir, operators=tuple(USERS)), controllers=controllers
+        slack,
+        CLUSTER,
+        settings(store_dir, operators=tuple(USERS)),
+        # the test double plays Controller's operations without being one (duck-typed)
+        controllers=controllers,  # type: ignore[arg-type]
     ):
         await standin.call(slack.wait_for_connection())
         shown = replies(slack)

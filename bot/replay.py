@@ -122,6 +122,7 @@ class ReplayGuard:
         unsigned = self._unsigned(request.raw_body, timestamp, signature)
         if unsigned is not None:
             return self._refuse(request, unsigned)
+        assert timestamp is not None and signature is not None  # else refused as unsigned
         at = self._clock()
         self._signatures.forget_expired(at)
         self._deliveries.forget_expired(at)

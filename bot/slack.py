@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 def make_client(token: str, base_url: str | None = None) -> AsyncWebClient:
     """A Web API client that honours 429 + Retry-After and retries connection and server errors."""
-    client = AsyncWebClient(token=token, **({"base_url": base_url} if base_url else {}))
+    client = AsyncWebClient(token=token, base_url=base_url or AsyncWebClient.BASE_URL)
     client.retry_handlers = [
         AsyncConnectionErrorRetryHandler(max_retry_count=3),
         AsyncRateLimitErrorRetryHandler(max_retry_count=5),
@@ -171,6 +171,8 @@ def _retry_after(headers: Any) -> float:
     value = next((v for k, v in (headers or {}).items() if k.lower() == "retry-after"), None)
     if isinstance(value, list):
         value = value[0] if value else None
+    if value is None:
+        return 1.0
     try:
         return max(0.0, float(value))
     except (TypeError, ValueError):

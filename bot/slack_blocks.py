@@ -122,7 +122,7 @@ def _fit_lines(lines: list[str], budget: int) -> list[str]:
     used = 0
     for line in lines:
         if used + len(line) + 1 > budget:
-            return kept + [f"… and {len(lines) - len(kept)} more"]
+            return [*kept, f"… and {len(lines) - len(kept)} more"]
         kept.append(line)
         used += len(line) + 1
     return kept
@@ -179,10 +179,11 @@ def render_blocks(
         blocks.append(ActionsBlock(elements=[_button(b) for b in message.buttons[:25]]))
     dicts = [b.to_dict() for b in blocks]
     if len(dicts) > MAX_BLOCKS:
-        dicts = dicts[: MAX_BLOCKS - 1] + [
+        dicts = [
+            *dicts[: MAX_BLOCKS - 1],
             ContextBlock(
                 elements=[MarkdownTextObject(text="… (trimmed: Slack shows at most 50 blocks)")]
-            ).to_dict()
+            ).to_dict(),
         ]
     return dicts
 

@@ -10,7 +10,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def log_failure(task: asyncio.Task) -> None:
+def log_failure(task: asyncio.Task[Any]) -> None:
     """A done callback for a task nothing awaits for its result: its exception is logged, not lost."""
     if not task.cancelled() and task.exception() is not None:
         log.error("task %s failed", task.get_name(), exc_info=task.exception())

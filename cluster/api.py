@@ -6,6 +6,8 @@ Timed completions (the sample `up` and `verify` end with, and the benchmark) are
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 
@@ -40,7 +42,8 @@ async def vllm_version(client: httpx.AsyncClient) -> str | None:
     return str(version)[:40] if version else None
 
 
-async def served_models(client: httpx.AsyncClient) -> list[dict]:
+async def served_models(client: httpx.AsyncClient) -> list[dict[str, Any]]:
     response = await client.get("/v1/models")
     response.raise_for_status()
-    return response.json().get("data", [])
+    models: list[dict[str, Any]] = response.json().get("data", [])
+    return models

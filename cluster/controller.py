@@ -6,7 +6,7 @@ It knows nothing of chat; every surface (CLI, Slack, console, tests) drives thes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncGenerator, Collection, Sequence
 from contextlib import aclosing
 
 from cluster import api
@@ -37,7 +37,7 @@ class Controller:
 
     async def preflight(
         self, *, replace: bool = False, replace_foreign: Collection[str] = ()
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         async with connect_cluster(self.config) as connection:
             preflight = Preflight(
                 self.config,
@@ -56,7 +56,7 @@ class Controller:
         replace: bool = False,
         replace_foreign: Collection[str] = (),
         sample_max_tokens: int = 128,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Launch; `replace` removes a leftover container spark-bot started, `replace_foreign`
         names the nodes where a user consented to removing one it did not start."""
         async with connect_cluster(self.config) as connection:
@@ -73,13 +73,15 @@ class Controller:
                 async for event in events:
                     yield event
 
-    async def verify(self) -> AsyncIterator[Event]:
-        async with connect_cluster(self.config) as connection:
-            async with aclosing(verify_cluster(self.config, self.secrets, connection)) as events:
-                async for event in events:
-                    yield event
+    async def verify(self) -> AsyncGenerator[Event, None]:
+        async with (
+            connect_cluster(self.config) as connection,
+            aclosing(verify_cluster(self.config, self.secrets, connection)) as events,
+        ):
+            async for event in events:
+                yield event
 
-    async def watch(self, *, health_interval: float = 30.0) -> AsyncIterator[Event]:
+    async def watch(self, *, health_interval: float = 30.0) -> AsyncGenerator[Event, None]:
         async with connect_cluster(self.config) as connection:
             watching = watch_cluster(
                 self.config, self.secrets, connection, health_interval=health_interval
@@ -88,7 +90,7 @@ class Controller:
                 async for event in events:
                     yield event
 
-    async def status(self) -> AsyncIterator[Event]:
+    async def status(self) -> AsyncGenerator[Event, None]:
         reporter = Reporter()
         async with connect_cluster(self.config) as connection:
             states = await container_states(connection.ordered(), self.config.container.name)
@@ -124,7 +126,7 @@ class Controller:
         requests_per_level: int | None = None,
         allow_busy: bool = False,
         history: BenchHistory | None = None,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Single stream (warm-up + median of `runs`), then a sweep over `concurrency`; ends with
         BenchResult (compared with the last run of the same setup in `history`) or Failed."""
         reporter = Reporter()
@@ -163,7 +165,7 @@ class Controller:
                 async for event in events:
                     yield event
 
-    async def logs(self, node: str | None = None, lines: int = 50) -> AsyncIterator[Event]:
+    async def logs(self, node: str | None = None, lines: int = 50) -> AsyncGenerator[Event, None]:
         """The tail of our container's log on `node` (head when None)."""
         reporter = Reporter()
         name = node or self.config.head.name
@@ -179,15 +181,15 @@ class Controller:
                 lines=text or [f"(no container {container} on {name})"],
             )
 
-    async def down(self) -> AsyncIterator[Event]:
+    async def down(self) -> AsyncGenerator[Event, None]:
         """Stop and remove our container on every node; idempotent."""
         reporter = Reporter()
         name = self.config.container.name
         async with connect_cluster(self.config) as connection:
-            for node, error in connection.errors.items():
+            for unreachable, error in connection.errors.items():
                 yield Removed(
                     elapsed_s=reporter.elapsed(),
-                    node=node,
+                    node=unreachable,
                     container=name,
                     removed=False,
                     detail=f"not reachable, nothing removed: {error}",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -69,7 +69,7 @@ def diagnosis_of(
     evidence: str,
     line_number: int | None,
     context: Iterable[str],
-    values: dict[str, str | None] | None = None,
+    values: Mapping[str, str | None] | None = None,
 ) -> Diagnosis:
     """`known` as the diagnosis of `evidence` (line `line_number`), its texts filled from the
     cluster's general words and `values`."""
@@ -265,11 +265,10 @@ class LogDiagnoser:
                     RANKS_NOT_JOINED, cleaned, n, before, {**values, **waiting.groupdict()}
                 )
         if recent:
-            n, cleaned, _ = recent[-1]
+            last, cleaned, _ = recent[-1]
             before = [c for _, c, _ in recent[:-1][-CONTEXT_LINES:]]
-        else:
-            n, cleaned, before = None, "(no output at all)", []
-        return diagnosis_of(STALLED, cleaned, n, before, values)
+            return diagnosis_of(STALLED, cleaned, last, before, values)
+        return diagnosis_of(STALLED, "(no output at all)", None, [], values)
 
 
 def diagnose(

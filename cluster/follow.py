@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from cluster.backlog import Shed
@@ -181,7 +181,7 @@ class LogFollower:
         expectations: list[Expectation],
         *,
         prove: Callable[[], Awaitable[str | None]] | None = None,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Yield each expectation's CheckpointPassed in order as its lines arrive.
 
         Lines may prove a later checkpoint before an earlier one is reported; reports keep the
@@ -285,7 +285,7 @@ class LogFollower:
         checkpoint: Checkpoint,
         *,
         still_serving: Callable[[FollowLost], Awaitable[bool]] | None = None,
-    ) -> AsyncIterator[Failed | Progress]:
+    ) -> AsyncGenerator[Failed | Progress, None]:
         """For a running cluster: yield the first failure, however long it takes to come, or a
         Progress saying it was stopped on request (a `down`, `docker stop`): no failure.
 
@@ -332,12 +332,12 @@ class LogFollower:
                 self._stop is not None
                 and isinstance(item, ContainerExited | FollowLost | HealthLost)
             ):
-                self._stopping(item)
+                node, what = self._stopping(item)
                 yield Progress(
                     elapsed_s=self.reporter.elapsed(),
                     phase="stopped",
-                    node=self._stop[0],
-                    message=f"stopped on request: {self._stop[1]}",
+                    node=node,
+                    message=f"stopped on request: {what}",
                 )
                 return
             failure = (
@@ -349,9 +349,12 @@ class LogFollower:
                 yield failure
                 return
 
-    def _stopping(self, item: MonitorItem) -> None:
-        """A stop was asked for: every node's log is teardown from here on."""
-        if self._stop is None and isinstance(item, StopRequested):
+    def _stopping(self, item: MonitorItem) -> tuple[str, str]:
+        """A stop was asked for: every node's log is teardown from here on. The stop: its node,
+        what stopped it."""
+        if self._stop is not None:
+            return self._stop
+        if isinstance(item, StopRequested):
             how = {15: "SIGTERM", 2: "SIGINT"}.get(item.signal, f"signal {item.signal}")
             self._stop = (
                 item.node,
@@ -359,6 +362,8 @@ class LogFollower:
             )
             for node in {item.node, *self._diagnosers}:
                 self._diagnoser(node).request_stop(self._stop[1])
+            return self._stop
+        raise AssertionError(f"{item!r} came without a stop to stand for")
 
     def _failure(self, item: MonitorItem, checkpoint: Checkpoint) -> Failed | None:
         if isinstance(item, Shed):
@@ -386,14 +391,13 @@ class LogFollower:
                 log_tail=self.monitor.tail(item.node),
             )
         if isinstance(item, StopRequested):
-            self._stopping(item)
-            assert self._stop is not None
+            _, how = self._stopping(item)
             return self.reporter.known(
                 checkpoint,
                 STOPPED_ON_REQUEST,
-                {"checkpoint": checkpoint.title, "how": self._stop[1]},
+                {"checkpoint": checkpoint.title, "how": how},
                 node=item.node,
-                evidence=self._stop[1],
+                evidence=how,
                 log_tail=self.monitor.tail(item.node),
             )
         if isinstance(item, LogLine):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncGenerator, Collection
 from contextlib import aclosing
 
 import httpx
@@ -31,6 +31,7 @@ from cluster.errors import DockerRefused, NodeError
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
 from cluster.failures import API_UNEXPECTED, DOCKER_REFUSED, RAY_INCOMPLETE
 from cluster.follow import Expectation, LogFollower, must_see
+from cluster.interfaces import NodeInterfaces
 from cluster.inventory import remove_container
 from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection, NodeConnection
@@ -75,7 +76,7 @@ class Launch:
         self._in_flight: list[asyncio.Future[str]] = []
         self._ids: dict[str, str] = {}  # node -> the container started there
 
-    async def run(self) -> AsyncIterator[Event]:
+    async def run(self) -> AsyncGenerator[Event, None]:
         try:
             async with aclosing(run_steps(self._steps(), self.reporter)) as events:
                 async for event in events:
@@ -104,7 +105,7 @@ class Launch:
             Step(BY_ID["health"], self._api_checks),
         ]
 
-    async def _logged_checkpoints(self) -> AsyncIterator[Event]:
+    async def _logged_checkpoints(self) -> AsyncGenerator[Event, None]:
         plan = [c.id for c in launch_plan(self.config)]
         expectations = [self._expectation(cid) for cid in plan if BY_ID[cid].logged]
         # Silence is no failure when the server answers: the lines were worded differently
@@ -151,10 +152,13 @@ class Launch:
         body = create_body(self.config, node.config, role, command, env, facts.home)
         return await node.docker.create_and_start(body, self.config.container.name)
 
+    def _interfaces(self, node: str) -> NodeInterfaces:
+        interfaces = self.preflight.facts[node].interfaces
+        assert interfaces is not None  # the preflight's interfaces check passed
+        return interfaces
+
     def _head_ip(self) -> str:
-        interfaces = self.preflight.facts[self.config.head.name].interfaces
-        assert interfaces is not None
-        return interfaces.local_ip
+        return self._interfaces(self.config.head.name).local_ip
 
     async def _start_all(
         self, roles: list[tuple[NodeConnection, Role, list[str]]]
@@ -163,10 +167,12 @@ class Launch:
         results = await asyncio.gather(
             *(self._start_container(n, r, c) for n, r, c in roles), return_exceptions=True
         )
-        for result in results:
+        ids: dict[str, str] = {}
+        for (node, _, _), result in zip(roles, results, strict=True):
             if isinstance(result, BaseException):
                 raise result
-        return {node.name: cid for (node, _, _), cid in zip(roles, results, strict=True)}
+            ids[node.name] = result
+        return ids
 
     def _containers_failed(self, error: NodeError) -> Failed:
         node = error.node
@@ -187,7 +193,7 @@ class Launch:
             evidence=error.problem,
         )
 
-    async def _ray_head(self) -> AsyncIterator[Event]:
+    async def _ray_head(self) -> AsyncGenerator[Event, None]:
         head = self.connection.head
         head_facts = self.preflight.facts[head.name]
         assert head_facts.interfaces is not None
@@ -216,16 +222,14 @@ class Launch:
                 yield event
                 return
 
-    async def _ray_workers(self) -> AsyncIterator[Event]:
+    async def _ray_workers(self) -> AsyncGenerator[Event, None]:
         head = self.connection.head
         workers = [n for n in self.connection.ordered() if n is not head]
-        roles = [
+        roles: list[tuple[NodeConnection, Role, list[str]]] = [
             (
                 w,
                 "worker",
-                ray_worker_command(
-                    self.config, self.preflight.facts[w.name].interfaces, self._head_ip()
-                ),
+                ray_worker_command(self.config, self._interfaces(w.name), self._head_ip()),
             )
             for w in workers
         ]
@@ -264,11 +268,11 @@ class Launch:
             log_tail=self.monitor.tail(head.name),
         )
 
-    async def _ray_cluster(self) -> AsyncIterator[Event]:
+    async def _ray_cluster(self) -> AsyncGenerator[Event, None]:
         async for event in self._wait_for_ray_cluster(self.connection.head):
             yield event
 
-    async def _start_serve(self) -> AsyncIterator[Event]:
+    async def _start_serve(self) -> AsyncGenerator[Event, None]:
         head = self.connection.head
         serve = into_container_log(serve_command(self.config))
         await head.docker.exec_detached(self.config.container.name, serve)
@@ -281,7 +285,7 @@ class Launch:
 
     async def _wait_for_ray_cluster(
         self, head: NodeConnection, *, timeout: float | None = None
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """`ray status` until it shows every node and TP x PP GPUs.
 
         Every worker already printed "Ray runtime started."; registration with the GCS can lag
@@ -317,11 +321,11 @@ class Launch:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    async def _mp_containers(self) -> AsyncIterator[Event]:
+    async def _mp_containers(self) -> AsyncGenerator[Event, None]:
         head = self.connection.head
         head_ip = self._head_ip()
         nodes = self.connection.ordered()
-        roles = [
+        roles: list[tuple[NodeConnection, Role, list[str]]] = [
             (
                 n,
                 "head" if n is head else "worker",
@@ -348,7 +352,7 @@ class Launch:
 
     # -- API --------------------------------------------------------------------------------
 
-    async def _api_checks(self) -> AsyncIterator[Event]:
+    async def _api_checks(self) -> AsyncGenerator[Event, None]:
         head = self.connection.head
         base_url = await api_base_url(self.config, head)
         model = self.config.serve.api_model_name

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from cluster.checkpoints import BY_ID
 from cluster.config import ClusterConfig
 from cluster.containers import LABEL_CLUSTER
+from cluster.errors import InterfaceProblem
 from cluster.events import CheckpointPassed, Event, Failed
 from cluster.failures import (
     FOREIGN_CONTAINER,
@@ -23,7 +24,7 @@ from cluster.failures import (
     STALE_CONTAINER,
     KnownFailure,
 )
-from cluster.interfaces import InterfaceProblem, NodeInterfaces, resolve_interfaces
+from cluster.interfaces import NodeInterfaces, resolve_interfaces
 from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.reporter import Reporter
 from cluster.steps import Step, run_steps
@@ -67,7 +68,7 @@ class Preflight:
     ) -> Failed:
         return self.reporter.known(BY_ID[checkpoint], failure, values, node=node, evidence=evidence)
 
-    async def run(self) -> AsyncIterator[Event]:
+    async def run(self) -> AsyncGenerator[Event, None]:
         """One checkpoint per check; nothing after the first Failed. A node that stops
         answering in the middle fails the check in progress, naming the node and what to try."""
         steps = [
@@ -87,7 +88,7 @@ class Preflight:
     def _nodes(self) -> list[NodeConnection]:
         return self.connection.ordered()
 
-    async def _reachable(self) -> AsyncIterator[Event]:
+    async def _reachable(self) -> AsyncGenerator[Event, None]:
         for error in self.connection.errors.values():
             yield self.reporter.unreachable(error, BY_ID[error.checkpoint])
             return
@@ -96,7 +97,7 @@ class Preflight:
             "; ".join(f"{n.name}: connected in {n.connect_s * 1000:.0f} ms" for n in self._nodes),
         )
 
-    async def _engines(self) -> AsyncIterator[Event]:
+    async def _engines(self) -> AsyncGenerator[Event, None]:
         nodes = self._nodes
         gathered = await asyncio.gather(*(self._inspect(node) for node in nodes))
         self.facts = {node.name: facts for node, facts in zip(nodes, gathered, strict=True)}
@@ -105,15 +106,21 @@ class Preflight:
             "; ".join(f"{n.name}: Docker {self.facts[n.name].docker_version}" for n in nodes),
         )
 
-    async def _same_image(self) -> AsyncIterator[Event]:
+    async def _same_image(self) -> AsyncGenerator[Event, None]:
         nodes, image = self._nodes, self.config.container.image
-        missing = [n.name for n in nodes if self.facts[n.name].image_id is None]
+        ids: dict[str, str] = {}
+        missing: list[str] = []
+        for n in nodes:
+            image_id = self.facts[n.name].image_id
+            if image_id is None:
+                missing.append(n.name)
+            else:
+                ids[n.name] = image_id
         if missing:
             yield self._failed(
                 "image", missing[0], IMAGE_MISSING, {"image": image, "missing": ", ".join(missing)}
             )
             return
-        ids = {n.name: self.facts[n.name].image_id for n in nodes}
         if len(set(ids.values())) > 1:
             listing = "; ".join(f"{name}: {image_id[:19]}" for name, image_id in ids.items())
             yield self._failed(
@@ -125,9 +132,10 @@ class Preflight:
             f"Docker image consistency check passed: {image} = {next(iter(ids.values()))[:19]} on every node",
         )
 
-    async def _interfaces(self) -> AsyncIterator[Event]:
+    async def _interfaces(self) -> AsyncGenerator[Event, None]:
         nodes = self._nodes
         found = await asyncio.gather(*(self._node_interfaces(n) for n in nodes))
+        described: list[str] = []
         for node, result in zip(nodes, found, strict=True):
             if isinstance(result, str):
                 yield self._failed(
@@ -138,10 +146,8 @@ class Preflight:
                 )
                 return
             self.facts[node.name].interfaces = result
-        yield self._passed(
-            "interfaces",
-            "\n".join(f"{n.name}: {self.facts[n.name].interfaces.describe()}" for n in nodes),
-        )
+            described.append(f"{node.name}: {result.describe()}")
+        yield self._passed("interfaces", "\n".join(described))
 
     async def _node_interfaces(self, node: NodeConnection) -> NodeInterfaces | str:
         config = self.config
@@ -162,7 +168,7 @@ class Preflight:
         except InterfaceProblem as problem:
             return str(problem)
 
-    async def _memory(self) -> AsyncIterator[Event]:
+    async def _memory(self) -> AsyncGenerator[Event, None]:
         nodes, need = self._nodes, self.config.serve.min_free_memory_gib
         short = [n.name for n in nodes if self.facts[n.name].mem_available_gib < need]
         memory = "; ".join(
@@ -179,13 +185,9 @@ class Preflight:
             return
         yield self._passed("memory", memory + (f" (need {need:g} GiB)" if need else ""))
 
-    async def _no_stale_container(self) -> AsyncIterator[Event]:
+    async def _no_stale_container(self) -> AsyncGenerator[Event, None]:
         name = self.config.container.name
-        stale = [
-            (n, self.facts[n.name].stale_container)
-            for n in self._nodes
-            if self.facts[n.name].stale_container
-        ]
+        stale = [(n, state) for n in self._nodes if (state := self.facts[n.name].stale_container)]
         foreign = next(
             (
                 (n, state)
@@ -223,7 +225,7 @@ class Preflight:
             else f"no container named {name} on any node",
         )
 
-    async def _ports_free(self) -> AsyncIterator[Event]:
+    async def _ports_free(self) -> AsyncGenerator[Event, None]:
         config = self.config
         head = self.connection.head
         ports = [config.serve.port]

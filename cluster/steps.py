@@ -7,7 +7,7 @@ the checkpoint the step proves, naming the node, what was seen and what to try.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -20,10 +20,10 @@ from cluster.reporter import Reporter
 @dataclass(frozen=True)
 class Step:
     checkpoint: Checkpoint  # what the step proves; it fails if a node errs during the step
-    run: Callable[[], AsyncIterator[Event]]
+    run: Callable[[], AsyncGenerator[Event, None]]
 
 
-async def run_steps(steps: Iterable[Step], reporter: Reporter) -> AsyncIterator[Event]:
+async def run_steps(steps: Iterable[Step], reporter: Reporter) -> AsyncGenerator[Event, None]:
     """Every step's events in order; nothing after the first Failed."""
     for step in steps:
         try:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 
@@ -14,7 +14,7 @@ from cluster.bench.stream import sample_completion
 from cluster.checkpoints import verify_plan
 from cluster.config import ClusterConfig, Secrets
 from cluster.diagnosis import Diagnosis, diagnose
-from cluster.events import ContainerState, Event, Failed
+from cluster.events import CheckpointPassed, ContainerState, Event, Failed
 from cluster.failures import (
     API_NOT_ANSWERING,
     API_UNHEALTHY,
@@ -40,7 +40,7 @@ async def verify(
     connection: ClusterConnection,
     *,
     sample_max_tokens: int = 32,
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event, None]:
     checks = Verify(config, secrets, connection, sample_max_tokens)
     async with aclosing(run_steps(checks.steps(), checks.reporter)) as events:
         async for event in events:
@@ -77,7 +77,7 @@ class Verify:
 
     def _passed(
         self, checkpoint: str, evidence: str, node: str | None = None, tail: Sequence[str] = ()
-    ):
+    ) -> CheckpointPassed:
         return self.reporter.passed(self.plan[checkpoint], evidence, node=node, log_tail=tail)
 
     def _failed(
@@ -105,7 +105,7 @@ class Verify:
             }
         )
 
-    async def _containers(self) -> AsyncIterator[Event]:
+    async def _containers(self) -> AsyncGenerator[Event, None]:
         for error in self.connection.errors.values():
             yield self.reporter.unreachable(error, self.plan["containers"])
             return
@@ -143,7 +143,7 @@ class Verify:
             ),
         )
 
-    async def _same_image(self) -> AsyncIterator[Event]:
+    async def _same_image(self) -> AsyncGenerator[Event, None]:
         images = {s.node: s.image_id or "?" for s in self.states}
         if len(set(images.values())) > 1:
             listing = "; ".join(f"{node}: {image[:19]}" for node, image in images.items())
@@ -151,7 +151,7 @@ class Verify:
             return
         yield self._passed("image", f"every container runs {next(iter(images.values()))[:19]}")
 
-    async def _ray_cluster(self) -> AsyncIterator[Event]:
+    async def _ray_cluster(self) -> AsyncGenerator[Event, None]:
         head = self.connection.head
         output = await head.docker.exec_output(
             self.config.container.name, ["ray", "status"], timeout=self.config.timeouts.ray
@@ -170,7 +170,7 @@ class Verify:
             return
         yield self._passed("ray_cluster", state.describe(), head.name, output.splitlines()[-20:])
 
-    async def _api(self) -> AsyncIterator[Event]:
+    async def _api(self) -> AsyncGenerator[Event, None]:
         head = self.connection.head
         tail = self.tails[head.name]
         model = self.config.serve.api_model_name
@@ -220,7 +220,7 @@ class Verify:
             )
 
 
-def _duration(delta) -> str:
+def _duration(delta: timedelta) -> str:
     seconds = int(delta.total_seconds())
     hours, rest = divmod(seconds, 3600)
     minutes, seconds = divmod(rest, 60)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
 import httpx
@@ -39,7 +39,7 @@ async def watch(
     *,
     health_interval: float = 30.0,
     health_failures: int = 3,
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event, None]:
     reporter = Reporter()
     for error in connection.errors.values():
         yield reporter.unreachable(error, SERVING)

@@ -27,9 +27,10 @@ import secrets
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +102,15 @@ class LogBook:
         chosen = self.records if tail is None else self.records[-tail:] if tail else []
         return [r for r in chosen if r[0] in streams], len(self.records)
 
+    def _news_after(self, index: int) -> bool:
+        return len(self.records) > index or self.closed
+
     async def follow(self, start: int, streams: set[int]) -> AsyncIterator[LogRecord]:
         """Records from index `start` as they come, until the container's output ends."""
         index = start
         while True:
             async with self._changed:
-                await self._changed.wait_for(lambda: len(self.records) > index or self.closed)
+                await self._changed.wait_for(partial(self._news_after, index))
                 fresh = self.records[index:]
                 index = len(self.records)
                 closed = self.closed
@@ -307,7 +311,7 @@ class Engine:
         self._emit(container, "create")
         return container
 
-    def _process_env(self, container: Container, extra: list[str] = ()) -> dict[str, str]:
+    def _process_env(self, container: Container, extra: Sequence[str] = ()) -> dict[str, str]:
         env = dict(self.runtime_env)
         for item in [*container.env, *extra]:
             key, _, value = item.partition("=")

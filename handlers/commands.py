@@ -76,7 +76,9 @@ class Up(BaseCommand):
 
     def settings(self, commands: CommandsConfig) -> dict[str, float]:
         """Preset values, then the explicit overrides on top."""
-        return {**(commands.presets.get(self.preset, {}) if self.preset else {}), **self.overrides}
+        preset = commands.presets.get(self.preset, {}) if self.preset else {}
+        values: dict[str, float] = {key: value for key, value in preset.items()}
+        return values | self.overrides
 
     def apply(self, cluster: ClusterConfig, commands: CommandsConfig) -> ClusterConfig:
         return apply_serve(cluster, self.settings(commands))

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from cluster.aio import finish_uncancelled, log_failure
 from cluster.checkpoints import Checkpoint
@@ -32,6 +33,7 @@ from handlers.settings import BotSettings
 from handlers.store import JobRecord, LockRecord, Owner, Store, now
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ControllerFactory = Callable[[ClusterConfig], Controller]
 
@@ -43,7 +45,7 @@ class Claim:
     stale row over at the next job), and what a cancel reaches, whatever the job is awaiting."""
 
     lock: LockRecord
-    task: asyncio.Task | None = None  # None while the store's lock is being taken
+    task: asyncio.Task[Any] | None = None  # None while the store's lock is being taken
     cancelled_by: str | None = None
 
 
@@ -66,8 +68,8 @@ class JobPlan:
 
     title: str
     checkpoints: list[Checkpoint]
-    events: AsyncIterator[Event]
-    on_event: Callable[[Job, Event], Coroutine] | None = None
+    events: AsyncGenerator[Event, None]
+    on_event: Callable[[Job, Event], Awaitable[None]] | None = None
     success_footer: Callable[[Job], str] = lambda job: "Done"
 
 
@@ -90,21 +92,21 @@ class JobManager:
         self.owner = Owner.this_process()
         self.lease = settings.store.lease
         self.claim: Claim | None = None
-        self.watching: asyncio.Task | None = None
+        self.watching: asyncio.Task[None] | None = None
         self.journal = Journal()  # the writes of no one job: the watch, audits
         self.deliver = Delivery(chat)
         self.deliveries = Deliveries()  # every job view's outbox task
         self._unrecorded: list[
-            tuple[str, Callable[[], Coroutine]]
+            tuple[str, Callable[[], Awaitable[Any]]]
         ] = []  # job ends the store missed
-        self._tasks: set[asyncio.Task] = set()
-        self._writes: set[asyncio.Task] = set()
-        self._heartbeat: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._writes: set[asyncio.Task[bool]] = set()
+        self._heartbeat: asyncio.Task[None] | None = None
         self._reconciled = asyncio.Event()
 
     # -- owned tasks ------------------------------------------------------------------------
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         # the coroutine itself, not a wrapper awaiting it: a task cancelled before it ran (a stop
         # right after a start) closes its coroutine instead of leaving it never awaited
         task = asyncio.create_task(coro, name=name, context=context_with(cluster=self.cluster.name))
@@ -112,11 +114,11 @@ class JobManager:
         task.add_done_callback(self._ended)
         return task
 
-    def _ended(self, task: asyncio.Task) -> None:
+    def _ended(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         log_failure(task)
 
-    def record(self, what: str, write: Callable[[], Coroutine]) -> None:
+    def record(self, what: str, write: Callable[[], Awaitable[Any]]) -> None:
         """Write to the store in a task nothing waits for (an audit); `stop` lets it finish."""
         task = asyncio.create_task(self.journal.write(what, write), name=f"record {what}")
         self._writes.add(task)
@@ -486,7 +488,8 @@ class JobManager:
                         await view.failed(event, during=" while serving")
                         await self.journal.write(
                             "the watch's audit",
-                            lambda: self.store.audit(
+                            partial(
+                                self.store.audit,
                                 record.user,
                                 record.channel,
                                 "watch",
@@ -564,18 +567,21 @@ class JobManager:
             job, outcome = lock.job, "interrupted: the bot stopped during the job"
             await self.journal.write(
                 f"the release of job {job.id}'s lock",
-                lambda: self.store.release(lock.cluster, job.id, lock.instance),
+                partial(self.store.release, lock.cluster, job.id, lock.instance),
             )
             await self.journal.write(
                 f"job {job.id}'s end",
-                lambda: self.store.finish_job(
-                    job.id, JobState.INTERRUPTED, "the bot stopped during the job"
+                partial(
+                    self.store.finish_job,
+                    job.id,
+                    JobState.INTERRUPTED,
+                    "the bot stopped during the job",
                 ),
             )
             await self.journal.write(
                 f"job {job.id}'s audit",
-                lambda: self.store.audit(
-                    job.user, job.channel, job.command, outcome, job.id, job.link
+                partial(
+                    self.store.audit, job.user, job.channel, job.command, outcome, job.id, job.link
                 ),
             )
             self.metrics.job_ended(job.command, JobState.INTERRUPTED)
@@ -590,7 +596,9 @@ class JobManager:
             log.error("reconcile: cannot read the cluster state: %s", error)
             report = None
         running = (
-            bool(report) and bool(report.containers) and all(c.running for c in report.containers)
+            report is not None
+            and bool(report.containers)
+            and all(c.running for c in report.containers)
         )
         watch = await self.store.watch(self.cluster.name)
         launched = next((j for j in reversed(interrupted) if j.command.split()[0] == "up"), None)

@@ -63,9 +63,9 @@ class Deliveries:
 
     def __init__(self, timing: Timing | None = None):
         self.timing = timing or Timing()
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
 
-    def start(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task:
+    def start(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=name)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -160,7 +160,7 @@ class Outbox:
         self._replies: deque[_Reply] = deque()
         self._queued = 0
         self._edits, self._posts = _Lane(), _Lane()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     # -- what the job asks for: none of it waits -------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from cluster.bench.models import BenchReport
 from cluster.checkpoints import Checkpoint
@@ -40,6 +41,7 @@ from handlers.outbox import Deliveries, Outbox
 from handlers.settings import JobsConfig
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 INLINE_CHARS = 2500  # a log tail longer than this also goes up as a file
 
@@ -51,7 +53,7 @@ class Delivery:
         self.chat = chat
         self.failures: list[str] = []
 
-    async def __call__(self, what: str, call: Awaitable):
+    async def __call__(self, what: str, call: Awaitable[R]) -> R | None:
         try:
             return await call
         except asyncio.CancelledError:
@@ -80,7 +82,7 @@ class JobView:
         deliveries: Deliveries | None = None,
         posted: Posted | None = None,
         link: str | None = None,
-        on_parent: Callable[[Message], Awaitable[None]] | None = None,
+        on_parent: Callable[[Message], Awaitable[object]] | None = None,
         on_posted: Callable[[Posted], Awaitable[None]] | None = None,
         on_checkpoint_shown: Callable[[CheckpointPassed], None] | None = None,
     ):
@@ -166,7 +168,7 @@ class JobView:
                 self.items[key] = item.model_copy(update={"state": "running"})
                 return
 
-    def _render_parent(self, **update) -> Message:
+    def _render_parent(self, **update: Any) -> Message:
         footer = (
             f"… {self._progress}"
             if self._progress and self.parent.tone == "running"
@@ -175,7 +177,7 @@ class JobView:
         fields = {"checklist": list(self.items.values()), "footer": footer, **update}
         return self.parent.model_copy(update=fields)
 
-    async def refresh(self, *, final: bool = False, **update) -> None:
+    async def refresh(self, *, final: bool = False, **update: Any) -> None:
         """Re-render the parent; the chat gets the latest state once the update interval has
         passed, or at once when `final` (a failure, the job's end: its last look)."""
         self.parent = self._render_parent(**update)
@@ -258,7 +260,7 @@ class JobView:
         if not lines:
             return message
         inline = lines[-self.settings.inline_log_lines :]
-        update: dict = {"code": inline, "code_title": f"last {len(inline)} log lines"}
+        update: dict[str, Any] = {"code": inline, "code_title": f"last {len(inline)} log lines"}
         if len(lines) > len(inline) or sum(len(x) + 1 for x in inline) > INLINE_CHARS:
             update["attachment"] = Attachment(
                 filename=filename,

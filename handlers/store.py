@@ -20,11 +20,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster.errors import SparkBotError
 from cluster.redact import redact
 from handlers.job_state import JobState
+
+R = TypeVar("R")
 
 # A locked database fails a statement after this long instead of SQLite's 5 s: the writers retry
 # with short waits (handlers/journal.py), and nothing waits for the store where it must answer.
@@ -216,16 +218,16 @@ class Store:
             self._executor.shutdown(wait=False)
             self._executor = None
 
-    async def _run(self, fn, *args) -> Any:
-        def locked():
+    async def _run(self, fn: Callable[[sqlite3.Connection], R]) -> R:
+        def locked() -> R:
             with self._mutex:
                 if self._db is None:
                     raise RuntimeError("the store is closed (Store.open() first)")
-                return fn(self._db, *args)
+                return fn(self._db)
 
         return await self._in_thread(locked)
 
-    async def _in_thread(self, fn) -> Any:
+    async def _in_thread(self, fn: Callable[[], R]) -> R:
         if self._executor is None:
             raise RuntimeError("the store is closed (Store.open() first)")
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
@@ -238,7 +240,8 @@ class Store:
                 "INSERT INTO jobs (cluster, command, user, channel, state, started_at) VALUES (?,?,?,?,?,?)",
                 (cluster, redact(command), user, channel, JobState.STARTING, now().isoformat()),
             )
-            return int(cursor.lastrowid)
+            assert cursor.lastrowid is not None  # set by a successful INSERT
+            return cursor.lastrowid
 
         return await self.job(await self._run(insert))
 
@@ -283,7 +286,7 @@ class Store:
         it runs) but the store could not delete its row then. So is a lease that has expired: its
         owner stopped renewing it."""
 
-        def take(db: sqlite3.Connection):
+        def take(db: sqlite3.Connection) -> sqlite3.Row:
             at = self.clock()
             with _transaction(db):
                 db.execute(
@@ -301,7 +304,10 @@ class Store:
                         (at + timedelta(seconds=lease)).isoformat(),
                     ),
                 )
-                return db.execute("SELECT * FROM locks WHERE cluster=?", (cluster,)).fetchone()
+                held: sqlite3.Row = db.execute(
+                    "SELECT * FROM locks WHERE cluster=?", (cluster,)
+                ).fetchone()
+                return held
 
         row = await self._run(take)
         if row["job_id"] == job_id:

@@ -342,8 +342,9 @@ def status() -> dict:
             "image_id": iid,
         }
         want_image = iid is not None and (iid == st.canonical_image or st.variant_node == n.index)
-        entry["ok"] = all([entry["network_ok"], entry["sshd_alive"], engine, want_image])
-        ok = ok and entry["ok"]
+        node_ok = all([entry["network_ok"], entry["sshd_alive"], engine, want_image])
+        entry["ok"] = node_ok
+        ok = ok and node_ok
         report["nodes"].append(entry)
     report["forwarding_ok"] = netns.forwarding_ok()
     report["ok"] = ok and report["forwarding_ok"]

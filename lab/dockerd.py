@@ -192,7 +192,7 @@ def pin_cpus(node: T.Node, cpus: str | None) -> None:
         raise LabError(
             f"cannot set {node.name}'s CPUs to {want} ({e}): a container of the node "
             "still runs on others; remove the node's containers and run `lab up` again"
-        )
+        ) from e
 
 
 def start(node: T.Node, timeout: float = 60.0, *, keep_containers: bool = False) -> bool:
@@ -216,18 +216,17 @@ def start(node: T.Node, timeout: float = 60.0, *, keep_containers: bool = False)
     node.dockerd_config.write_text(
         json.dumps({"live-restore": True}) + "\n" if keep_containers else "{}\n"
     )
-    log = open(node.dockerd_log, "ab")
-    log.write(f"\n--- spark-lab: starting dockerd {time.ctime()}\n".encode())
-    log.flush()
-    # setsid -f: detach into its own session, re-parented to init (no zombie here)
-    subprocess.run(
-        [tool("setsid"), "-f", *_argv(node)],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        check=True,
-    )
-    log.close()
+    with open(node.dockerd_log, "ab") as log:
+        log.write(f"\n--- spark-lab: starting dockerd {time.ctime()}\n".encode())
+        log.flush()
+        # setsid -f: detach into its own session, re-parented to init (no zombie here)
+        subprocess.run(
+            [tool("setsid"), "-f", *_argv(node)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            check=True,
+        )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ping(node):

@@ -136,8 +136,7 @@ def ensure_base(node: T.Node) -> None:
         p = subprocess.run(
             env_docker,
             stdin=f,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             env=dict(os.environ, DOCKER_HOST=node.docker_host),
             timeout=600,
         )
@@ -185,11 +184,11 @@ def copy_image(src: T.Node, dst: T.Node, tag: str = T.IMAGE_TAG) -> None:
         stderr=subprocess.PIPE,
         env=dict(os.environ, DOCKER_HOST=src.docker_host),
     ) as save:
+        assert save.stdout is not None and save.stderr is not None  # the pipes asked for above
         load = subprocess.run(
             [docker, "load", "-q"],
             stdin=save.stdout,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             env=dict(os.environ, DOCKER_HOST=dst.docker_host),
             timeout=600,
         )
@@ -216,6 +215,8 @@ def ensure(nodes: list[T.Node], variant_node: int | None = None) -> str:
         build(head, digest)
         _drop_dangling(head)
     canonical = image_id(head)
+    if canonical is None:
+        raise LabError(f"{head.name} holds no {T.IMAGE_TAG} after the build")
     for n in nodes[1:]:
         if variant_node == n.index:
             continue
@@ -246,8 +247,8 @@ def make_variant(node: T.Node, canonical: str) -> str:
     dockerfile = f"FROM {canonical}\nLABEL {T.IMAGE_VARIANT_LABEL}={int(time.time())}\n".encode()
     dockerd.cli(node, "build", "-q", "-t", T.IMAGE_TAG, "-", input=dockerfile)
     iid = image_id(node)
-    if iid == canonical:
-        raise LabError(f"variant build on {node.name} kept the same image ID")
+    if iid is None or iid == canonical:
+        raise LabError(f"variant build on {node.name} did not give a new image ID")
     return iid
 
 

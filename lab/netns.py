@@ -213,7 +213,7 @@ def delete_node(node: T.Node) -> None:
 def stale_host_links() -> list[str]:
     """Host links that look like ours (sbm<i>/sbf<i>, bridges)."""
     p = run(["ip", "-j", "link", "show"], check=False)
-    names = [l["ifname"] for l in json.loads(p.stdout or b"[]")]
+    names = [link["ifname"] for link in json.loads(p.stdout or b"[]")]
     return [
         n
         for n in names

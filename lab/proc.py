@@ -19,9 +19,7 @@ def run(
     env: dict | None = None,
     timeout: float | None = 120,
 ) -> subprocess.CompletedProcess:
-    p = subprocess.run(
-        cmd, input=input, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, timeout=timeout
-    )
+    p = subprocess.run(cmd, input=input, capture_output=True, env=env, timeout=timeout)
     if check and p.returncode != 0:
         raise LabError(
             f"command failed ({p.returncode}): {' '.join(cmd)}\n"
@@ -66,7 +64,7 @@ def live_pid(pidfile: Path, must_contain: str) -> int | None:
     """The pid in `pidfile` if that process is alive and its command line contains
     `must_contain` (guards against a recycled pid from a stale file)."""
     pid = read_pidfile(pidfile)
-    if pid_alive(pid) and must_contain in pid_cmdline(pid):
+    if pid is not None and pid_alive(pid) and must_contain in pid_cmdline(pid):
         return pid
     return None
 

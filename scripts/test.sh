@@ -11,7 +11,14 @@ bash scripts/bootstrap.sh
 # way, so one run reports both.
 audit=0
 .venv/bin/python scripts/audit_dependencies.py || audit=$?
+# The static checks (configured in pyproject.toml): ruff's lint and format, mypy (strict on
+# cluster/ and handlers/). Like the audit, a finding fails the run and the tests run either way.
+checks=0
+.venv/bin/ruff check . || checks=$?
+.venv/bin/ruff format --check . || checks=$?
+.venv/bin/mypy || checks=$?
 tests=0
 .venv/bin/python -m pytest "$@" || tests=$?
 [ "$audit" -eq 0 ] || exit "$audit"
+[ "$checks" -eq 0 ] || exit "$checks"
 exit "$tests"

@@ -1,5 +1,7 @@
 """The sweep chart: a real PNG drawn from a real sweep against the emulator."""
 
+from typing import ClassVar
+
 import pytest
 
 from benchmarks.emulator_server import EmulatorServer
@@ -30,7 +32,7 @@ async def test_a_sweep_becomes_a_png_chart():
 
 def test_a_sweep_without_a_successful_level_is_refused():
     class Empty:
-        sweep = []
+        sweep: ClassVar[list[object]] = []
         model = "m"
 
     with pytest.raises(ValueError, match="no successful level"):

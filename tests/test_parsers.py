@@ -53,7 +53,9 @@ def test_configured_interfaces_must_exist_and_be_up():
             ibdev2netdev_output=IBDEV,
             ip_addr_output=IP_ADDR,
         )
-    with pytest.raises(InterfaceProblem, match="no interface holds the fabric IP 192.168.200.99"):
+    with pytest.raises(
+        InterfaceProblem, match=r"no interface holds the fabric IP 192\.168\.200\.99"
+    ):
         resolve_interfaces(
             fabric_ip="192.168.200.99",
             eth_choice="auto",

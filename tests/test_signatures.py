@@ -491,13 +491,14 @@ def test_stall_after_nccl_lines_is_nccl_init_hang():
 
 def test_stall_otherwise_is_generic():
     ld = LogDiagnoser()
-    for line in NCCL_TAIL + [
+    for line in [
+        *NCCL_TAIL,
         ENGINE
         + vllm(
             "INFO",
             "Starting to load model Qwen/Qwen3.5-122B-A10B-FP8...",
             "gpu_model_runner.py:1890",
-        )
+        ),
     ]:
         ld.feed(line)
     d = ld.diagnose_stall("weight loading", 90)
@@ -529,7 +530,7 @@ def test_memory_is_bounded_for_long_logs():
     info = ENGINE + vllm(
         "INFO", "Engine 000: Avg prompt throughput: 0.0 tokens/s", "loggers.py:123"
     )
-    for i in range(20_000):
+    for _i in range(20_000):
         ld.feed(info)
         ld.feed(SAMPLES["nccl_net_socket"])  # repeated findings are kept once
     assert len(ld._recent) <= 300
@@ -618,7 +619,7 @@ def test_strip_prefixes(line, message):
 
 
 def test_is_nccl_line():
-    for line in NCCL_TAIL[1:-1] + [SAMPLES["nccl_net_socket"], SAMPLES["nccl_ib_no_device"]]:
+    for line in [*NCCL_TAIL[1:-1], SAMPLES["nccl_net_socket"], SAMPLES["nccl_ib_no_device"]]:
         assert is_nccl_line(line), line
     for line in (
         ENGINE + vllm("INFO", "Loading weights took 123.45 seconds"),

@@ -7,7 +7,7 @@ import asyncio
 import math
 import statistics
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -115,7 +115,7 @@ class LoopLag:
     def __init__(self, interval: float = 0.01):
         self.interval = interval
         self.lags: list[float] = []
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
         while True:
@@ -171,7 +171,7 @@ def summarize_single(warmup: RequestMetrics, runs: list[RequestMetrics]) -> Benc
 
 def _int_median(values: Sequence[int | None]) -> int | None:
     m = _median([float(v) for v in values if v is not None])
-    return None if m is None else int(round(m))
+    return None if m is None else round(m)
 
 
 def summarize_level(
@@ -288,7 +288,7 @@ async def run_bench(
     history: BenchHistory | None = None,
     reporter: Reporter | None = None,
     api_key: str | None = None,
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event, None]:
     options.validate()
     reporter = reporter or Reporter()
     levels = list(options.concurrency)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 from httpx_sse import SSEError, aconnect_sse
@@ -31,7 +32,7 @@ class ChunkParser:
     last: float | None = None
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
-    usage: dict | None = None
+    usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     error: str | None = None
     done: bool = False
@@ -123,9 +124,12 @@ class ChunkParser:
             return 0, total
         if not self.content:
             return total, 0
-        if self._usage_every_chunk and self._split is not None:
-            if self._split["reasoning"] + self._split["content"] == total:
-                return self._split["reasoning"], self._split["content"]
+        if (
+            self._usage_every_chunk
+            and self._split is not None
+            and self._split["reasoning"] + self._split["content"] == total
+        ):
+            return self._split["reasoning"], self._split["content"]
         return None
 
 
@@ -138,8 +142,8 @@ class Measured:
     end: float | None = field(default=None, repr=False)
 
 
-def chat_body(model: str, prompt: str, max_tokens: int, *, ignore_eos: bool) -> dict:
-    body: dict = {
+def chat_body(model: str, prompt: str, max_tokens: int, *, ignore_eos: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -75,14 +75,15 @@ async def _connect_one(
 async def connect_cluster(config: ClusterConfig) -> AsyncIterator[ClusterConnection]:
     """Connect to all nodes concurrently; a node behind a jump host waits for that host only."""
     result = ClusterConnection(config)
-    opened: dict[str, asyncio.Task[NodeConnection]] = {}
+    opened: dict[str, asyncio.Task[NodeConnection | NodeError]] = {}
 
     async def connect(node: NodeConfig) -> NodeConnection:
-        via = None
+        via: NodeConnection | None = None
         if node.ssh is not None and node.ssh.jump is not None:
-            via = await opened[node.ssh.jump]
-            if isinstance(via, NodeError):
-                raise NodeUnreachable(node.name, f"unreachable through {node.ssh.jump}", via.fix)
+            jump = await opened[node.ssh.jump]
+            if isinstance(jump, NodeError):
+                raise NodeUnreachable(node.name, f"unreachable through {node.ssh.jump}", jump.fix)
+            via = jump
         return await _connect_one(node, config.timeouts, via)
 
     try:
@@ -115,7 +116,7 @@ async def connect_cluster(config: ClusterConfig) -> AsyncIterator[ClusterConnect
                     await outcome.aclose()
 
 
-async def _guarded(coro) -> NodeConnection | NodeError:
+async def _guarded(coro: Awaitable[NodeConnection]) -> NodeConnection | NodeError:
     try:
         return await coro
     except NodeError as exc:

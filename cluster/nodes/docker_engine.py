@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Awaitable
 from contextlib import aclosing
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import aiodocker
 import aiohttp
@@ -21,6 +21,8 @@ from aiodocker.multiplexed import multiplexed_result_stream
 from cluster.config import NodeConfig
 from cluster.errors import ContainerMissing, ImageMissing
 from cluster.nodes.seam import docker_errors, opening_engine
+
+R = TypeVar("R")
 
 _UNBOUNDED = aiohttp.ClientTimeout(total=None, sock_read=None)
 
@@ -52,27 +54,27 @@ class DockerEngine:
     async def _bounded(
         self,
         doing: str,
-        call,
+        call: Awaitable[R],
         *,
         container: str | None = None,
         image: str | None = None,
         extra_s: float = 0.0,
-    ) -> Any:
+    ) -> R:
         timeout = self.call_timeout + extra_s
         with docker_errors(self.node, doing, timeout=timeout, container=container, image=image):
             async with asyncio.timeout(timeout):
                 return await call
 
-    async def version(self) -> dict:
+    async def version(self) -> dict[str, Any]:
         return await self._bounded("answering /version", self._client.version())
 
-    async def inspect_container(self, name: str) -> dict:
+    async def inspect_container(self, name: str) -> dict[str, Any]:
         """`docker inspect` of a container; ContainerMissing if there is none by that name."""
         return await self._bounded(
             f"inspecting container {name}", self._container(name).show(), container=name
         )
 
-    async def find_container(self, name: str) -> dict | None:
+    async def find_container(self, name: str) -> dict[str, Any] | None:
         try:
             return await self.inspect_container(name)
         except ContainerMissing:
@@ -88,9 +90,10 @@ class DockerEngine:
             )
         except ImageMissing:
             return None
-        return info["Id"]
+        image: str = info["Id"]
+        return image
 
-    async def create_and_start(self, body: dict, name: str) -> str:
+    async def create_and_start(self, body: dict[str, Any], name: str) -> str:
         async def create_and_start() -> str:
             container = await self._client.containers.create(body, name=name)
             await container.start()
@@ -147,7 +150,7 @@ class DockerEngine:
 
     async def follow_log(
         self, name: str, *, backlog: int | str, timestamps: bool, since: datetime | None = None
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         """The container's log as it is written, from `backlog` lines back (none older than
         `since`), until it stops."""
         info = await self.inspect_container(name)
@@ -177,7 +180,9 @@ class DockerEngine:
             finally:
                 response.close()
 
-    async def events(self, container: str, actions: list[str]) -> AsyncIterator[dict]:
+    async def events(
+        self, container: str, actions: list[str]
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """The engine's events for `container` (only `actions`), until the stream ends."""
         filters = json.dumps({"container": [container], "event": actions})
         with docker_errors(self.node, "following the engine's events", timeout=None):

@@ -19,9 +19,16 @@ from cluster.nodes.seam import command_errors, ssh_login_errors
 
 
 class SSHNode(NodeConnection):
-    def __init__(self, config, docker, connect_s, connection, socket_dir):
+    def __init__(
+        self,
+        config: NodeConfig,
+        docker: DockerEngine,
+        connect_s: float,
+        connection: asyncssh.SSHClientConnection,
+        socket_dir: str,
+    ):
         super().__init__(config, docker, connect_s)
-        self.connection: asyncssh.SSHClientConnection = connection
+        self.connection = connection
         self._socket_dir = socket_dir
         self._api_urls: dict[int, str] = {}
 

@@ -213,7 +213,7 @@ class Engine:
 
         def hist(n, help_, h):
             s = []
-            for b, c in zip(h.buckets, h.counts):
+            for b, c in zip(h.buckets, h.counts, strict=True):
                 s.append('%s_bucket{%s,le="%s"} %.1f' % (n, lab, repr(float(b)), c))
             s.append('%s_bucket{%s,le="+Inf"} %.1f' % (n, lab, h.count))
             s.append("%s_count{%s} %.1f" % (n, lab, h.count))

@@ -6,6 +6,7 @@ point), tokens_per_chunk, weights, KV cache reference and the startup phase dura
 nominal (real-hardware) seconds; SPARK_EMU_TIME_SCALE multiplies the phase durations only.
 """
 
+import itertools
 import math
 import os
 
@@ -115,7 +116,7 @@ def aggregate_tok_s(profile, concurrency):
     c = max(1.0, float(concurrency))
     if c <= pts[0][0]:
         return float(pts[0][1])
-    for (c0, a0), (c1, a1) in zip(pts, pts[1:]):
+    for (c0, a0), (c1, a1) in itertools.pairwise(pts):
         if c <= c1:
             f = (math.log2(c) - math.log2(c0)) / (math.log2(c1) - math.log2(c0))
             return a0 + f * (a1 - a0)

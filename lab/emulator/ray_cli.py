@@ -376,18 +376,22 @@ def _daemonize(argv, ready_file):
         + [a for a in argv if a != "--block"]
         + ["--block", "--_emu-daemon", ready_file]
     )
-    log = open(os.path.join(state_dir(), "emu_ray_%d.log" % os.getpid()), "w")
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    log_path = os.path.join(state_dir(), "emu_ray_%d.log" % os.getpid())
+    with open(log_path, "w") as log:  # the daemon keeps its own copy
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if os.path.exists(ready_file):
             return 0
         rc = proc.poll()
         if rc is not None:
-            log.close()
-            with open(log.name) as f:
+            with open(log_path) as f:
                 sys.stdout.write(f.read())
             sys.stdout.flush()
             return rc

@@ -953,7 +953,6 @@ class Serve:
             R.gcs_call(addr, "/api/pg", {"pg_id": self.pg_id, "bundles": specs, "alloc": gpu_alloc})
         except (OSError, ValueError):
             pass
-        nodes = {n["node_id"]: n for n in info["nodes"]}
         self.ray_nodes = {}
         for r, (nid, node) in enumerate(alloc):
             local = node["ip"] == cur_ip

@@ -34,10 +34,12 @@ async def test_http_mode_checks_signatures_and_reports_health(lab, tmp_path):
             url, ALICE, CH, "help", timestamp=int(time.time()) - 600
         )
         assert expired.status == 401
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{bot.port}/health") as response:
-                assert response.status == 200
-                assert await response.json() == {"ok": True, "mode": "http", "connected": True}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{bot.port}/health") as response,
+        ):
+            assert response.status == 200
+            assert await response.json() == {"ok": True, "mode": "http", "connected": True}
     audit = sorted((a["command"], a["outcome"].split(" (")[0]) for a in await _audit(tmp_path))
     assert audit == [
         ("/spark help", "refused: a forged HTTP request"),
@@ -61,9 +63,11 @@ async def test_socket_mode_health_follows_the_connection(lab, tmp_path):
     cluster = cluster_for(lab)
     async with SlackStandIn() as slack, slack_bot(slack, cluster, settings(tmp_path)) as bot:
         await slack.wait_for_connection()
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{bot.port}/health") as response:
-                assert response.status == 200 and (await response.json())["connected"] is True
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{bot.port}/health") as response,
+        ):
+            assert response.status == 200 and (await response.json())["connected"] is True
 
 
 async def lines(*texts):

@@ -34,9 +34,12 @@ def slash_body(text: str, trigger_id: str) -> str:
 async def post(
     url: str, signed: SignedRequest, extra: dict[str, str] | None = None
 ) -> tuple[int, str]:
-    async with aiohttp.ClientSession() as http, http.post(
-        url, data=signed.body.encode(), headers={**signed.headers, **(extra or {})}
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            url, data=signed.body.encode(), headers={**signed.headers, **(extra or {})}
+        ) as response,
+    ):
         return response.status, await response.text()
 
 

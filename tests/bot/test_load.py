@@ -93,7 +93,7 @@ async def test_fifty_commands_from_twenty_users_in_one_second(slack, tmp_path):
         "every other job is told who holds the cluster"
     )
     assert len(statuses) == kinds["status"] and len(logs) == kinds["logs"], "every read is answered"
-    help_acks = [a for a, (_, text) in zip(acks, commands) if text == "help"]
+    help_acks = [a for a, (_, text) in zip(acks, commands, strict=True) if text == "help"]
     assert len(help_acks) == kinds["help"] and all("/spark up" in str(a.payload) for a in help_acks)
     assert len([m for m in slack.messages(CH) if "Launch" in header(m)]) == 1
 

@@ -21,7 +21,7 @@ KEY = "spark-test-key-Zq81hVx0pL3c"
 async def test_the_api_key_guards_v1_and_the_bot_sends_it():
     async with embedded_cluster(nodes=2) as embedded:
         config = embedded.config.model_copy(update={"api": APIConfig(key_env="SPARK_API_KEY")})
-        with pytest.raises(ConfigError, match="api.key_env"):
+        with pytest.raises(ConfigError, match=r"api\.key_env"):
             resolve_secrets(config, {})
         secrets = resolve_secrets(config, {"SPARK_API_KEY": KEY})
         assert secrets.api_key == KEY
@@ -49,7 +49,7 @@ async def test_the_api_key_guards_v1_and_the_bot_sends_it():
 
 def test_a_direct_api_on_loopback_is_refused():
     cluster = load_config(LAB_CONFIG).cluster.model_dump()
-    with pytest.raises(ValueError, match="cannot reach an API bound to 127.0.0.1"):
+    with pytest.raises(ValueError, match=r"cannot reach an API bound to 127\.0\.0\.1"):
         ClusterConfig.model_validate(
             {**cluster, "api": {"access": "direct", "host": "10.0.0.1", "bind": "127.0.0.1"}}
         )

@@ -97,6 +97,31 @@ async def test_a_workers_ssh_sessions_dropped_while_serving_are_reopened_and_fol
         await asyncio.wait_for(task, 10)
 
 
+async def test_the_engine_killed_inside_a_running_container_is_the_api_down_failure(clean):
+    """With Ray, `vllm serve` runs by `docker exec` in the head's container: killed there, no
+    container dies and no log line says so; the health probe is the witness, and the failure
+    names the head, the API and the log tail."""
+    controller = controller_for(clean)
+    assert controller.config.serve.backend == "ray"
+    head = clean.nodes[0]
+    assert isinstance((await collect(controller.up()))[-1], Ready)
+    async with watched(controller, health_interval=1) as (next_event, task):
+        assert (await next_event(30)).phase == "watch"
+        kill = await asyncio.create_subprocess_exec(
+            *("docker", "-H", head.docker_host, "exec", controller.config.container.name),
+            *("pkill", "-KILL", "-f", "emulator vllm serve"),
+        )
+        assert await kill.wait() == 0
+        failure = await next_event(30)
+        assert isinstance(failure, Failed), failure
+        assert failure.node == head.name, failure
+        assert "API" in failure.summary, failure
+        await asyncio.wait_for(task, 10)
+    [status] = await collect(controller.status())
+    assert all(c.running for c in status.containers), "the containers themselves still run"
+    assert status.api_healthy is False
+
+
 async def test_the_heads_engine_stopped_with_its_containers_is_told_then_down_cleans_up(clean):
     """Stopping a Docker engine stops its containers with SIGTERM (Docker's kill event): the watch
     says the server was stopped, naming the head and the engine among the ways it happens, and

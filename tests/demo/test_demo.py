@@ -126,7 +126,7 @@ def test_ctrl_c_while_serving_cleans_up_everything():
         output = "".join(seen)
         assert "✅ Ready" in output, output[-3000:]
         process.send_signal(signal.SIGINT)
-        rest, errors = process.communicate(timeout=30)
+        _rest, errors = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()

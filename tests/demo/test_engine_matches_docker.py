@@ -35,5 +35,5 @@ async def test_emulated_engine_answers_like_the_lab_docker_engine(lab):
     async with embedded_cluster(nodes=1) as cluster:
         emulated = await run_scenario(cluster.config.nodes[0].docker_socket, DEMO_IMAGE, name)
     assert [step for step, _ in emulated.entries] == [step for step, _ in real.entries]
-    for (step, want), (_, got) in zip(real.entries, emulated.entries):
+    for (step, want), (_, got) in zip(real.entries, emulated.entries, strict=True):
         assert got == want, f"{step}: the real engine answers {want!r}, the emulated one {got!r}"

@@ -37,7 +37,7 @@ class Proc:
         e.update(env or {})
         self.name = name
         self.p = subprocess.Popen(
-            [sys.executable, "-m", "emulator"] + list(args),
+            [sys.executable, "-m", "emulator", *list(args)],
             env=e,
             cwd=REPO,
             stdout=subprocess.PIPE,

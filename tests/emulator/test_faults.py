@@ -93,7 +93,7 @@ def test_late_engine_death(spawn):
 
 
 def test_worker_died_loading_ray(spawn, tmp_path):
-    port, head, worker = ray_pair(spawn, tmp_path)
+    _port, _head, worker = ray_pair(spawn, tmp_path)
     worker.wait_for("Ray runtime started.")
     s = spawn(
         [
@@ -137,11 +137,11 @@ def test_worker_died_loading_mp(spawn):
         str(mport),
     ]
     w = spawn(
-        common + ["--node-rank", "1", "--headless"],
+        [*common, "--node-rank", "1", "--headless"],
         env={"SPARK_EMU_FAULT": "worker_died_loading"},
         name="r1",
     )
-    h = spawn(common + ["--node-rank", "0", "--port", str(free_port())], name="r0")
+    h = spawn([*common, "--node-rank", "0", "--port", str(free_port())], name="r0")
     h.wait_for("died unexpectedly, shutting down executor.", 20)
     h.wait_for("EngineDeadError")
     assert h.wait_exit(15) == 1
@@ -149,7 +149,7 @@ def test_worker_died_loading_mp(spawn):
 
 
 def test_ray_worker_never_joins(spawn, tmp_path):
-    port, head, worker = ray_pair(spawn, tmp_path, {"SPARK_EMU_FAULT": "ray_worker_never_joins"})
+    _port, _head, worker = ray_pair(spawn, tmp_path, {"SPARK_EMU_FAULT": "ray_worker_never_joins"})
     s = spawn(
         [
             "vllm",
@@ -173,7 +173,7 @@ def test_ray_worker_never_joins(spawn, tmp_path):
 
 
 def test_ray_version_mismatch(spawn, tmp_path):
-    port, head, worker = ray_pair(spawn, tmp_path, {"SPARK_EMU_FAULT": "ray_version_mismatch"})
+    _port, _head, worker = ray_pair(spawn, tmp_path, {"SPARK_EMU_FAULT": "ray_version_mismatch"})
     worker.wait_for("RuntimeError: Version mismatch: The cluster was started with:")
     assert worker.wait_exit(10) == 1
     text = worker.text
@@ -184,6 +184,6 @@ def test_ray_version_mismatch(spawn, tmp_path):
 
 
 def test_ray_version_mismatch_natural(spawn, tmp_path):
-    port, head, worker = ray_pair(spawn, tmp_path, {"SPARK_EMU_RAY_VERSION": "2.47.0"})
+    _port, _head, worker = ray_pair(spawn, tmp_path, {"SPARK_EMU_RAY_VERSION": "2.47.0"})
     worker.wait_for("RuntimeError: Version mismatch: The cluster was started with:")
     assert worker.wait_exit(10) == 1

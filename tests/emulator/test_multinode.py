@@ -59,7 +59,7 @@ def ray_pair(spawn, tmp_path, worker_env=None):
 
 
 def test_ray_cluster_status_and_serve(spawn, tmp_path):
-    port, head, worker = ray_pair(spawn, tmp_path)
+    _port, head, worker = ray_pair(spawn, tmp_path)
     worker.wait_for("Ray runtime started.")
     rc, out = ray_status(tmp_path / "head")
     assert rc == 0
@@ -231,10 +231,10 @@ def test_mp_two_ranks_and_rank_loss(spawn):
         str(mport),
     ]
     w = spawn(
-        common + ["--node-rank", "1", "--headless"], env={"VLLM_HOST_IP": "127.0.0.2"}, name="rank1"
+        [*common, "--node-rank", "1", "--headless"], env={"VLLM_HOST_IP": "127.0.0.2"}, name="rank1"
     )
     h = spawn(
-        common + ["--node-rank", "0", "--port", str(api)],
+        [*common, "--node-rank", "0", "--port", str(api)],
         env={"VLLM_HOST_IP": "127.0.0.1"},
         name="rank0",
     )
@@ -262,8 +262,8 @@ def test_mp_headless_exits_when_rank0_dies(spawn):
         "--master-port",
         str(mport),
     ]
-    w = spawn(common + ["--node-rank", "1", "--headless"], name="rank1")
-    h = spawn(common + ["--node-rank", "0", "--port", str(free_port())], name="rank0")
+    w = spawn([*common, "--node-rank", "1", "--headless"], name="rank1")
+    h = spawn([*common, "--node-rank", "0", "--port", str(free_port())], name="rank0")
     h.wait_for("Application startup complete.", 30)
     h.kill()
     w.wait_for("Connection to the master node", 20)

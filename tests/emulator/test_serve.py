@@ -48,8 +48,8 @@ def start(spawn, port, extra=(), env=None):
             str(port),
             "--host",
             "127.0.0.1",
-        ]
-        + list(extra),
+            *list(extra),
+        ],
         env=e,
         name="serve",
     )
@@ -87,7 +87,7 @@ def test_startup_lines_in_order(spawn):
         idx = next((i for i, l in enumerate(lines) if needle in l), None)
         assert idx is not None, needle
         pos.append(idx)
-    assert pos == sorted(pos), list(zip(ORDER, pos))
+    assert pos == sorted(pos), list(zip(ORDER, pos, strict=True))
     assert sum("Loading weights took" in l for l in lines) == 2  # once per rank
     assert any("(Worker_TP1 pid=" in l for l in lines) and any(
         "(EngineCore_DP0 pid=" in l for l in lines

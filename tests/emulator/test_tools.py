@@ -10,7 +10,7 @@ def run(args, env=None):
     e = dict(os.environ, PYTHONPATH=LAB)
     e.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "emulator"] + args,
+        [sys.executable, "-m", "emulator", *args],
         env=e,
         cwd=REPO,
         capture_output=True,

@@ -153,7 +153,7 @@ async def test_a_question_asked_about_another_cluster_is_refused(tmp_path):
 
 async def test_a_stored_question_for_a_command_that_never_asks_is_refused():
     controllers = ScriptedControllers(verify=[])
-    async with running_dispatcher(controllers) as (dispatcher, chat):
+    async with running_dispatcher(controllers) as (dispatcher, _chat):
         await dispatcher.idle()
         nonce = await dispatcher.store.ask(CLUSTER.name, ALICE, CH, "verify", "Verify?", (), 600)
         reply = await click(dispatcher, nonce)

@@ -179,9 +179,13 @@ async def test_untrusted_text_is_posted_escaped_and_cannot_leave_its_code_block(
 
 
 async def test_bench_is_filed_under_the_launched_setup_and_compared_from_the_store(tmp_path):
-    async with embedded_cluster(nodes=2) as embedded, running_dispatcher(
-        real_controller, settings(tmp_path), cluster=embedded.config
-    ) as (dispatcher, chat):
+    async with (
+        embedded_cluster(nodes=2) as embedded,
+        running_dispatcher(real_controller, settings(tmp_path), cluster=embedded.config) as (
+            dispatcher,
+            chat,
+        ),
+    ):
         await dispatcher.command(Invocation(ALICE, CH, "up max_model_len=4096"))
         await asyncio.wait_for(dispatcher.idle(), 90)  # the job has ended (the watch goes on)
         assert any(p.message.title == "✅ Ready" for p in chat.posts)

@@ -46,9 +46,11 @@ async def connect(
 async def ssh_to(info: LabInfo, node: NodeInfo):
     """SSH to a node; an isolated worker (no management IP) is reached via the head."""
     if node.mgmt_ip is None:
-        async with await connect(info, info.head) as head:
-            async with await connect(info, node, tunnel=head, host=node.fabric_ip) as conn:
-                yield conn
+        async with (
+            await connect(info, info.head) as head,
+            await connect(info, node, tunnel=head, host=node.fabric_ip) as conn,
+        ):
+            yield conn
     else:
         async with await connect(info, node) as conn:
             yield conn
@@ -82,7 +84,9 @@ async def wait_log_line(container, needle: str, timeout: float = 30) -> list[str
     try:
         await asyncio.wait_for(follow(), timeout)
     except TimeoutError:
-        raise AssertionError(f"{needle!r} not in logs after {timeout}s:\n" + "\n".join(seen[-40:]))
+        raise AssertionError(
+            f"{needle!r} not in logs after {timeout}s:\n" + "\n".join(seen[-40:])
+        ) from None
     return seen
 
 

@@ -46,7 +46,7 @@ async def _probe_node(lab, node):
 
 async def test_container_on_every_node_via_forwarded_socket(lab):
     results = await asyncio.gather(*(_probe_node(lab, n) for n in lab.nodes))
-    for node, lines in zip(lab.nodes, results):
+    for node, lines in zip(lab.nodes, results, strict=True):
         text = "\n".join(lines)
         # host network: the container sees its node's namespace
         assert re.search(rf"{T.FABRIC_IFNAME}\s+inet {re.escape(node.fabric_ip)}/24", text), text
@@ -69,97 +69,97 @@ async def test_ray_cluster_and_vllm_tp2_by_hand(lab):
             "SPARK_EMU_TIME_SCALE": "0.02",
         }  # the emulator's simulated durations, scaled
 
-    async with ssh_to(lab, head) as hconn, ssh_to(lab, worker) as wconn:
-        async with docker_over_ssh(hconn, head) as hd, docker_over_ssh(wconn, worker) as wd:
-            hc = await run_container(
-                hd, lab.image_tag, ["sleep", "infinity"], "lab-vllm-head", env(head)
+    async with (
+        ssh_to(lab, head) as hconn,
+        ssh_to(lab, worker) as wconn,
+        docker_over_ssh(hconn, head) as hd,
+        docker_over_ssh(wconn, worker) as wd,
+    ):
+        hc = await run_container(
+            hd, lab.image_tag, ["sleep", "infinity"], "lab-vllm-head", env(head)
+        )
+        wc = await run_container(
+            wd, lab.image_tag, ["sleep", "infinity"], "lab-vllm-worker", env(worker)
+        )
+        try:
+            await exec_detached(
+                hc,
+                [
+                    "sh",
+                    "-c",
+                    "ray start --block --head --port 6379 "
+                    f"--node-ip-address {head.fabric_ip} > /tmp/ray.log 2>&1",
+                ],
             )
-            wc = await run_container(
-                wd, lab.image_tag, ["sleep", "infinity"], "lab-vllm-worker", env(worker)
+            await asyncio.sleep(1)
+            await exec_detached(
+                wc,
+                [
+                    "sh",
+                    "-c",
+                    f"ray start --block --address={head.fabric_ip}:6379 "
+                    f"--node-ip-address {worker.fabric_ip} > /tmp/ray.log 2>&1",
+                ],
             )
-            try:
-                await exec_detached(
-                    hc,
-                    [
-                        "sh",
-                        "-c",
-                        "ray start --block --head --port 6379 "
-                        f"--node-ip-address {head.fabric_ip} > /tmp/ray.log 2>&1",
-                    ],
-                )
-                await asyncio.sleep(1)
-                await exec_detached(
-                    wc,
-                    [
-                        "sh",
-                        "-c",
-                        f"ray start --block --address={head.fabric_ip}:6379 "
-                        f"--node-ip-address {worker.fabric_ip} > /tmp/ray.log 2>&1",
-                    ],
-                )
-                status = ""
-                for _ in range(60):
-                    code, status = await exec_out(hc, ["ray", "status"], timeout=20)
-                    if (
-                        code == 0
-                        and "0.0/2.0 GPU" in status
-                        and len(re.findall(r"node_", status)) >= 2
-                    ):
-                        break
-                    await asyncio.sleep(0.5)
-                if "0.0/2.0 GPU" not in status:
-                    _, hlog = await exec_out(hc, ["cat", "/tmp/ray.log"])
-                    _, wlog = await exec_out(wc, ["cat", "/tmp/ray.log"])
-                    raise AssertionError(f"ray status:\n{status}\nhead:\n{hlog}\nworker:\n{wlog}")
-                assert len(re.findall(r"node_", status)) >= 2, status
+            status = ""
+            for _ in range(60):
+                code, status = await exec_out(hc, ["ray", "status"], timeout=20)
+                if code == 0 and "0.0/2.0 GPU" in status and len(re.findall(r"node_", status)) >= 2:
+                    break
+                await asyncio.sleep(0.5)
+            if "0.0/2.0 GPU" not in status:
+                _, hlog = await exec_out(hc, ["cat", "/tmp/ray.log"])
+                _, wlog = await exec_out(wc, ["cat", "/tmp/ray.log"])
+                raise AssertionError(f"ray status:\n{status}\nhead:\n{hlog}\nworker:\n{wlog}")
+            assert len(re.findall(r"node_", status)) >= 2, status
 
-                await exec_detached(
-                    hc,
-                    [
-                        "sh",
-                        "-c",
-                        "vllm serve lab/model --tensor-parallel-size 2 --distributed-executor-backend ray "
-                        "--host 0.0.0.0 --port 8000 > /tmp/vllm.log 2>&1",
-                    ],
-                )
-                log = ""
-                for _ in range(240):
-                    _, log = await exec_out(hc, ["cat", "/tmp/vllm.log"])
-                    if "Application startup complete." in log:
-                        break
-                    await asyncio.sleep(0.5)
-                assert "Application startup complete." in log, log[-3000:]
+            await exec_detached(
+                hc,
+                [
+                    "sh",
+                    "-c",
+                    "vllm serve lab/model --tensor-parallel-size 2 --distributed-executor-backend ray "
+                    "--host 0.0.0.0 --port 8000 > /tmp/vllm.log 2>&1",
+                ],
+            )
+            log = ""
+            for _ in range(240):
+                _, log = await exec_out(hc, ["cat", "/tmp/vllm.log"])
+                if "Application startup complete." in log:
+                    break
+                await asyncio.sleep(0.5)
+            assert "Application startup complete." in log, log[-3000:]
 
-                # the served model id, then a streamed chat completion at the head's mgmt IP
-                base = f"http://{head.mgmt_ip}:8000"
-                async with aiohttp.ClientSession() as s:
-                    async with s.get(f"{base}/v1/models") as r:
-                        assert r.status == 200
-                        model = (await r.json())["data"][0]["id"]
-                    body = {
-                        "model": model,
-                        "stream": True,
-                        "max_tokens": 16,
-                        "messages": [{"role": "user", "content": "Say hello."}],
-                    }
-                    text, done = "", False
-                    async with s.post(
-                        f"{base}/v1/chat/completions",
-                        json=body,
-                        timeout=aiohttp.ClientTimeout(total=60),
-                    ) as r:
-                        assert r.status == 200, await r.text()
-                        async for raw in r.content:
-                            line = raw.decode().strip()
-                            if not line.startswith("data:"):
-                                continue
-                            data = line[5:].strip()
-                            if data == "[DONE]":
-                                done = True
-                                break
-                            delta = json.loads(data)["choices"][0].get("delta", {})
-                            text += delta.get("content") or delta.get("reasoning_content") or ""
-                    assert done and text, text
-            finally:
-                await hc.delete(force=True)
-                await wc.delete(force=True)
+            # the served model id, then a streamed chat completion at the head's mgmt IP
+            base = f"http://{head.mgmt_ip}:8000"
+            async with aiohttp.ClientSession() as s:
+                async with s.get(f"{base}/v1/models") as r:
+                    assert r.status == 200
+                    model = (await r.json())["data"][0]["id"]
+                body = {
+                    "model": model,
+                    "stream": True,
+                    "max_tokens": 16,
+                    "messages": [{"role": "user", "content": "Say hello."}],
+                }
+                text, done = "", False
+                async with s.post(
+                    f"{base}/v1/chat/completions",
+                    json=body,
+                    timeout=aiohttp.ClientTimeout(total=60),
+                ) as r:
+                    assert r.status == 200, await r.text()
+                    async for raw in r.content:
+                        line = raw.decode().strip()
+                        if not line.startswith("data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == "[DONE]":
+                            done = True
+                            break
+                        delta = json.loads(data)["choices"][0].get("delta", {})
+                        text += delta.get("content") or delta.get("reasoning_content") or ""
+                assert done and text, text
+        finally:
+            await hc.delete(force=True)
+            await wc.delete(force=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import asyncssh
 import pytest
@@ -43,7 +44,7 @@ async def test_wrong_known_hosts_is_refused(lab, tmp_path):
 
 
 def test_known_hosts_lists_mgmt_and_fabric_ips(lab):
-    text = open(lab.known_hosts_path).read()
+    text = Path(lab.known_hosts_path).read_text()
     for node in lab.nodes:
         line = next(l for l in text.splitlines() if node.fabric_ip in l.split()[0].split(","))
         assert node.mgmt_ip in line.split()[0].split(",")
@@ -72,8 +73,8 @@ async def test_fabric_reachability_between_nodes(lab):
         )
         assert r.exit_status == 0 and r.stdout.startswith("SSH-2.0"), (r.stdout, r.stderr)
         py = (
-            "import socket;s=socket.create_connection(('%s',22),3);"
-            "print(s.getsockname()[0], s.recv(8).decode())" % worker.fabric_ip
+            f"import socket;s=socket.create_connection(('{worker.fabric_ip}',22),3);"
+            "print(s.getsockname()[0], s.recv(8).decode())"
         )
         r = await conn.run(f'python3 -c "{py}"', check=True)
         src, banner = r.stdout.split()
@@ -83,7 +84,7 @@ async def test_fabric_reachability_between_nodes(lab):
 def test_status_all_good(lab):
     rep = api.status()
     assert rep["ok"], rep
-    for n, entry in zip(lab.nodes, rep["nodes"]):
+    for _n, entry in zip(lab.nodes, rep["nodes"], strict=True):
         assert entry["dockerd_version"]
         assert entry["image_id"] == lab.image_id
     p = subprocess.run(
@@ -105,10 +106,7 @@ def test_warm_up_is_fast(lab):
 
 def test_not_root_exits_2():
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    code = (
-        "import sys; sys.path.insert(0, %r); from lab.__main__ import main; sys.exit(main(['up']))"
-        % repo
-    )
+    code = f"import sys; sys.path.insert(0, {repo!r}); from lab.__main__ import main; sys.exit(main(['up']))"
     p = subprocess.run(
         [
             "setpriv",

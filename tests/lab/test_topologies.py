@@ -43,15 +43,15 @@ async def test_isolated_workers_via_jump_host(relab):
     # the worker has no management interface and the host cannot reach it directly
     with pytest.raises((OSError, asyncio.TimeoutError)):
         await asyncio.wait_for(asyncio.open_connection("198.18.0.11", 22), 2)
-    async with await connect(info, head) as hconn:
-        async with await connect(info, worker, tunnel=hconn, host=worker.fabric_ip) as wconn:
-            r = await wconn.run("ip -o -4 addr show", check=True)
-            assert T.FABRIC_IFNAME in r.stdout and T.MGMT_IFNAME not in r.stdout
-            assert worker.fabric_ip in r.stdout
-            r = await wconn.run(
-                "echo $DOCKER_HOST; docker info -f '{{.ServerVersion}}'", check=True
-            )
-            assert r.stdout.splitlines()[0] == worker.docker_host
+    async with (
+        await connect(info, head) as hconn,
+        await connect(info, worker, tunnel=hconn, host=worker.fabric_ip) as wconn,
+    ):
+        r = await wconn.run("ip -o -4 addr show", check=True)
+        assert T.FABRIC_IFNAME in r.stdout and T.MGMT_IFNAME not in r.stdout
+        assert worker.fabric_ip in r.stdout
+        r = await wconn.run("echo $DOCKER_HOST; docker info -f '{{.ServerVersion}}'", check=True)
+        assert r.stdout.splitlines()[0] == worker.docker_host
     # and back: the worker gets its management interface again
     info2 = relab(nodes=2)
     async with await connect(info2, info2.nodes[1]) as conn:

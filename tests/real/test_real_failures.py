@@ -39,8 +39,8 @@ def squatter(real_lab, port: int):
     preflight passes), but nothing else may bind the port."""
     head = real_lab.nodes[0]
     code = (
-        "import socket, sys; s = socket.socket(); s.bind(('0.0.0.0', %d)); print('bound', flush=True); "
-        "sys.stdin.read()" % port
+        f"import socket, sys; s = socket.socket(); s.bind(('0.0.0.0', {port})); "
+        "print('bound', flush=True); sys.stdin.read()"
     )
     proc = subprocess.Popen(
         ["ip", "netns", "exec", head.netns, "python3", "-c", code],

@@ -247,8 +247,8 @@ def test_watch_then_down_is_a_stop_not_an_engine_death(launched):
 
     seen, removed = asyncio.run(watch_through_down())
     assert [e.removed for e in removed if isinstance(e, Removed)] == [True, True]
-    assert not [e for e in seen if isinstance(e, Failed)], [
+    assert not [e for e in seen if isinstance(e, Failed)], next(
         e for e in seen if isinstance(e, Failed)
-    ][0]
+    )
     assert isinstance(seen[-1], Progress) and seen[-1].phase == "stopped"
     assert "SIGTERM" in seen[-1].message

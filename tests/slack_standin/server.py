@@ -373,9 +373,7 @@ class SlackStandIn:
             try:
                 await asyncio.wait_for(self._changed.wait_for(check), timeout)
             except TimeoutError:
-                raise TimeoutError(
-                    f"timed out after {timeout}s waiting for {what}"
-                ) from None
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what}") from None
         return result[0]
 
     async def wait_until(self, condition: Callable[[], Any], timeout: float = 5.0) -> Any:
@@ -525,7 +523,7 @@ class SlackStandIn:
             await self._notify()
             if request.transport is not None:
                 request.transport.abort()
-            raise asyncio.CancelledError()
+            raise asyncio.CancelledError() from None
         call.result = result
         self._calls.append(call)
         await self._notify()

@@ -138,7 +138,7 @@ async def test_button_click_is_delivered_and_acked(slack, client):
         clicks.append(
             (body["user"]["id"], action["value"], body["message"]["ts"], body["container"])
         )
-        await respond(replace_original=True, text="cancelled by <@%s>" % body["user"]["id"])
+        await respond(replace_original=True, text="cancelled by <@{}>".format(body["user"]["id"]))
 
     handler = AsyncSocketModeHandler(app, slack.app_token)
     await handler.connect_async()
