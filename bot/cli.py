@@ -7,6 +7,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -21,6 +22,7 @@ from bot.logs import (
     log_settings,
 )
 from bot.render_text import render
+from cluster.bench.depth import MAX_DEPTH, parse_depths
 from cluster.bench.history import JsonLinesHistory
 from cluster.bench.runner import (
     DEFAULT_PROMPT,
@@ -30,13 +32,13 @@ from cluster.bench.runner import (
     MAX_TOKENS,
     BenchOptions,
 )
-from cluster.config import resolve_secrets
+from cluster.config import ClusterConfig, resolve_secrets, shown_cluster
 from cluster.controller import Controller
 from cluster.diagnosis import LogDiagnoser, first_error, unrecognised
 from cluster.errors import SparkBotError
-from cluster.events import Failed
+from cluster.events import Failed, StatusReport
 from cluster.failures import with_knowledge
-from cluster.redact import MASK, looks_secret, redact, secret_name
+from cluster.redact import redact
 from handlers.commands import check_bench, parse_concurrency, resolve_node
 from handlers.errors import CommandError
 from handlers.specs import SPECS
@@ -45,24 +47,39 @@ from handlers.specs import SPECS
 def check_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     data = config.model_dump(mode="json")
-    container = data["cluster"]["container"]
-    container["env"] = {
-        key: (MASK if secret_name(key) or looks_secret(value) else value)
-        for key, value in container["env"].items()
-    }
-    container["secret_env"] = {
-        dest: f"${src} ({'set' if os.environ.get(src) else 'NOT SET'}, value hidden)"
-        for dest, src in container["secret_env"].items()
-    }
+    data["cluster"] = shown_cluster(config.cluster, os.environ)
     print(f"# {args.config}: valid")
     # the whole text too: a token may sit elsewhere (serve.extra_args: --api-key=sk-...)
     print(redact(yaml.safe_dump(data, sort_keys=False)), end="")
     return 0
 
 
+# What runs a model takes its recipe (--recipe, else the config's own `recipe`); what looks at
+# or removes the containers (status, logs, down, recipes) works on every node of the cluster.
+_RECIPE_COMMANDS = ("up", "verify", "watch", "preflight", "bench")
+# What looks at a running server without --recipe: the recipe its head container was started with
+_FOLLOWS_THE_RUNNING_RECIPE = ("verify", "watch", "bench")
+
+
 def _controller(args: argparse.Namespace) -> Controller:
     cluster = load_config(args.config).cluster
+    if args.command in _RECIPE_COMMANDS:
+        recipe = args.recipe
+        if recipe is None and args.command in _FOLLOWS_THE_RUNNING_RECIPE and cluster.recipes:
+            recipe = asyncio.run(_running_recipe(cluster))
+        cluster = cluster.with_recipe(recipe)
     return Controller(cluster, resolve_secrets(cluster, dict(os.environ)))
+
+
+async def _running_recipe(cluster: ClusterConfig) -> str | None:
+    """The recipe label of the head's running container, if it names one of the config's."""
+    controller = Controller(cluster, resolve_secrets(cluster, dict(os.environ)))
+    async for event in controller.status():
+        if isinstance(event, StatusReport):
+            head = next((c for c in event.containers if c.node == cluster.head.name), None)
+            if head is not None and head.running and head.recipe in cluster.recipes:
+                return head.recipe
+    return None
 
 
 async def _print_events(events, as_json: bool) -> int:
@@ -106,6 +123,14 @@ def _concurrency_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _depth_list(text: str) -> list[int]:
+    """`1k,4k` -> [1024, 4096], as the chat parses it; the ranges are checked later."""
+    try:
+        return parse_depths(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _bounded_int(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -131,6 +156,7 @@ def bench(args: argparse.Namespace) -> int:
         runs=args.runs,
         concurrency=tuple(args.concurrency or ()),
         requests_per_level=args.requests,
+        depth=tuple(args.depth or ()),
         allow_busy=args.allow_busy,
     )
     check_bench(options)  # the same rules and messages as `/spark bench`, the tool's own limits
@@ -141,6 +167,7 @@ def bench(args: argparse.Namespace) -> int:
         runs=options.runs,
         prompt=options.prompt,
         requests_per_level=options.requests_per_level,
+        depth=options.depth,
         allow_busy=options.allow_busy,
         history=None if args.no_history else JsonLinesHistory(args.history or _default_history()),
     )
@@ -185,6 +212,20 @@ def _configure_logging(args: argparse.Namespace, default_level: str) -> None:
         os.environ, level=args.log_level, log_format=args.log_format, default_level=default_level
     )
     configure_logging(os.environ, level, log_format)
+
+
+def diag(args: argparse.Namespace) -> int:
+    controller = _controller(args)
+    output = args.output or Path(
+        f"spark-diag-{controller.config.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}.tar.gz"
+    )
+    events = controller.diagnostics(
+        output,
+        events_note="collected with `spark-bot diag` (no job: the bot's jobs are in its own "
+        "database; `/spark diag` in the job's channel adds them)",
+        log_lines=args.lines,
+    )
+    return asyncio.run(_print_events(events, args.json))
 
 
 def run_bot(args: argparse.Namespace) -> int:
@@ -239,6 +280,16 @@ def _logging_options(sub: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _recipe_option(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--recipe",
+        metavar="NAME",
+        default=None,
+        help="run this recipe of the config (default: verify, watch and bench the recipe the "
+        "running server was started with; otherwise the config's `recipe`, else its own serve)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="spark-bot",
@@ -255,7 +306,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("config", help="path to the YAML config")
 
     shared_with_chat = [
-        (name, SPECS[name].summary) for name in ("up", "verify", "status", "logs", "down")
+        (name, SPECS[name].summary)
+        for name in ("up", "verify", "status", "recipes", "logs", "down")
     ]
     for name, help_text in [
         *shared_with_chat,
@@ -265,6 +317,8 @@ def _parser() -> argparse.ArgumentParser:
         sub = command(name, _operation(name), help_text)
         sub.add_argument("--config", required=True, help="path to the YAML config")
         sub.add_argument("--json", action="store_true", help="print events as JSON lines")
+        if name in _RECIPE_COMMANDS:
+            _recipe_option(sub)
         if name == "up":
             sub.add_argument(
                 "--replace",
@@ -281,8 +335,27 @@ def _parser() -> argparse.ArgumentParser:
                 help="how many lines (1-5000, default 50)",
             )
 
+    sub = command("diag", diag, SPECS["diag"].summary)
+    sub.add_argument("--config", required=True, help="path to the YAML config")
+    sub.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="where to write the .tar.gz (default ./spark-diag-CLUSTER-TIME.tar.gz)",
+    )
+    sub.add_argument(
+        "--lines",
+        type=_bounded_int(1, 100_000),
+        default=2000,
+        metavar="N",
+        help="container log lines per node (1-100000, default 2000)",
+    )
+    sub.add_argument("--json", action="store_true", help="print events as JSON lines")
+
     sub = command("bench", bench, SPECS["bench"].summary)
     sub.add_argument("--config", required=True, help="path to the YAML config")
+    _recipe_option(sub)
     sub.add_argument(
         "--concurrency",
         type=_concurrency_list,
@@ -310,6 +383,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="K",
         help=f"requests per concurrency level (1-{MAX_REQUESTS}; default: as many as the level)",
+    )
+    sub.add_argument(
+        "--depth",
+        type=_depth_list,
+        metavar="1k,4k,16k",
+        help="also measure TTFT, prefill tok/s and decode tok/s with prompts this many tokens "
+        f"long (k = 1024; each 1-{MAX_DEPTH}; fitted with the server's /tokenize)",
     )
     sub.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt (same for every request)")
     sub.add_argument(

@@ -10,10 +10,14 @@ and posts its progress in the channel.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import shutil
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -21,7 +25,15 @@ from pydantic import ValidationError
 from cluster.checkpoints import BENCH, launch_plan, verify_plan
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
-from cluster.events import BenchResult, Event, LogTail, Ready, StatusReport
+from cluster.events import (
+    BenchResult,
+    DiagnosticsCollected,
+    Event,
+    LogTail,
+    Ready,
+    RecipesReport,
+    StatusReport,
+)
 from cluster.redact import redact
 from handlers import commands as c
 from handlers.bench_history import StoreHistory
@@ -111,7 +123,7 @@ async def _help(d: Dispatcher, command: c.Help, invocation: Invocation) -> Messa
         title="/spark: run the vLLM cluster from here",
         text=f"Cluster `{d.cluster.name}`: {len(d.cluster.nodes)} node(s), "
         f"model `{d.cluster.serve.model}`.\n\n{chat_usage()}\n\n"
-        f"{allowed_overrides(d.settings.commands)}",
+        f"{allowed_overrides(d.settings.commands)}\n{available_recipes(d.cluster)}",
     )
 
 
@@ -122,6 +134,11 @@ def allowed_overrides(commands: CommandsConfig) -> str:
     )
     presets = ", ".join(f"`{preset}`" for preset in commands.presets)
     return f"`/spark up` may override: {overrides or 'nothing'}; presets: {presets or 'none'}."
+
+
+def available_recipes(cluster: ClusterConfig) -> str:
+    names = ", ".join(f"`{name}`" for name in cluster.recipes)
+    return f"Recipes (`/spark up RECIPE`): {names or 'none'}."
 
 
 async def _cancel(d: Dispatcher, command: c.Cancel, invocation: Invocation) -> Message:
@@ -150,6 +167,7 @@ async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> M
     lines = [
         f"`{escape(x.node)}` {escape(x.container)}: *{escape(x.status)}*"
         + (f" since {x.started_at:%Y-%m-%d %H:%M} UTC" if x.started_at and x.running else "")
+        + (f" (recipe `{escape(x.recipe)}`)" if x.recipe else "")
         for x in report.containers
     ]
     health = {True: "healthy", False: "NOT healthy", None: "not asked"}[report.api_healthy]
@@ -165,6 +183,41 @@ async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> M
         + (f"\nvLLM: {escape(report.vllm_version)}" if report.vllm_version else "")
         + f"{busy}{watching}",
     )
+
+
+def recipes_text(report: RecipesReport) -> str:
+    """The recipes as chat lines: name, model, nodes, what it needs, which one runs."""
+    if not report.recipes:
+        return (
+            "No recipes in the config: add `recipes:` to it, or files to a `recipes/` folder "
+            "beside it."
+        )
+    lines = []
+    for r in report.recipes:
+        marks = " *running*" if r.running else ""
+        marks += " (default)" if r.default else ""
+        lines.append(
+            f"• `{escape(r.name)}`{marks}: `{escape(r.model)}` on "
+            f"{', '.join(map(escape, r.nodes))} "
+            f"(TP {r.tensor_parallel_size} x PP {r.pipeline_parallel_size}, {escape(r.backend)})"
+            + (f": {escape(r.description)}" if r.description else "")
+            + f"\n    needs: {escape(r.needs)}"
+        )
+    if report.running is None:
+        lines.append("No recipe is running.")
+    if report.detail:
+        lines.append(escape(report.detail))
+    return "\n".join(lines)
+
+
+async def _recipes(d: Dispatcher, command: c.Recipes, invocation: Invocation) -> Message:
+    report = next(
+        e
+        for e in [e async for e in d.controller_for(d.cluster).recipes()]
+        if isinstance(e, RecipesReport)
+    )
+    d.audit(invocation.user, invocation.channel, "recipes", "answered")
+    return Message(title=f"Recipes of `{d.cluster.name}`", text=recipes_text(report))
 
 
 async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Message | None:
@@ -198,6 +251,84 @@ async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Messa
         code=inline,
         code_title=f"last {len(inline)} lines",
     )
+
+
+MAX_UPLOAD_BYTES = 1_000_000_000  # Slack's limit for one file; a bundle is bounded far below
+
+
+async def _diag(d: Dispatcher, command: c.Diag, invocation: Invocation) -> Message:
+    """Collect the bundle, then upload it to the thread of the cluster's job (the one running,
+    else the watched launch) when that job is in this channel, else to a new message here."""
+    job = d.jobs.claim.lock.job if d.jobs.claim else await d.store.watch(d.cluster.name)
+    events = d.jobs.events_of(job.id) if job else []
+    note = (
+        f"job #{job.id} `/spark {job.command}` by {job.user}: the {len(events)} events this bot "
+        "still holds of it"
+        if job
+        else "no job of this cluster is running or watched"
+    )
+    workdir = await asyncio.to_thread(tempfile.mkdtemp, prefix="spark-diag-")
+    try:
+        found = [
+            e
+            async for e in d.controller_for(d.cluster).diagnostics(
+                Path(workdir) / "bundle.tar.gz", events=events, events_note=note
+            )
+        ]
+        collected = next(e for e in found if isinstance(e, DiagnosticsCollected))
+        content = await asyncio.to_thread(Path(collected.path).read_bytes)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, workdir, True)
+    nodes = len(d.cluster.nodes)
+    problems = collected.problems
+    said = f"{len(collected.files)} files from {nodes} node(s)" + (
+        f"; not collected: {escape('; '.join(problems))}" if problems else ""
+    )
+    if len(content) > MAX_UPLOAD_BYTES:
+        d.audit(invocation.user, invocation.channel, "diag", "too large to upload")
+        return Message(
+            title="The diagnostics bundle is too large for the chat",
+            tone="warning",
+            text=f"{len(content)} bytes: `spark-bot diag --config …` on the bot's host writes it "
+            "to a file; fewer `--lines` make it smaller.",
+        )
+    name = f"spark-diag-{d.cluster.name}-{job.id if job else 'cluster'}.tar.gz"
+    comment = f"🩺 Diagnostics of `{d.cluster.name}` for <@{invocation.user}>: {said}"[:3000]
+    try:
+        if job is not None and job.ts and job.channel == invocation.channel:
+            thread, where = job.ts, f"the thread of job #{job.id}"
+        else:
+            posted = await d.chat.post(
+                invocation.channel,
+                Message(
+                    title=f"🩺 Diagnostics of `{d.cluster.name}`",
+                    text=f"<@{invocation.user}> ran `/spark diag`: the bundle is in the thread.",
+                ),
+            )
+            thread, where = posted.ts, "a new thread here"
+        await d.chat.upload(
+            invocation.channel,
+            thread,
+            Attachment(filename=name, title=name, content=content),
+            comment,
+        )
+    except ChatError as error:
+        log.error("could not upload the diagnostics bundle: %s", error)
+        d.audit(invocation.user, invocation.channel, "diag", f"not uploaded: {error}")
+        return Message(
+            title="The diagnostics bundle could not be uploaded",
+            tone="warning",
+            text=f"{escape(error)}. `spark-bot diag --config …` on the bot's host writes it "
+            "to a file.",
+        )
+    d.audit(
+        invocation.user,
+        invocation.channel,
+        "diag",
+        f"uploaded to {where}: {len(collected.files)} files",
+        job.id if job else None,
+    )
+    return Message(title="Diagnostics bundle uploaded", text=f"In {where}: {said}.")
 
 
 # -- jobs -------------------------------------------------------------------------------------
@@ -239,12 +370,13 @@ async def _up(d: Dispatcher, command: c.Up, record: JobRecord, consent: Consent 
         if isinstance(event, Ready):
             await job.journal.write(
                 f"job {job.record.id}'s launch settings",
-                lambda: d.store.set_launch(d.cluster.name, job.record.id, applied),
+                lambda: d.store.set_launch(d.cluster.name, job.record.id, applied, config.recipe),
             )
             await d.jobs.start_watch(job.record, job.view, job.journal)
 
     return JobPlan(
-        title=f"🚀 Launch on `{d.cluster.name}`",
+        title=f"🚀 Launch on `{d.cluster.name}`"
+        + (f": recipe `{escape(config.recipe)}`" if config.recipe else ""),
         checkpoints=launch_plan(config),
         events=d.controller_for(config).up(
             replace=consent is not None, replace_foreign=consent.replace_foreign if consent else ()
@@ -284,6 +416,7 @@ async def _bench(
         concurrency=command.concurrency,
         max_tokens=command.max_tokens,
         runs=command.runs,
+        depth=command.depth,
         history=StoreHistory(d.store, d.jobs.journal, record.id),
     )
     return JobPlan(
@@ -344,7 +477,7 @@ SPECS: dict[str, CommandSpec] = {
             c.Up,
             summary="launch the cluster and follow it checkpoint by checkpoint to Ready",
             level="operate",
-            arguments="[PRESET] [max_model_len=N] [gpu_memory_utilization=F] [max_num_seqs=N]",
+            arguments="[RECIPE] [PRESET] [max_model_len=N] [gpu_memory_utilization=F] [max_num_seqs=N]",
             example="up max_model_len=32768",
             job=_up,
             confirmation=Confirmation("asks before replacing a running cluster", _ask_replace),
@@ -357,9 +490,10 @@ SPECS: dict[str, CommandSpec] = {
         ),
         CommandSpec(
             c.Bench,
-            summary="measure TTFT and tok/s (single stream, optionally a concurrency sweep)",
+            summary="measure TTFT and tok/s (single stream, optionally a concurrency sweep and "
+            "long prompts: TTFT, prefill and decode tok/s at each depth)",
             level="operate",
-            arguments="[concurrency=1,2,4] [max_tokens=N] [runs=N]",
+            arguments="[concurrency=1,2,4] [max_tokens=N] [runs=N] [depth=1k,4k,16k]",
             example="bench concurrency=1,2,4 max_tokens=256",
             job=_bench,
         ),
@@ -370,12 +504,26 @@ SPECS: dict[str, CommandSpec] = {
             answer=_status,
         ),
         CommandSpec(
+            c.Recipes,
+            summary="the recipes: model, nodes, what each needs, which one runs",
+            level="read",
+            answer=_recipes,
+        ),
+        CommandSpec(
             c.Logs,
             summary="the tail of a node's container log",
             level="read",
             arguments="[head|worker|NODE] [LINES]",
             example="logs worker 200",
             answer=_logs,
+        ),
+        CommandSpec(
+            c.Diag,
+            summary="collect a diagnostics bundle from every node (logs, docker inspect, ray "
+            "status, nvidia-smi, fabric, memory, config with secrets masked, the job's events) "
+            "and upload it to the job's thread",
+            level="read",
+            answer=_diag,
         ),
         CommandSpec(
             c.Down,
