@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -41,7 +43,34 @@ from cluster.failures import with_knowledge
 from cluster.redact import redact
 from handlers.commands import check_bench, parse_concurrency, resolve_node
 from handlers.errors import CommandError
-from handlers.specs import SPECS
+from handlers.specs import SPECS, chat_usage
+
+# One example per subcommand, shown by `spark-bot help` (tests parse each one).
+EXAMPLES = {
+    "check-config": "check-config configs/sparks.yaml",
+    "up": "up --config configs/sparks.yaml",
+    "verify": "verify --config configs/sparks.yaml",
+    "status": "status --config configs/sparks.yaml --json",
+    "recipes": "recipes --config configs/sparks.yaml",
+    "diag": "diag --config configs/sparks.yaml",
+    "logs": "logs worker --lines 200 --config configs/sparks.yaml",
+    "down": "down --config configs/sparks.yaml",
+    "watch": "watch --config configs/sparks.yaml",
+    "preflight": "preflight --config configs/sparks.yaml",
+    "bench": "bench --config configs/sparks.yaml --concurrency 1,2,4 --max-tokens 256",
+    "run": "run --config configs/sparks.yaml",
+    "console": "console --config configs/sparks.yaml",
+    "demo": 'demo --run "/spark up"',
+    "diagnose": "diagnose vllm.log",
+    "help": "help",
+}
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("spark-bot")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install .)"
 
 
 def check_config(args: argparse.Namespace) -> int:
@@ -56,7 +85,7 @@ def check_config(args: argparse.Namespace) -> int:
 
 # What runs a model takes its recipe (--recipe, else the config's own `recipe`); what looks at
 # or removes the containers (status, logs, down, recipes) works on every node of the cluster.
-_RECIPE_COMMANDS = ("up", "verify", "watch", "preflight", "bench")
+_RECIPE_COMMANDS = ("up", "verify", "watch", "preflight", "bench", "sync-image")
 # What looks at a running server without --recipe: the recipe its head container was started with
 _FOLLOWS_THE_RUNNING_RECIPE = ("verify", "watch", "bench")
 
@@ -82,18 +111,27 @@ async def _running_recipe(cluster: ClusterConfig) -> str | None:
     return None
 
 
-async def _print_events(events, as_json: bool) -> int:
-    """Print each event as it comes; exit 1 when the operation failed (diagnosis on stderr)."""
+async def _print_events(events, as_json: bool, config: Path | None = None) -> int:
+    """Print each event as it comes; exit 1 when the operation failed (diagnosis on stderr).
+    A failure a command fixes ends with that command, for this config."""
     status = 0
     async for event in events:
         print(redact(event.to_json() if as_json else render(event)), flush=True)
         if isinstance(event, Failed):
             status = 1
+            remedy = (
+                f"spark-bot {event.remedy} --config {shlex.quote(str(config))}"
+                if event.remedy and config
+                else None
+            )
             if as_json:
                 print(
-                    redact(f"spark-bot: {event.summary}\ncause: {event.cause}\nfix: {event.fix}"),
+                    redact(f"spark-bot: {event.summary}\ncause: {event.cause}\nfix: {event.fix}")
+                    + (f"\nrun: {remedy}" if remedy else ""),
                     file=sys.stderr,
                 )
+            elif remedy:
+                print(f"    run:      {remedy}", flush=True)
     return status
 
 
@@ -109,8 +147,8 @@ def _operation(method: str) -> Command:
                     args.node, controller.config
                 )  # a CommandError is reported by main()
             kwargs = {"node": args.node, "lines": args.lines}
-        events = getattr(controller, method)(**kwargs)
-        return asyncio.run(_print_events(events, args.json))
+        events = getattr(controller, method.replace("-", "_"))(**kwargs)
+        return asyncio.run(_print_events(events, args.json, args.config))
 
     return run
 
@@ -244,8 +282,8 @@ def run_console(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    # The demo and its emulator live in the repository (demo/, lab/), not in the bot's install
-    # (the Docker image has neither): imported here, never when the CLI starts.
+    # The demo and its emulator (demo/, lab/emulator) ship in the package but are imported only
+    # here, never when the CLI starts.
     try:
         from demo.session import main as run_demo
         from lab.emulator.faults import FAULTS
@@ -260,7 +298,19 @@ def demo(args: argparse.Namespace) -> int:
     return run_demo(args.run or [], args.fault)
 
 
+def show_help(args: argparse.Namespace) -> int:
+    print(f"spark-bot {package_version()}: {DESCRIPTION}\n")
+    print("Commands (`spark-bot COMMAND --help` lists each one's options):")
+    for name, sub in _parser().commands.choices.items():
+        print(f"  {name:<13} {sub.description}\n  {'':<13} e.g. spark-bot {EXAMPLES[name]}")
+    print("\nIn Slack (`/spark …`), `spark-bot console` and `spark-bot demo`:")
+    for line in chat_usage().replace("`", "").splitlines():
+        print(f"  {line}")
+    return 0
+
+
 Command = Callable[[argparse.Namespace], int]
+DESCRIPTION = "launch, verify, benchmark and watch a multi-node vLLM cluster"
 
 
 def _logging_options(sub: argparse.ArgumentParser, default: str) -> None:
@@ -290,12 +340,16 @@ def _recipe_option(sub: argparse.ArgumentParser) -> None:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="spark-bot",
-        description="Launch, verify, benchmark and watch a multi-node vLLM cluster.",
+class _Parser(argparse.ArgumentParser):
+    commands: argparse._SubParsersAction[_Parser]
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog="spark-bot", description=DESCRIPTION[0].upper() + DESCRIPTION[1:] + ".")
+    parser.add_argument("--version", action="version", version=f"spark-bot {package_version()}")
+    commands = parser.commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND"
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Command, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
@@ -313,6 +367,7 @@ def _parser() -> argparse.ArgumentParser:
         *shared_with_chat,
         ("watch", "follow a running cluster until something fails"),
         ("preflight", "check every node without starting anything"),
+        ("sync-image", SPECS["sync-image"].summary),
     ]:
         sub = command(name, _operation(name), help_text)
         sub.add_argument("--config", required=True, help="path to the YAML config")
@@ -455,6 +510,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="a knowledge file: extra failure rows (checked first) and checkpoint spellings",
     )
+    command("help", show_help, "every command with an example, the chat's commands too")
     return parser
 
 

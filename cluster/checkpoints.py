@@ -166,6 +166,14 @@ VERIFY: tuple[Checkpoint, ...] = (
     Checkpoint("sample", "Test completion", "verify"),
 )
 
+# What `sync-image` reports against: the head's image streamed to the nodes that lack it.
+SYNC_IMAGE: tuple[Checkpoint, ...] = (
+    BY_ID["ssh"],
+    Checkpoint("image_source", "The head has the image", "sync"),
+    Checkpoint("image_copied", "Image streamed to the nodes that differ", "sync"),
+    Checkpoint("image_synced", "Same image ID on every node", "sync"),
+)
+
 
 def spellings_for(checkpoint: Checkpoint, knowledge: Knowledge) -> tuple[Spelling, ...]:
     """The built-in spellings, then those an operator taught in the knowledge file."""

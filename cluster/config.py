@@ -319,6 +319,11 @@ class Timeouts(_Model):
     engine: Seconds = 900
     api: Seconds = 900
     stall: Seconds = Field(300, description="no new log output for this long fails the phase")
+    image_stall: Seconds = Field(
+        120,
+        description="`sync-image`: no byte of the image moved for this long fails the copy "
+        "(a copy of many GB has no overall bound)",
+    )
     down: Seconds = 60
 
 

@@ -18,6 +18,7 @@ from cluster.config import ClusterConfig, Secrets
 from cluster.diag import collect
 from cluster.events import DiagnosticsCollected, Event, LogTail, Progress, Removed, StatusReport
 from cluster.failures import CLUSTER_NOT_UP
+from cluster.imagesync import ImageSync
 from cluster.inventory import (
     container_state,
     container_states,
@@ -73,6 +74,16 @@ class Controller:
             )
             # Closed before the connections are: a cancelled launch cleans up over them.
             async with aclosing(launch.run()) as events:
+                async for event in events:
+                    yield event
+
+    async def sync_image(self, *, report_every_s: float = 1.0) -> AsyncGenerator[Event, None]:
+        """Stream the head's image into every node where it is missing or differs, then
+        compare the IDs; progress (bytes, rate, time left) at most every `report_every_s`."""
+        async with connect_cluster(self.config) as connection:
+            sync = ImageSync(self.config, connection, Reporter(), report_every_s=report_every_s)
+            # Closed before the connections are: a cancel aborts the streams over them.
+            async with aclosing(sync.run()) as events:
                 async for event in events:
                     yield event
 

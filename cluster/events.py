@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from cluster.bench.models import BenchReport
 
+Remedy = Literal["sync-image"]  # the commands a failure may offer (each asks before it runs)
+
 
 class _Event(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -33,11 +35,25 @@ class CheckpointPassed(_Event):
     logged_at: datetime | None = Field(None, description="when the evidence line was logged")
 
 
+class Transfer(BaseModel):
+    """A copy's figures at one moment (`sync-image`'s image stream)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bytes_done: int
+    bytes_total: int | None = Field(
+        None, description="the expected size (the image's size: an estimate); None: unknown"
+    )
+    rate_bps: float | None = Field(None, description="bytes per second, recent; None: too early")
+    eta_s: float | None = Field(None, description="seconds left at that rate; None: unknown")
+
+
 class Progress(_Event):
     kind: Literal["progress"] = "progress"
     phase: str
     node: str | None = None
     message: str
+    transfer: Transfer | None = None
 
 
 class Failed(_Event):
@@ -55,6 +71,9 @@ class Failed(_Event):
         description="the id of its row in cluster.failures; None for a node that could not be reached or driven",
     )
     log_tail: list[str] = Field(default_factory=list)
+    remedy: Remedy | None = Field(
+        None, description="the spark-bot command that fixes it (its row's), offered to the user"
+    )
 
 
 class CompletionSample(BaseModel):

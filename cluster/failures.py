@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cluster.config import ClusterConfig, Knowledge
+from cluster.events import Remedy
 
 Role = Literal["cause", "symptom"]
 
@@ -48,6 +49,9 @@ class KnownFailure(BaseModel):
     fix: str
     source: str = Field(
         "", description="where the knowledge comes from: release and file, issue, lab"
+    )
+    remedy: Remedy | None = Field(
+        None, description="the spark-bot command that fixes it (the CLI and the chat offer it)"
     )
 
     def render(self, values: Mapping[str, str | None]) -> tuple[str, str, str]:
@@ -518,15 +522,36 @@ IMAGE_MISSING = KnownFailure(
     id="image_missing", role="cause", fatal=True, source="spark-bot preflight",
     title="image {image} is not on {missing}",
     cause="the image was never pulled or loaded on that node",
-    fix="on each of {missing}: `docker pull {image}` (or copy it from the head: "
-        "`docker save {image} | ssh <node> docker load`)",
+    fix="on each of {missing}: `docker pull {image}`, or copy the head's image there with "
+        "`sync-image` (`spark-bot sync-image --config F`, or the button in Slack), which streams "
+        "`docker save` on the head into `docker load` on the node",
+    remedy="sync-image",
 )
 IMAGE_DIFFERS = KnownFailure(
     id="image_differs", role="cause", fatal=True, source="spark-bot preflight",
     title="Docker image mismatch between nodes for {image}: {listing}",
     cause="different images on the nodes (Ray and vLLM then fail with a version mismatch)",
-    fix="copy the head's image to every worker: `docker save {image} | ssh <worker> docker load`, "
-        "so every node has the same image ID",
+    fix="copy the head's image to every node that differs with `sync-image` "
+        "(`spark-bot sync-image --config F`, or the button in Slack): it streams `docker save` on "
+        "the head into `docker load` on each such node, so every node has the same image ID",
+    remedy="sync-image",
+)
+IMAGE_NOT_ON_HEAD = KnownFailure(
+    id="image_not_on_head", role="cause", fatal=True, source="spark-bot preflight and sync-image",
+    title="image {image} is not on the head {head}",
+    cause="the image was never pulled or built on the head, so `sync-image` (which copies the "
+          "head's image to the other nodes) has nothing to copy",
+    fix="`docker pull {image}` (or build it) on {head}, then `sync-image` copies it to the other "
+        "nodes; or set container.image to an image the head has (`docker image ls` on {head})",
+)
+IMAGE_STILL_DIFFERS = KnownFailure(
+    id="image_still_differs", role="cause", fatal=True, source="spark-bot sync-image",
+    title="after the copy, the image IDs still differ: {listing}",
+    cause="the node loaded the tarball but kept or made another image under the name (another "
+          "image store, e.g. the containerd store on one node and not the other, or a tag "
+          "changed meanwhile)",
+    fix="compare `docker info -f '{{.Driver}}'` and `docker image inspect -f '{{.Id}}' {image}` on "
+        "the nodes; use the same image store on every node, then run sync-image again",
 )
 INTERFACES_UNEXPECTED = KnownFailure(
     id="interfaces_unexpected", role="cause", fatal=True, source="spark-bot preflight",

@@ -17,6 +17,7 @@ from cluster.failures import (
     FOREIGN_CONTAINER,
     IMAGE_DIFFERS,
     IMAGE_MISSING,
+    IMAGE_NOT_ON_HEAD,
     INTERFACES_UNEXPECTED,
     MEMORY_SHORT,
     MODEL_DOES_NOT_FIT,
@@ -40,6 +41,18 @@ from cluster.steps import Step, run_steps
 
 _MEM_AVAILABLE = re.compile(r"^MemAvailable:\s+(\d+) kB", re.MULTILINE)
 _MEM_TOTAL = re.compile(r"^MemTotal:\s+(\d+) kB", re.MULTILINE)
+
+
+def reachable(connection: ClusterConnection, reporter: Reporter) -> Event:
+    """The `ssh` checkpoint: every node connected, or the first that is not."""
+    for error in connection.errors.values():
+        return reporter.unreachable(error, BY_ID[error.checkpoint])
+    return reporter.passed(
+        BY_ID["ssh"],
+        "; ".join(
+            f"{n.name}: connected in {n.connect_s * 1000:.0f} ms" for n in connection.ordered()
+        ),
+    )
 
 
 @dataclass
@@ -102,13 +115,7 @@ class Preflight:
         return self.connection.ordered()
 
     async def _reachable(self) -> AsyncGenerator[Event, None]:
-        for error in self.connection.errors.values():
-            yield self.reporter.unreachable(error, BY_ID[error.checkpoint])
-            return
-        yield self._passed(
-            "ssh",
-            "; ".join(f"{n.name}: connected in {n.connect_s * 1000:.0f} ms" for n in self._nodes),
-        )
+        yield reachable(self.connection, self.reporter)
 
     async def _engines(self) -> AsyncGenerator[Event, None]:
         nodes = self._nodes
@@ -129,6 +136,10 @@ class Preflight:
                 missing.append(n.name)
             else:
                 ids[n.name] = image_id
+        head = self.connection.head.name
+        if head in missing:
+            yield self._failed("image", head, IMAGE_NOT_ON_HEAD, {"image": image, "head": head})
+            return
         if missing:
             yield self._failed(
                 "image", missing[0], IMAGE_MISSING, {"image": image, "missing": ", ".join(missing)}

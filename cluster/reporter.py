@@ -8,7 +8,7 @@ from datetime import datetime
 
 from cluster.checkpoints import Checkpoint
 from cluster.errors import NodeError
-from cluster.events import CheckpointPassed, Failed
+from cluster.events import CheckpointPassed, Failed, Remedy
 from cluster.failures import KnownFailure
 
 
@@ -54,6 +54,7 @@ class Reporter:
         context: Sequence[str] = (),
         signature: str | None = None,
         log_tail: Sequence[str] = (),
+        remedy: Remedy | None = None,
     ) -> Failed:
         """`evidence` defaults to the summary: a failure always shows what was seen."""
         return Failed(
@@ -68,6 +69,7 @@ class Reporter:
             fix=fix,
             signature=signature,
             log_tail=list(log_tail),
+            remedy=remedy,
         )
 
     def known(
@@ -94,6 +96,7 @@ class Reporter:
             context=context,
             signature=failure.id,
             log_tail=log_tail,
+            remedy=failure.remedy,
         )
 
     def unreachable(self, error: NodeError, checkpoint: Checkpoint) -> Failed:

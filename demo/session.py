@@ -11,7 +11,7 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -19,13 +19,15 @@ from bot.config import SparkBotConfig
 from bot.console import Console, ConsoleChat
 from cluster.config import Secrets
 from cluster.controller import Controller
-from demo.cluster import EmbeddedCluster, embedded_cluster
+from cluster.events import Event
+from demo.cluster import PROFILE, SAMPLE_TOKENS, TIME_SCALE, EmbeddedCluster, embedded_cluster
 from handlers.access import Access
 from handlers.chat import Posted
 from handlers.dispatch import Dispatcher
 from handlers.messages import Message
 from handlers.settings import StoreConfig
 from handlers.store import Store
+from lab.emulator.profiles import PROFILES
 
 
 class DemoChat(ConsoleChat):
@@ -48,13 +50,32 @@ class DemoChat(ConsoleChat):
         await super().reply_private(channel, user, message)
 
 
+class DemoController(Controller):
+    """The controller, its launch ending in a shorter sample completion."""
+
+    def up(
+        self,
+        *,
+        replace: bool = False,
+        replace_foreign: Collection[str] = (),
+        sample_max_tokens: int = SAMPLE_TOKENS,
+    ) -> AsyncGenerator[Event, None]:
+        return super().up(
+            replace=replace, replace_foreign=replace_foreign, sample_max_tokens=sample_max_tokens
+        )
+
+
 def banner(cluster: EmbeddedCluster, fault: str | None) -> str:
     config = cluster.config
+    profile = PROFILES[PROFILE]
     nodes = ", ".join(f"{n.name} ({n.fabric_ip}, engine {n.docker_socket})" for n in config.nodes)
     lines = [
         f"spark-bot demo: {len(config.nodes)} emulated Sparks on this machine: {nodes}",
         f"  emulated vLLM {config.serve.model} as {config.serve.api_model_name}, "
         f"TP={config.serve.tensor_parallel_size} over Ray, API on port {config.serve.port}",
+        f"  every figure is emulated: the profile {PROFILE} paces tokens as a DGX Spark pair "
+        f"does (~{profile['decode_tok_s']:g} tok/s single stream, TTFT {profile['ttft_s']:g} s); "
+        f"startup runs at {float(TIME_SCALE):.1%} of its real length",
     ]
     if fault:
         lines.append(f"  injected fault: {fault} (the emulator's SPARK_EMU_FAULT)")
@@ -122,7 +143,7 @@ async def run_demo(
             config.bot,
             chat,
             Store(config.store.path),
-            lambda cluster: Controller(cluster, Secrets({})),
+            lambda cluster: DemoController(cluster, Secrets({})),
             access=Access.for_console(),
         )
         await dispatcher.start()

@@ -200,11 +200,15 @@ class Cancel(BaseCommand):
     name: ClassVar[str] = "cancel"
 
 
+class SyncImage(BaseCommand):
+    name: ClassVar[str] = "sync-image"
+
+
 class Help(BaseCommand):
     name: ClassVar[str] = "help"
 
 
-Command = Up | Verify | Bench | Status | Recipes | Logs | Diag | Down | Cancel | Help
+Command = Up | Verify | Bench | Status | Recipes | Logs | Diag | Down | SyncImage | Cancel | Help
 CHAT_MAX_RUNS = 20  # a chat bench stays short: more runs from the CLI
 
 

@@ -10,17 +10,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, replace
+from typing import Any
 
 from cluster.config import ClusterConfig
 from cluster.errors import NodeError, SparkBotError
+from cluster.events import Event, Failed
 from cluster.redact import redact
 from handlers import commands as c
 from handlers.access import Access
 from handlers.chat import Chat
 from handlers.errors import Busy, CommandError, StoreUnavailable
 from handlers.job_state import JobState
-from handlers.jobs import ControllerFactory, JobManager, JobPlan, since
+from handlers.jobs import ControllerFactory, Job, JobManager, JobPlan, since
 from handlers.journal import retried
 from handlers.log_context import for_this_task
 from handlers.messages import (
@@ -39,6 +42,7 @@ from handlers.store import ConfirmationRecord, JobRecord, Store
 
 log = logging.getLogger(__name__)
 
+OnEvent = Callable[[Job, Event], Coroutine[Any, Any, None]]
 RECONCILE_WITHIN = 120.0  # seconds: beyond it jobs start without the state of the cluster
 
 
@@ -393,7 +397,54 @@ class Dispatcher:
                 await self._reply(invocation, _confirm(nonce, question))
                 return None
         assert spec.job is not None
-        return await spec.job(self, command, record, consent)
+        plan = await spec.job(self, command, record, consent)
+        return replace(plan, on_event=self._offering_remedies(invocation, plan))
+
+    def _offering_remedies(self, invocation: Invocation, plan: JobPlan) -> OnEvent:
+        """The plan's own reaction to each event, then, for a failure a command fixes, that
+        command offered in the thread: its button asks the requester once, like any question."""
+        then = plan.on_event
+
+        async def on_event(job: Job, event: Event) -> None:
+            if then is not None:
+                await then(job, event)
+            if isinstance(event, Failed) and event.remedy is not None:
+                await self._offer(job, invocation, event.remedy)
+
+        return on_event
+
+    async def _offer(self, job: Job, invocation: Invocation, remedy: str) -> None:
+        command = parse_command(remedy, self.cluster, self.settings.commands)
+        confirmation = spec_for(command).confirmation
+        assert confirmation is not None, "a remedy is a command that asks first"
+        question = await confirmation.ask(self, command)
+        assert question is not None
+        try:
+            nonce = await retried(
+                lambda: self.store.ask(
+                    self.cluster.name,
+                    invocation.user,
+                    invocation.channel,
+                    command.text(),
+                    question.text,
+                    (),
+                    self.settings.commands.confirm_within,
+                )
+            )
+        except sqlite3.Error as error:  # the failure's fix already names the command
+            log.error("could not offer `/spark %s` after job %s: %s", remedy, job.record.id, error)
+            return
+        self.audit(invocation.user, invocation.channel, command.text(), "offered", job.record.id)
+        offer = _confirm(nonce, question)
+        await job.view.reply(
+            offer.model_copy(
+                update={
+                    "title": f"Fix it: /spark {command.text()}",
+                    "text": f"<@{invocation.user}> {question.text} "
+                    f"(the button is yours for {self.settings.commands.confirm_within:g} s)",
+                }
+            )
+        )
 
 
 def problem_message(title: str, error: BaseException, *, done: str = "") -> Message:

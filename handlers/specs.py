@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from cluster.checkpoints import BENCH, launch_plan, verify_plan
+from cluster.checkpoints import BENCH, SYNC_IMAGE, launch_plan, verify_plan
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
 from cluster.events import (
@@ -89,7 +89,7 @@ class CommandSpec:
     summary: str
     level: Level
     arguments: str = ""
-    example: str | None = None  # the words after `/spark`, for a command that takes arguments
+    example: str | None = None  # the words after `/spark`; without one, the bare command
     reply: Reply | None = None
     answer: Answer | None = None
     job: BuildJob | None = None
@@ -106,12 +106,16 @@ class CommandSpec:
     def name(self) -> str:
         return self.model.name
 
+    @property
+    def sample(self) -> str:
+        """The words after `/spark` of its one example in the help."""
+        return self.example or self.name
+
     def usage(self) -> str:
         """Its line of `/spark help`."""
         arguments = f" {self.arguments}" if self.arguments else ""
         asks = f" ({self.confirmation.when})" if self.confirmation else ""
-        example = f", e.g. `/spark {self.example}`" if self.example else ""
-        return f"`/spark {self.name}{arguments}` {self.summary}{asks}{example}"
+        return f"`/spark {self.name}{arguments}` {self.summary}{asks}, e.g. `/spark {self.sample}`"
 
 
 # -- answered at once -------------------------------------------------------------------------
@@ -468,6 +472,30 @@ def _down_footer(job: Job) -> str:
     return f"Removed {removed} container(s)"
 
 
+async def _ask_sync_image(d: Dispatcher, command: c.SyncImage) -> Question:
+    head, image = d.cluster.head.name, d.cluster.container.image
+    return Question(
+        f"Copy `{escape(image)}` from `{escape(head)}` to every node of `{d.cluster.name}` "
+        "where it is missing or has another image ID? The head's engine streams it (`docker "
+        "save`) through the bot into each such node's engine (`docker load`); the image IDs are "
+        "compared after.",
+        "Sync image",
+        f"Each node whose `{escape(image)}` differs gets the head's: its own is untagged (running "
+        "containers keep theirs). Many GB may cross the network.",
+    )
+
+
+async def _sync_image(
+    d: Dispatcher, command: c.SyncImage, record: JobRecord, consent: Consent | None
+) -> JobPlan:
+    return JobPlan(
+        title=f"📦 Sync image `{escape(d.cluster.container.image)}` on `{d.cluster.name}`",
+        checkpoints=list(SYNC_IMAGE),
+        events=d.controller_for(d.cluster).sync_image(),
+        success_footer=lambda job: "Same image on every node",
+    )
+
+
 # -- the registry -----------------------------------------------------------------------------
 
 SPECS: dict[str, CommandSpec] = {
@@ -531,6 +559,13 @@ SPECS: dict[str, CommandSpec] = {
             level="operate",
             job=_down,
             confirmation=Confirmation("asks for confirmation", _ask_teardown),
+        ),
+        CommandSpec(
+            c.SyncImage,
+            summary="copy the head's image to every node where it is missing or differs",
+            level="operate",
+            job=_sync_image,
+            confirmation=Confirmation("asks for confirmation", _ask_sync_image),
         ),
         CommandSpec(
             c.Cancel, summary="stop the running job and clean up", level="operate", reply=_cancel

@@ -218,8 +218,8 @@ def ensure(nodes: list[T.Node], variant_node: int | None = None) -> str:
     if canonical is None:
         raise LabError(f"{head.name} holds no {T.IMAGE_TAG} after the build")
     for n in nodes[1:]:
-        if variant_node == n.index:
-            continue
+        if variant_node == n.index and inspect(n, canonical):
+            continue  # the variant is made from the canonical image it holds (below)
         iid = image_id(n)
         if iid == canonical:
             continue

@@ -10,7 +10,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # --- system packages (lab) ---------------------------------------------------
-LAB_PACKAGES="docker.io openssh-server openssh-client debootstrap iptables iproute2 util-linux"
+# docker-compose: tests/deploy starts compose.yaml with it; systemd: systemd-analyze checks the unit
+LAB_PACKAGES="docker.io openssh-server openssh-client debootstrap iptables iproute2 util-linux docker-compose systemd"
 missing=""
 need() {  # need <command> <package>
     PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1 || missing="$missing $2"
@@ -25,6 +26,8 @@ need iptables iptables
 need ip iproute2
 need nsenter util-linux
 need setsid util-linux
+need docker-compose docker-compose
+need systemd-analyze systemd
 # the lab's real engine is a venv of Debian's python3 (the node image's Python)
 /usr/bin/python3 -c "import ensurepip, venv" 2>/dev/null || missing="$missing python3-venv"
 if [ -n "$missing" ]; then

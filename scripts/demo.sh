@@ -9,7 +9,7 @@ sh scripts/python-env.sh >&2
 if [ "$#" -gt 0 ]; then
     exec .venv/bin/spark-bot demo "$@"
 fi
-.venv/bin/spark-bot demo --run "/spark up" --run "/spark verify" --run "/spark bench" --run "/spark down"
+.venv/bin/spark-bot demo --run "/spark up" --run "/spark verify" --run "/spark bench max_tokens=16 runs=1" --run "/spark down"
 echo
 echo "=== the same launch with an injected fault (SPARK_EMU_FAULT=nccl_error): a failure notification ==="
 .venv/bin/spark-bot demo --fault nccl_error --run "/spark up" || [ "$?" -eq 1 ]

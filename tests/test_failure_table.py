@@ -33,6 +33,8 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "unrecognised": {"where": "weights on spark-a", "first_error": "`OSError: boom` (line 3)"},
     "image_missing": {"image": "vllm:1", "missing": "spark-b"},
     "image_differs": {"image": "vllm:1", "listing": "spark-a: sha256:1; spark-b: sha256:2"},
+    "image_not_on_head": {"image": "vllm:1", "head": "spark-a"},
+    "image_still_differs": {"image": "vllm:1", "listing": "spark-a: sha256:1; spark-b: sha256:2"},
     "interfaces_unexpected": {"node": "spark-b", "problem": "no interface has 10.0.0.2"},
     "memory_short": {"short": "spark-a", "memory": "spark-a: MemAvailable 3.0 GiB", "need": "80"},
     "model_does_not_fit": {
@@ -124,6 +126,7 @@ def test_report_known_makes_the_failure_from_the_row():
     assert failed.summary == failed.evidence == "image vllm:1 is not on spark-b"
     assert failed.cause == failures.IMAGE_MISSING.cause
     assert failed.fix.startswith("on each of spark-b: `docker pull vllm:1`")
+    assert failed.remedy == "sync-image"
     assert (
         failed.signature == "image_missing"
         and failed.node == "spark-b"

@@ -2,14 +2,16 @@
 
 A thin facade over aiodocker: each call runs under `timeouts.docker` (a hung engine becomes a
 NodeTimedOut naming the node, not a wait without end) and inside the error seam. Streams (a
-followed log, the event stream) have no overall bound; the phases that read them do.
+followed log, the event stream) have no overall bound; the phases that read them do. An image's
+tarball (`save_image`, `load_image`: many GB) has no overall bound either, only a stall bound:
+no byte moved for that long fails it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable
 from contextlib import aclosing
 from datetime import datetime
 from typing import Any, TypeVar
@@ -19,7 +21,7 @@ import aiohttp
 from aiodocker.multiplexed import multiplexed_result_stream
 
 from cluster.config import NodeConfig
-from cluster.errors import ContainerMissing, ImageMissing
+from cluster.errors import ContainerMissing, ImageMissing, NodeError
 from cluster.nodes.seam import docker_errors, opening_engine
 
 R = TypeVar("R")
@@ -80,18 +82,99 @@ class DockerEngine:
         except ContainerMissing:
             return None
 
-    async def image_id(self, reference: str) -> str | None:
-        """The ID of the image `reference` on this node, None when the node does not have it."""
+    async def inspect_image(self, reference: str) -> dict[str, Any] | None:
+        """`docker image inspect` of `reference`, None when the node does not have it."""
         try:
-            info = await self._bounded(
+            info: dict[str, Any] = await self._bounded(
                 f"inspecting image {reference}",
                 self._client.images.inspect(reference),
                 image=reference,
             )
         except ImageMissing:
             return None
-        image: str = info["Id"]
-        return image
+        return info
+
+    async def image_id(self, reference: str) -> str | None:
+        """The ID of the image `reference` on this node, None when the node does not have it."""
+        info = await self.inspect_image(reference)
+        return None if info is None else str(info["Id"])
+
+    async def save_image(
+        self, reference: str, *, chunk_bytes: int, stall_s: float
+    ) -> AsyncGenerator[bytes]:
+        """`docker save reference`: the tarball in chunks of at most `chunk_bytes`, read only as
+        fast as they are taken (the engine waits meanwhile: nothing piles up here). NodeTimedOut
+        when the engine sends nothing for `stall_s` while a chunk is wanted."""
+        doing = f"sending image {reference}"
+        with docker_errors(self.node, doing, timeout=stall_s, image=reference, stalled=True):
+            # Requested here rather than through aiodocker's `export_image`, whose response is
+            # never released when the reader stops early; this one is closed on every way out.
+            async with asyncio.timeout(stall_s):
+                response = await self._client._do_query(
+                    f"images/{reference}/get", method="GET", timeout=_UNBOUNDED
+                )
+            try:
+                while True:
+                    async with asyncio.timeout(stall_s):
+                        chunk = await response.content.read(chunk_bytes)
+                    if not chunk:
+                        return
+                    yield chunk
+            finally:
+                response.close()
+
+    async def load_image(self, tarball: AsyncIterable[bytes], *, stall_s: float) -> list[str]:
+        """`docker load` of the chunks of `tarball`, sent as they come; the engine's messages
+        ("Loaded image: …"). NodeTimedOut when this engine takes nothing for `stall_s` (the time
+        spent waiting for the tarball's own source does not count), DockerRefused when it
+        rejects the tarball; an error of the tarball's source leaves as that source's error."""
+        loop = asyncio.get_running_loop()
+        source_error: NodeError | None = None
+        messages: list[str] = []
+
+        async def body(deadline: asyncio.Timeout) -> AsyncGenerator[bytes]:
+            nonlocal source_error
+            try:
+                async for chunk in tarball:
+                    deadline.reschedule(loop.time() + stall_s)
+                    yield chunk
+                    deadline.reschedule(None)  # written: waiting for the source is not ours
+            except NodeError as error:
+                source_error = error
+                raise  # aborts the upload: the engine never sees a tarball that looks whole
+            deadline.reschedule(loop.time() + stall_s)
+
+        try:
+            with docker_errors(self.node, "loading an image", timeout=stall_s, stalled=True):
+                async with asyncio.timeout(None) as deadline:
+                    # not aiodocker's `import_image`: its response is never released on an error
+                    response = await self._client._do_query(
+                        "images/load",
+                        method="POST",
+                        data=body(deadline),
+                        headers={"Content-Type": "application/x-tar"},
+                        timeout=_UNBOUNDED,
+                        chunked=True,
+                    )
+                    try:
+                        # read here, not with aiodocker's json stream: it takes a broken
+                        # connection for the end of the answer
+                        while line := await response.content.readline():
+                            deadline.reschedule(loop.time() + stall_s)
+                            item = json.loads(line)
+                            if item.get("error") or item.get("errorDetail"):
+                                detail = item.get("errorDetail") or {}
+                                reason = detail.get("message") or item.get("error")
+                                raise aiodocker.DockerError(500, str(reason))
+                            if item.get("stream"):
+                                messages.append(str(item["stream"]).strip())
+                    finally:
+                        response.close()
+        except NodeError:
+            if source_error is not None:
+                raise source_error from None
+            raise
+        return messages
 
     async def create_and_start(self, body: dict[str, Any], name: str) -> str:
         async def create_and_start() -> str:

@@ -41,8 +41,18 @@ def docker_error(
     timeout: float | None,
     container: str | None = None,
     image: str | None = None,
+    stalled: bool = False,
 ) -> NodeError:
-    """What a library error met while `doing` something with `node`'s Docker engine means."""
+    """What a library error met while `doing` something with `node`'s Docker engine means;
+    `stalled`: the timeout bounds a stream's silence, not the whole call."""
+    if isinstance(error, TimeoutError) and stalled:
+        return NodeTimedOut(
+            node,
+            f"the Docker engine moved no byte for {timeout:g} s while {doing}",
+            f"check that dockerd on {node} is responsive (`docker info`, `journalctl -u docker`) "
+            f"and that its disk is not full (`df -h /var/lib/docker`); if the node is merely slow, "
+            "raise timeouts.image_stall in the config",
+        )
     if isinstance(error, TimeoutError):
         return NodeTimedOut(
             node,
@@ -77,6 +87,7 @@ def docker_errors(
     timeout: float | None,
     container: str | None = None,
     image: str | None = None,
+    stalled: bool = False,
 ) -> Iterator[None]:
     """Run a Docker API call about `container` or `image`; its library errors leave as
     NodeErrors (see `docker_error`)."""
@@ -84,7 +95,13 @@ def docker_errors(
         yield
     except _DOCKER_ERRORS as error:
         raise docker_error(
-            node, doing, error, timeout=timeout, container=container, image=image
+            node,
+            doing,
+            error,
+            timeout=timeout,
+            container=container,
+            image=image,
+            stalled=stalled,
         ) from error
 
 

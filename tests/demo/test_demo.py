@@ -37,7 +37,7 @@ def test_up_verify_bench_status_logs_down_then_nothing_left():
         "--run",
         "/spark verify",
         "--run",
-        "/spark bench",
+        "/spark bench max_tokens=16 runs=1",
         "--run",
         "/spark status",
         "--run",
@@ -121,7 +121,7 @@ def test_ctrl_c_while_serving_cleans_up_everything():
         seen = []
         for line in process.stdout:  # synchronise on the output itself: Ready means serving
             seen.append(line)
-            if "18/18 done" in line:
+            if "18/18 done  ✔ Ready" in line:  # the outcome line, after the Ready reply
                 break
         output = "".join(seen)
         assert "✅ Ready" in output, output[-3000:]

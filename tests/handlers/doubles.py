@@ -291,6 +291,9 @@ class ScriptedController:
     def down(self) -> AsyncIterator[Event]:
         return self.scripts.play("down", self.config, {})
 
+    def sync_image(self, **options: Any) -> AsyncIterator[Event]:
+        return self.scripts.play("sync_image", self.config, options)
+
     def status(self) -> AsyncIterator[Event]:
         return self.scripts.play("status", self.config, {})
 

@@ -24,14 +24,16 @@ def test_every_command_is_declared_once_with_the_access_level_the_settings_docum
         "logs": "read",
         "diag": "read",
         "down": "operate",
+        "sync-image": "operate",
         "cancel": "operate",
         "help": "read",
     }
 
 
-@pytest.mark.parametrize("spec", [s for s in SPECS.values() if s.example], ids=lambda s: s.name)
-def test_each_example_is_a_command_that_parses(spec):
-    assert type(parse_command(spec.example, CLUSTER, COMMANDS)) is spec.model
+@pytest.mark.parametrize("spec", list(SPECS.values()), ids=lambda s: s.name)
+def test_each_command_has_one_example_in_the_help_and_it_parses(spec):
+    assert type(parse_command(spec.sample, CLUSTER, COMMANDS)) is spec.model
+    assert spec.usage().endswith(f", e.g. `/spark {spec.sample}`")
 
 
 def test_chat_help_has_one_line_per_command_with_its_arguments_and_when_it_asks():
@@ -43,8 +45,8 @@ def test_chat_help_has_one_line_per_command_with_its_arguments_and_when_it_asks(
         in lines[0]
     )
     assert (
-        "`/spark down` stop and remove the containers on every node (asks for confirmation)"
-        in lines
+        "`/spark down` stop and remove the containers on every node (asks for confirmation), "
+        "e.g. `/spark down`" in lines
     )
 
 
