@@ -101,6 +101,7 @@ class EmulatorServer:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.lines.append(line)
             self._lines.put(line)
+        self.process.stdout.close()  # the output ended: the pipe is this thread's to close
         self._lines.put(None)
 
     def _wait_ready(self) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -16,7 +15,6 @@ from bot.slack import SlackBot, SlackChat, make_client
 from cluster.config import resolve_secrets
 from cluster.controller import Controller
 from cluster.errors import ConfigError
-from cluster.redact import RedactingFilter, secret_name
 from handlers.access import Access
 from handlers.dispatch import Dispatcher
 from handlers.jobs import ControllerFactory
@@ -100,14 +98,3 @@ async def run_console(
     await dispatcher.start()
     await Console(dispatcher, chat, assume_yes=assume_yes).run(lines or stdin_lines())
     return 0
-
-
-def configure_logging(environ: Mapping[str, str], level: int = logging.INFO) -> None:
-    """Log to stderr, every record through the redacting filter: token shapes, and the values of
-    the environment's variables named like secrets (SLACK_BOT_TOKEN, HF_TOKEN...)."""
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    known = [value for name, value in environ.items() if secret_name(name) and len(value) >= 8]
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RedactingFilter(known))

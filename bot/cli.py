@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.metadata
-import logging
 import os
 import shlex
 import sys
@@ -16,6 +15,14 @@ from pathlib import Path
 import yaml
 
 from bot.config import load_config, load_knowledge
+from bot.logs import (
+    FORMAT_VARIABLE,
+    LEVEL_VARIABLE,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    configure_logging,
+    log_settings,
+)
 from bot.render_text import render
 from cluster.bench.depth import MAX_DEPTH, parse_depths
 from cluster.bench.history import JsonLinesHistory
@@ -239,6 +246,13 @@ def diagnose_log(args: argparse.Namespace) -> int:
     return 1 if found.fatal else 0
 
 
+def _configure_logging(args: argparse.Namespace, default_level: str) -> None:
+    level, log_format = log_settings(
+        os.environ, level=args.log_level, log_format=args.log_format, default_level=default_level
+    )
+    configure_logging(os.environ, level, log_format)
+
+
 def diag(args: argparse.Namespace) -> int:
     controller = _controller(args)
     output = args.output or Path(
@@ -254,20 +268,17 @@ def diag(args: argparse.Namespace) -> int:
 
 
 def run_bot(args: argparse.Namespace) -> int:
-    from bot.app import configure_logging, run_slack
+    from bot.app import run_slack
 
-    configure_logging(os.environ)
+    _configure_logging(args, "info")
     http = True if args.http else None
     return asyncio.run(run_slack(load_config(args.config), os.environ, http=http, port=args.port))
 
 
 def run_console(args: argparse.Namespace) -> int:
-    from bot.app import configure_logging
     from bot.app import run_console as console
 
-    configure_logging(
-        os.environ, logging.WARNING
-    )  # the terminal shows the replies; the logs only warn
+    _configure_logging(args, "warning")  # the terminal shows the replies; the logs only warn
     return asyncio.run(console(load_config(args.config), os.environ, assume_yes=args.yes))
 
 
@@ -301,6 +312,23 @@ def show_help(args: argparse.Namespace) -> int:
 
 Command = Callable[[argparse.Namespace], int]
 DESCRIPTION = "launch, verify, benchmark and watch a multi-node vLLM cluster"
+
+
+def _logging_options(sub: argparse.ArgumentParser, default: str) -> None:
+    sub.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        default=None,
+        help=f"the least severe records logged (default: ${LEVEL_VARIABLE}, else {default})",
+    )
+    sub.add_argument(
+        "--log-format",
+        type=str.lower,
+        choices=LOG_FORMATS,
+        default=None,
+        help=f"text, or json: one object a line (default: ${FORMAT_VARIABLE}, else text)",
+    )
 
 
 def _recipe_option(sub: argparse.ArgumentParser) -> None:
@@ -449,14 +477,16 @@ def _parser() -> _Parser:
         "--port",
         type=_bounded_int(0, 65535),
         default=None,
-        help="port for /slack/events and /health (default: slack.port, 3000)",
+        help="port for /slack/events, /health and /metrics (default: slack.port, 3000)",
     )
+    _logging_options(sub, "info")
 
     sub = command("console", run_console, "the bot's commands in this terminal (type /spark up)")
     sub.add_argument("--config", required=True, help="path to the YAML config")
     sub.add_argument(
         "--yes", action="store_true", help="answer yes to confirmations (down, replace)"
     )
+    _logging_options(sub, "warning")
 
     sub = command(
         "demo", demo, "the bot on an embedded two-node cluster: no Slack, Sparks, Docker or root"

@@ -1,5 +1,5 @@
 """The Slack adapter: the Chat port over the Web API, the Bolt app (`/spark` and the buttons),
-Socket Mode (default) or signed HTTP, and `/health`.
+Socket Mode (default) or signed HTTP, `/health` and `/metrics`.
 
 Tokens and the signing secret are read here, at the edge, and nowhere else.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -16,11 +17,15 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry.async_handler import AsyncRetryHandler
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
     AsyncServerErrorRetryHandler,
 )
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.replay import Refusal, ReplayGuard
@@ -29,6 +34,7 @@ from handlers.chat import Posted
 from handlers.dispatch import Action, Dispatcher, Invocation
 from handlers.errors import ChatError, ChatUnavailable, RateLimited
 from handlers.messages import CANCEL_ACTION, CONFIRM_ACTION, Attachment, Message
+from handlers.metrics import BotMetrics
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +48,35 @@ def make_client(token: str, base_url: str | None = None) -> AsyncWebClient:
         AsyncServerErrorRetryHandler(max_retry_count=2),
     ]
     return client
+
+
+class CountedAnswers(AsyncRetryHandler):
+    """Counts every answer of the Web API, each retry's too, in the bot's metrics; never retries
+    itself. First among the client's retry handlers, it sees each answer before they do."""
+
+    def __init__(self, metrics: BotMetrics):
+        super().__init__(max_retry_count=0)
+        self.metrics = metrics
+
+    async def can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        path = urlsplit(request.url).path
+        # a file's upload goes to a URL of its own (an ID in it): one label, not one per upload
+        method = path.rsplit("/api/", 1)[1] if "/api/" in path else "file upload"
+        if error is not None or response is None:
+            self.metrics.slack_answer(method, status=None, error=type(error).__name__)
+            return False
+        body = response.body if isinstance(response.body, dict) else {}
+        failed = response.status_code >= 400 or body.get("ok") is False
+        reason = str(body.get("error") or f"http_{response.status_code}") if failed else None
+        self.metrics.slack_answer(method, status=response.status_code, error=reason)
+        return False
 
 
 class SlackChat:
@@ -188,7 +223,8 @@ def build_app(
 
 
 class SlackBot:
-    """Runs the dispatcher on Slack: Socket Mode (app token) or HTTP (signing secret), plus /health."""
+    """Runs the dispatcher on Slack: Socket Mode (app token) or HTTP (signing secret), plus
+    /health and /metrics (the dispatcher's metrics, with the Web API client's answers counted)."""
 
     def __init__(
         self,
@@ -206,6 +242,8 @@ class SlackBot:
         if not http and not app_token:
             raise ValueError("Socket Mode needs SLACK_APP_TOKEN")
         self.dispatcher = dispatcher
+        self.metrics = dispatcher.metrics
+        client.retry_handlers = [CountedAnswers(self.metrics), *client.retry_handlers]
         self.client = client
         self.http = http
         self.app = build_app(dispatcher, client, signing_secret if http else None)
@@ -230,6 +268,10 @@ class SlackBot:
         body = {"ok": connected, "mode": "http" if self.http else "socket", "connected": connected}
         return web.json_response(body, status=200 if connected else 503)
 
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body, content_type = self.metrics.exposition(request.headers.get("Accept", ""))
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
     async def _events(self, request: web.Request) -> web.Response:
         bolt_request = await to_bolt_request(request)
         assert self.replays is not None  # HTTP mode has a signing secret
@@ -246,6 +288,7 @@ class SlackBot:
         await self.dispatcher.start()
         web_app = web.Application()
         web_app.router.add_get("/health", self._health)
+        web_app.router.add_get("/metrics", self._metrics)
         if self.http:
             web_app.router.add_post("/slack/events", self._events)
         self._runner = web.AppRunner(web_app, access_log=None)
@@ -261,7 +304,7 @@ class SlackBot:
             self.socket = AsyncSocketModeHandler(self.app, self.app_token)
             await self.socket.connect_async()
         log.info(
-            "spark-bot on Slack (%s), health on :%s/health",
+            "spark-bot on Slack (%s), health on :%s/health, metrics on /metrics",
             "HTTP" if self.http else "Socket Mode",
             self.port,
         )

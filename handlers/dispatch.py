@@ -25,6 +25,7 @@ from handlers.errors import Busy, CommandError, StoreUnavailable
 from handlers.job_state import JobState
 from handlers.jobs import ControllerFactory, Job, JobManager, JobPlan, since
 from handlers.journal import retried
+from handlers.log_context import for_this_task
 from handlers.messages import (
     CANCEL_ACTION,
     CONFIRM_ACTION,
@@ -33,6 +34,7 @@ from handlers.messages import (
     Message,
     escape,
 )
+from handlers.metrics import BotMetrics
 from handlers.render import Delivery
 from handlers.settings import BotSettings
 from handlers.specs import CommandSpec, Consent, Question, chat_usage, parse_command, spec_for
@@ -68,13 +70,17 @@ class Dispatcher:
         store: Store,
         controller_for: ControllerFactory,
         access: Access | None = None,
+        metrics: BotMetrics | None = None,
     ):
         self.cluster = cluster
+        self.metrics = metrics or BotMetrics()
         self.settings = settings
         self.chat = chat
         self.store = store
         self.access = access or Access(settings.access)
-        self.jobs = JobManager(cluster, settings, chat, store, controller_for)
+        self.jobs = JobManager(
+            cluster, settings, chat, store, controller_for, self.metrics.cluster(cluster.name)
+        )
         self.controller_for = controller_for
         self.deliver = Delivery(chat)
 
@@ -301,6 +307,7 @@ class Dispatcher:
                 ),
             )
             return
+        for_this_task(job_id=record.id)  # this task runs the job: its records name it
         # From here the job holds the lock: until `jobs.run` owns it (and releases it in every
         # case), any failure or cancel must close the job and free the lock here.
         try:

@@ -19,13 +19,15 @@ from cluster.aio import finish_uncancelled, log_failure
 from cluster.checkpoints import Checkpoint, launch_plan
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
-from cluster.events import Event, Failed, Progress, Ready, StatusReport
+from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready, StatusReport
 from handlers.chat import Chat, Posted
 from handlers.commands import apply_serve
 from handlers.errors import AnotherInstance, Busy, StoreUnavailable
 from handlers.job_state import JobState
 from handlers.journal import Journal, retried
+from handlers.log_context import context_with, for_this_task
 from handlers.messages import Message, escape
+from handlers.metrics import BotMetrics, ClusterMetrics
 from handlers.outbox import Deliveries
 from handlers.render import Delivery, JobView
 from handlers.settings import BotSettings
@@ -83,8 +85,10 @@ class JobManager:
         chat: Chat,
         store: Store,
         controller_for: ControllerFactory,
+        metrics: ClusterMetrics | None = None,
     ):
         self.cluster = cluster
+        self.metrics = metrics or BotMetrics().cluster(cluster.name)
         self.settings = settings
         self.chat = chat
         self.store = store
@@ -119,7 +123,7 @@ class JobManager:
     def spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         # the coroutine itself, not a wrapper awaiting it: a task cancelled before it ran (a stop
         # right after a start) closes its coroutine instead of leaving it never awaited
-        task = asyncio.create_task(coro, name=name)
+        task = asyncio.create_task(coro, name=name, context=context_with(cluster=self.cluster.name))
         self._tasks.add(task)
         task.add_done_callback(self._ended)
         return task
@@ -225,6 +229,7 @@ class JobManager:
                 if claim.cancelled_by:  # a cancel came while the lock was being taken
                     claim.task.cancel()  # type: ignore[union-attr]
         if holder is not None:
+            self.metrics.job_ended(record.command, JobState.REFUSED)
             await self.journal.write(
                 f"job {record.id}'s refusal",
                 lambda: self.store.finish_job(
@@ -286,6 +291,7 @@ class JobManager:
             settings=self.settings.jobs,
             deliveries=self.deliveries,
             on_posted=on_posted,
+            on_checkpoint_shown=self._checkpoint_shown,
             thread=thread,
             on_parent=lambda m: journal.write(
                 f"job {record.id}'s progress",
@@ -307,6 +313,7 @@ class JobManager:
                     if plan.on_event:
                         await plan.on_event(job, event)
                     if isinstance(event, Failed):
+                        self.metrics.failed(event.signature)
                         job.end(JobState.FAILED, f"failed: {event.title}: {event.summary}")
             if job.state is JobState.RUNNING:
                 job.end(JobState.SUCCEEDED, "succeeded")
@@ -361,6 +368,10 @@ class JobManager:
                 )
         return job
 
+    def _checkpoint_shown(self, event: CheckpointPassed) -> None:
+        if event.logged_at is not None:  # (a checkpoint proven by an API answer has no log line)
+            self.metrics.checkpoint_shown(event.logged_at)
+
     async def _finish_view(self, view: JobView, state: JobState, footer: str) -> None:
         await view.finish(state, footer)
         await view.reply(Message(title="✋ Cancelled", text=footer, tone=state.tone))
@@ -379,6 +390,7 @@ class JobManager:
         store misses is recorded after its next write that succeeds."""
         if self.claim is not None and self.claim.lock.job.id == record.id:
             self.claim = None
+        self.metrics.job_ended(record.command, state)
         writes = [
             ("lock", lambda: self.store.release(self.cluster.name, record.id, self.owner.id)),
             ("end", lambda: self.store.finish_job(record.id, state, outcome)),
@@ -446,12 +458,14 @@ class JobManager:
         )
         await self.stop_watch(clear=False)
         self.watching = self.spawn(self._watch(record, view), f"watch-{record.id}")
+        self.metrics.watching("watching")
 
     async def stop_watch(self, *, clear: bool = True) -> None:
         task, self.watching = self.watching, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        self.metrics.watching("not_watching")
         if clear:
             await self._clear_watch()
 
@@ -461,6 +475,7 @@ class JobManager:
         )
 
     async def _watch(self, record: JobRecord, view: JobView) -> None:
+        for_this_task(job_id=record.id)
         config = await self.launched_config()
         events = self.controller_for(config).watch(
             health_interval=self.settings.jobs.watch_health_interval
@@ -471,11 +486,15 @@ class JobManager:
                     self.keep(record.id, event)
                     if isinstance(event, Progress) and event.phase in MONITORING:
                         title, tone = MONITORING[event.phase]
+                        self.metrics.watching(
+                            "monitoring_lost" if event.phase == "monitoring_lost" else "watching"
+                        )
                         await view.reply(
                             Message(title=title, tone=tone, text=escape(event.message))
                         )
                         continue
                     if isinstance(event, Progress) and event.phase == "stopped":
+                        self.metrics.watching("not_watching")
                         await self._clear_watch()
                         await view.reply(
                             Message(
@@ -487,6 +506,8 @@ class JobManager:
                         )
                         return
                     if isinstance(event, Failed):
+                        self.metrics.failed(event.signature)
+                        self.metrics.watching("serving_lost")
                         await self._clear_watch()
                         await view.failed(event, during=" while serving")
                         await self.journal.write(
@@ -508,6 +529,7 @@ class JobManager:
         except asyncio.CancelledError:
             raise
         except Exception as error:
+            self.metrics.watching("not_watching")
             log.exception("watch of job %s stopped", record.id)
             await view.reply(
                 Message(
@@ -658,6 +680,7 @@ class JobManager:
                     self.store.audit, job.user, job.channel, job.command, outcome, job.id, job.link
                 ),
             )
+            self.metrics.job_ended(job.command, JobState.INTERRUPTED)
             interrupted.append(job)
         try:
             [report] = [

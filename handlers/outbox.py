@@ -89,6 +89,7 @@ class _Reply:
     seq: int  # its place among the replies queued
     posted: bool = False  # in the thread; its file is still to go up
     count: int = 1  # the replies it stands for (more than one once merged)
+    on_posted: tuple[Callable[[], None], ...] = ()  # called once the chat has it in the thread
 
     @property
     def mergeable(self) -> bool:
@@ -108,6 +109,7 @@ def _merged(first: _Reply, second: _Reply) -> _Reply:
         broadcast=False,
         seq=first.seq,
         count=count,
+        on_posted=first.on_posted + second.on_posted,
     )
 
 
@@ -179,9 +181,17 @@ class Outbox:
         self._final |= final
         self._wake()
 
-    def reply(self, message: Message, *, broadcast: bool = False) -> None:
+    def reply(
+        self,
+        message: Message,
+        *,
+        broadcast: bool = False,
+        on_posted: Callable[[], None] | None = None,
+    ) -> None:
         self._queued += 1
-        self._replies.append(_Reply(message, broadcast, self._queued))
+        self._replies.append(
+            _Reply(message, broadcast, self._queued, on_posted=(on_posted,) if on_posted else ())
+        )
         if len(self._replies) > MAX_REPLIES:
             self._merge()
         self._wake()
@@ -324,6 +334,8 @@ class Outbox:
                 self.channel, reply.message, thread=thread, broadcast=reply.broadcast
             )
             reply.posted = True
+            for posted in reply.on_posted:
+                posted()
         attachment = reply.message.attachment
         if attachment is not None and thread is not None:
             await self.chat.upload(self.channel, thread, attachment, attachment.title)

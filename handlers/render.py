@@ -84,6 +84,7 @@ class JobView:
         link: str | None = None,
         on_parent: Callable[[Message], Awaitable[object]] | None = None,
         on_posted: Callable[[Posted], Awaitable[None]] | None = None,
+        on_checkpoint_shown: Callable[[CheckpointPassed], None] | None = None,
         thread: str | None = None,
     ):
         self.deliver = Delivery(chat)
@@ -94,6 +95,7 @@ class JobView:
         self.settings = settings
         self.on_parent = on_parent
         self.on_posted = on_posted
+        self.on_checkpoint_shown = on_checkpoint_shown
         self.outbox = Outbox(
             chat,
             channel,
@@ -192,8 +194,14 @@ class JobView:
 
     # -- thread replies ---------------------------------------------------------------------
 
-    async def reply(self, message: Message, *, broadcast: bool = False) -> None:
-        self.outbox.reply(message, broadcast=broadcast)
+    async def reply(
+        self,
+        message: Message,
+        *,
+        broadcast: bool = False,
+        on_posted: Callable[[], None] | None = None,
+    ) -> None:
+        self.outbox.reply(message, broadcast=broadcast, on_posted=on_posted)
 
     # -- events -----------------------------------------------------------------------------
 
@@ -240,6 +248,7 @@ class JobView:
         await self.refresh()
         where = f" ({event.node})" if event.node else ""
         tone: Tone = "warning" if event.warning else "success"
+        shown = self.on_checkpoint_shown
         text = f"Passed at {event.elapsed_s:.1f}s" + (
             f"\n⚠ {escape(event.warning)}" if event.warning else ""
         )
@@ -250,7 +259,8 @@ class JobView:
                 ),
                 event.log_tail,
                 f"{event.checkpoint}.log",
-            )
+            ),
+            on_posted=(lambda: shown(event)) if shown is not None else None,
         )
 
     def _with_log(self, message: Message, lines: list[str], filename: str) -> Message:

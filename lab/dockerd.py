@@ -26,8 +26,12 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 
     def connect(self):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self._path)
+        try:
+            s.settimeout(self.timeout)
+            s.connect(self._path)
+        except BaseException:
+            s.close()  # (an engine not up yet: pinged again soon, no socket left behind)
+            raise
         self.sock = s
 
 

@@ -178,27 +178,27 @@ def build(node: T.Node, digest: str) -> str:
 def copy_image(src: T.Node, dst: T.Node, tag: str = T.IMAGE_TAG) -> None:
     """docker save | docker load between two engines."""
     docker = tool("docker")
-    save = subprocess.Popen(
+    with subprocess.Popen(  # its pipes closed on the way out, whichever way
         [docker, "save", tag],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=dict(os.environ, DOCKER_HOST=src.docker_host),
-    )
-    assert save.stdout is not None and save.stderr is not None  # the pipes asked for above
-    load = subprocess.run(
-        [docker, "load", "-q"],
-        stdin=save.stdout,
-        capture_output=True,
-        env=dict(os.environ, DOCKER_HOST=dst.docker_host),
-        timeout=600,
-    )
-    save.stdout.close()
-    save.wait(timeout=60)
-    if save.returncode != 0 or load.returncode != 0:
-        raise LabError(
-            f"copying {tag} {src.name} -> {dst.name} failed: "
-            f"{save.stderr.read().decode()} {load.stderr.decode()}"
+    ) as save:
+        assert save.stdout is not None and save.stderr is not None  # the pipes asked for above
+        load = subprocess.run(
+            [docker, "load", "-q"],
+            stdin=save.stdout,
+            capture_output=True,
+            env=dict(os.environ, DOCKER_HOST=dst.docker_host),
+            timeout=600,
         )
+        save.stdout.close()
+        save.wait(timeout=60)
+        if save.returncode != 0 or load.returncode != 0:
+            raise LabError(
+                f"copying {tag} {src.name} -> {dst.name} failed: "
+                f"{save.stderr.read().decode()} {load.stderr.decode()}"
+            )
 
 
 def _drop_dangling(node: T.Node) -> None:

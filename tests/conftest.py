@@ -1,4 +1,5 @@
-"""Shared fixtures: the lab of emulated Sparks (fail, never skip).
+"""Shared fixtures: the lab of emulated Sparks (fail, never skip), the scan for planted secrets,
+and the check that no test leaves a resource unclosed.
 
 A lab test holds the lab exclusively for its whole run (`lab.api.exclusive_use`), so two test
 sessions on one machine take turns instead of reconfiguring the lab under each other.
@@ -6,6 +7,7 @@ sessions on one machine take turns instead of reconfiguring the lab under each o
 
 from __future__ import annotations
 
+import gc
 import logging
 
 import pytest
@@ -108,3 +110,63 @@ def no_planted_secret_in_logs(request):
     leaks = sorted({name for text in recorder.texts for name in planted_in(text)})
     if leaks:
         pytest.fail("a planted secret was logged: " + ", ".join(leaks), pytrace=False)
+
+
+# -- unclosed resources -----------------------------------------------------------------------
+# pyproject's filterwarnings turns ResourceWarning, and the unraisable exception it becomes in a
+# finalizer, into errors: an unclosed socket, file, transport, aiohttp session, connector or
+# connection fails the test that was running when it was collected. Below, each test's garbage is
+# collected at its end, so a leak in a reference cycle fails the test that made it, not a later
+# one; and what asyncio's exception handler logs of an unclosed aiohttp object (its second
+# report, when the warning itself is filtered out somewhere) fails the test as well.
+
+
+def pytest_collection_finish(session):
+    # What exists after collection stays: each test's collection below then looks only at what
+    # was made since (a full collection of everything imported takes about 0.5 s).
+    gc.collect()
+    gc.freeze()
+
+
+class UnclosedLog(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "nclosed" in message:
+            self.messages.append(message.splitlines()[0])
+
+
+@pytest.fixture(autouse=True)
+def no_unclosed_resources(request):
+    unclosed = UnclosedLog()
+    logger = logging.getLogger("asyncio")
+    logger.addHandler(unclosed)
+    try:
+        yield
+        gc.collect()
+    finally:
+        logger.removeHandler(unclosed)
+    if unclosed.messages:
+        pytest.fail("unclosed: " + "; ".join(unclosed.messages[:5]), pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test marked `leaves_unclosed_on_purpose` shows that the check above works: each of its
+    phases that failed on an unclosed resource passes, and it fails if none did."""
+    report = yield
+    if item.get_closest_marker("leaves_unclosed_on_purpose") is None:
+        return report
+    if report.failed and "nclosed" in str(report.longrepr):
+        item.stash[LEAK_CAUGHT] = True
+        report.outcome, report.longrepr = "passed", None
+    elif call.when == "teardown" and not item.stash.get(LEAK_CAUGHT, False):
+        report.outcome = "failed"
+        report.longrepr = "this test leaves a resource unclosed on purpose, and nothing caught it"
+    return report
+
+
+LEAK_CAUGHT = pytest.StashKey[bool]()

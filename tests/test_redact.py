@@ -156,7 +156,7 @@ def test_the_bot_logs_through_the_filter_with_the_environment_secrets_known():
     token = "xoxb-1234567890-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
     code = (
         "import logging, os\n"
-        "from bot.app import configure_logging\n"
+        "from bot.logs import configure_logging\n"
         "configure_logging(os.environ)\n"
         "logging.getLogger('handlers.dispatch').warning('job failed: %s, %s', os.environ['TOKEN_IN_LOG'], "
         "'signed with ' + os.environ['SLACK_SIGNING_SECRET'])\n"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 from contextlib import asynccontextmanager
 
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
 from bot.slack import SlackBot, SlackChat, make_client
 from cluster.config import ClusterConfig, Secrets
 from cluster.controller import Controller
@@ -97,3 +100,26 @@ def attachment_color(message) -> str | None:
 def attachment_text(message) -> str:
     attachments = message.get("attachments") or []
     return attachments[0].get("text", "") if attachments else ""
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+async def scrape(bot) -> Samples:
+    """The bot's /metrics over HTTP, read by prometheus_client's own parser."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{bot.port}/metrics") as response,
+    ):
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = await response.text()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.checkpoints import launch_plan
+from cluster.failures import SIGNATURES
 from tests.bot.helpers import (
     ALICE,
     BOB,
@@ -17,8 +18,10 @@ from tests.bot.helpers import (
     containers_present,
     down,
     header,
+    scrape,
     settings,
     slack_bot,
+    value,
 )
 from tests.controller.helpers import cluster_for
 
@@ -53,7 +56,7 @@ async def test_up_posts_a_live_checklist_a_reply_per_checkpoint_and_the_sample(
     slack, cluster, tmp_path
 ):
     plan = launch_plan(cluster)
-    async with slack_bot(slack, cluster, settings(tmp_path)):
+    async with slack_bot(slack, cluster, settings(tmp_path)) as bot:
         ack = await slack.send_slash_command(ALICE, CH, "up")
         assert ack.payload is None and ack.latency < 3
         ready = await slack.wait_for(
@@ -62,6 +65,8 @@ async def test_up_posts_a_live_checklist_a_reply_per_checkpoint_and_the_sample(
         parent_ts = ready.params["thread_ts"]
         await slack.wait_until(lambda: "Ready" in attachment_text(slack.message(CH, parent_ts)), 10)
         chat = [c for c in slack.calls() if c.method.startswith("chat.")]
+        await bot.dispatcher.idle()
+        metrics = await scrape(bot)
 
     # the sequence: the parent, its permalink, then a reply per checkpoint in order with the parent's
     # edits in between (states that came faster than the chat took them are coalesced: the latest
@@ -93,6 +98,16 @@ async def test_up_posts_a_live_checklist_a_reply_per_checkpoint_and_the_sample(
     assert not any(b["type"] == "actions" for b in parent["blocks"]), (
         "no Cancel button once finished"
     )
+    # each checkpoint proven by a log line (5 of 17 on the lab), timed from Docker's timestamp of the line to Slack
+    # taking its reply: within 5 s (the controller's part is 2-5 ms: benchmarks/)
+    latency = "spark_bot_checkpoint_post_latency_seconds"
+    shown = value(metrics, f"{latency}_count", cluster=cluster.name)
+    assert 1 <= shown <= len(plan)  # (those proven by an API answer have no log line)
+    assert value(metrics, f"{latency}_bucket", cluster=cluster.name, le="5.0") == shown
+    assert (
+        value(metrics, "spark_bot_jobs_total", cluster=cluster.name, kind="up", outcome="succeeded")
+        == 1
+    )
 
 
 @pytest.mark.parametrize(
@@ -110,7 +125,7 @@ async def test_a_launch_failure_notifies_the_thread_and_the_channel(
     title = next(c.title for c in launch_plan(cluster) if c.id == checkpoint)
     await down(cluster)
     try:
-        async with slack_bot(slack, cluster, settings(tmp_path)):
+        async with slack_bot(slack, cluster, settings(tmp_path)) as bot:
             await slack.send_slash_command(ALICE, CH, "up")
             failure = await slack.wait_for(
                 lambda c: c.method == "chat.postMessage" and header(c).startswith("✘"), 90
@@ -119,6 +134,8 @@ async def test_a_launch_failure_notifies_the_thread_and_the_channel(
             await slack.wait_until(
                 lambda: attachment_color(slack.message(CH, parent_ts)) == RED, 10
             )
+            await bot.dispatcher.idle()
+            metrics = await scrape(bot)
     finally:
         await down(cluster)
     assert header(failure) == f"✘ {title} failed"
@@ -132,6 +149,13 @@ async def test_a_launch_failure_notifies_the_thread_and_the_channel(
     assert "failed" in attachment_text(parent)
     broadcast = [m for m in slack.thread(CH, parent_ts) if m.get("reply_broadcast")]
     assert broadcast and header(broadcast[0]) == header(failure)
+    # counted under the row of cluster/failures.py that diagnosed it
+    [(signature, count)] = [
+        (dict(labels)["signature"], v)
+        for (name, labels), v in metrics.items()
+        if name == "spark_bot_failures_total"
+    ]
+    assert count == 1 and signature in {row.id for row in SIGNATURES}
 
 
 async def test_two_concurrent_ups_one_runs_the_other_is_told_who_holds_the_lock(

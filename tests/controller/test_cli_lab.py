@@ -15,8 +15,12 @@ CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "lab.yaml")
 
 
 async def spark_bot(*args: str) -> tuple[int, str, str]:
+    """The CLI in Python's development mode (asyncio's debug mode, ResourceWarnings shown): it
+    must leave nothing unclosed for Python or aiohttp to warn about."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
+        "-X",
+        "dev",
         "-m",
         "bot.cli",
         *args,
@@ -26,6 +30,7 @@ async def spark_bot(*args: str) -> tuple[int, str, str]:
         stderr=asyncio.subprocess.PIPE,
     )
     stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=240)
+    assert "nclosed" not in stderr.decode() and "ResourceWarning" not in stderr.decode(), stderr
     return process.returncode, stdout.decode(), stderr.decode()
 
 

@@ -55,6 +55,7 @@ class Proc:
             line = ANSI.sub("", raw.decode("utf-8", "replace").rstrip("\n"))
             self.lines.append(line)
             self.q.put(line)
+        self.p.stdout.close()  # the process has ended its output: the pipe is this thread's to close
         self.q.put(None)
 
     def wait_for(self, text, timeout=20.0):
