@@ -40,14 +40,18 @@ IMAGE_HASH_LABEL = "spark-lab.source-hash"
 IMAGE_VARIANT_LABEL = "spark-lab.variant"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
-# libnuma1: the real engine's vLLM CPU kernels (vllm/_C_AVX2) link it.
-BASE_PACKAGES = ("python3", "procps", "iproute2", "libnuma1")
+# libnuma1: the real engine's vLLM CPU kernels (vllm/_C_AVX2) link it. netcat-openbsd, rsync,
+# sudo: what the operators' launch scripts run in the containers as on a Spark.
+BASE_PACKAGES = ("python3", "procps", "iproute2", "libnuma1", "netcat-openbsd", "rsync", "sudo")
 BASE_PACKAGES_LABEL = "spark-lab.base-packages"
 
 SSH_PORT = 22
 SSH_USER = "root"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 EMULATED_TOOLS = ("nvidia-smi", "ibdev2netdev")  # wrappers in each node's bin dir
+# dockerd registers its "nvidia" device driver (`--gpus`, DeviceRequests with driver nvidia) only
+# when this is on its PATH (moby daemon/nvidia_linux.go); the lab's stand-in lives in the bin dir.
+NVIDIA_HOOK = "nvidia-container-runtime-hook"
 IMAGE_TOOLS = ("vllm", "ray", "nvidia-smi", "ibdev2netdev")  # wrappers in the image
 
 

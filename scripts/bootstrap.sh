@@ -10,7 +10,9 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # --- system packages (lab) ---------------------------------------------------
-LAB_PACKAGES="docker.io openssh-server openssh-client debootstrap iptables iproute2 util-linux"
+# rsync, netcat-openbsd, sudo: tools the operators' launch scripts run on a Spark; the lab's
+# nodes are namespaces of this machine, so their sessions run this machine's.
+LAB_PACKAGES="docker.io openssh-server openssh-client debootstrap iptables iproute2 util-linux rsync netcat-openbsd sudo"
 missing=""
 need() {  # need <command> <package>
     PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1 || missing="$missing $2"
@@ -25,6 +27,10 @@ need iptables iptables
 need ip iproute2
 need nsenter util-linux
 need setsid util-linux
+need unshare util-linux
+need rsync rsync
+need nc netcat-openbsd
+need sudo sudo
 # the lab's real engine is a venv of Debian's python3 (the node image's Python)
 /usr/bin/python3 -c "import ensurepip, venv" 2>/dev/null || missing="$missing python3-venv"
 if [ -n "$missing" ]; then
