@@ -9,6 +9,9 @@ with cluster.bench exactly as `spark-bot bench` does, and prints truth versus me
   aggregate) within 3%, and vLLM's wall-clock output tok/s (sum tokens / first send to last
   token, TTFT included) within 3% of what the profile implies for one wave of identical
   requests: c x n / (TTFT + (n - 1) x TPOT(c));
+- at depth (prompts of 1k, 4k, 16k and 32k tokens, fitted with /tokenize; seed profile): TTFT,
+  prefill tok/s (prompt tokens / TTFT) and decode tok/s (1/TPOT) at each within 2% of the
+  profile's TTFT(p) = ttft_s + p / prefill_tok_s and decode rate at depth p;
 - the client's token count equals the change in vllm:generation_tokens_total exactly.
 Exit status 1 when any bound is missed.
 """
@@ -31,6 +34,7 @@ from cluster.bench.runner import BenchOptions, run_bench
 from lab.emulator.profiles import truth
 
 LEVELS = (1, 2, 4, 8, 32)
+DEPTHS = (1024, 4096, 16384, 32000)  # 32k less the output: the server's max_model_len is 32768
 SINGLE_BOUND = 0.02
 AGGREGATE_BOUND = 0.03
 
@@ -41,10 +45,11 @@ class Case:
     profile: str
     reasoning_parser: str | None
     max_tokens: int
+    depth: tuple[int, ...] = ()
 
 
 CASES = [
-    Case("seed", "spark-pair-qwen35", None, 64),
+    Case("seed", "spark-pair-qwen35", None, 64, DEPTHS),
     Case("multi-token", "multi-token-chunks", None, 64),
     Case("reasoning", "spark-pair-public", "qwen3", 96),  # 96 tokens: reasoning, then the answer
 ]
@@ -70,7 +75,9 @@ class Row:
 async def measure(
     case: Case, server: EmulatorServer, runs: int, max_tokens: int | None
 ) -> BenchReport:
-    options = BenchOptions(max_tokens=max_tokens or case.max_tokens, runs=runs, concurrency=LEVELS)
+    options = BenchOptions(
+        max_tokens=max_tokens or case.max_tokens, runs=runs, concurrency=LEVELS, depth=case.depth
+    )
     report = None
     async for event in run_bench(
         server.base_url,
@@ -88,9 +95,10 @@ async def measure(
 
 def rows_for(case: Case, report: BenchReport) -> list[Row]:
     n = report.settings.max_tokens
-    t1 = truth(case.profile, 1)
     single = report.single
     assert single is not None
+    # TTFT grows with the prompt: the truth for this prompt's own length
+    t1 = truth(case.profile, 1, single.runs[0].prompt_tokens or 0)
     rows = [
         Row(
             case.label, "decode tok/s @1", t1["per_stream_tok_s"], single.decode_tok_s, SINGLE_BOUND
@@ -98,7 +106,7 @@ def rows_for(case: Case, report: BenchReport) -> list[Row]:
         Row(case.label, "TTFT s @1", t1["ttft_s"], single.ttft_s, SINGLE_BOUND),
     ]
     for level in report.sweep:
-        t = truth(case.profile, level.concurrency)
+        t = truth(case.profile, level.concurrency, single.runs[0].prompt_tokens or 0)
         wall = t["ttft_s"] + (n - 1) * t["tpot_s"]
         rows.append(
             Row(
@@ -118,6 +126,26 @@ def rows_for(case: Case, report: BenchReport) -> list[Row]:
                 AGGREGATE_BOUND,
             )
         )
+    for depth in report.depth:
+        t = truth(case.profile, 1, depth.prompt_tokens or depth.depth)
+        label = f"@{depth.prompt_tokens} prompt tokens"
+        rows += [
+            Row(case.label, f"TTFT s {label}", t["ttft_s"], depth.ttft_s, SINGLE_BOUND),
+            Row(
+                case.label,
+                f"prefill tok/s {label}",
+                t["prefill_tok_s"],
+                depth.prefill_tok_s,
+                SINGLE_BOUND,
+            ),
+            Row(
+                case.label,
+                f"decode tok/s {label}",
+                t["per_stream_tok_s"],
+                depth.decode_tok_s,
+                SINGLE_BOUND,
+            ),
+        ]
     return rows
 
 

@@ -8,12 +8,14 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 
 from bot.config import load_config, load_knowledge
 from bot.render_text import render
+from cluster.bench.depth import MAX_DEPTH, parse_depths
 from cluster.bench.history import JsonLinesHistory
 from cluster.bench.runner import (
     DEFAULT_PROMPT,
@@ -23,13 +25,13 @@ from cluster.bench.runner import (
     MAX_TOKENS,
     BenchOptions,
 )
-from cluster.config import resolve_secrets
+from cluster.config import resolve_secrets, shown_cluster
 from cluster.controller import Controller
 from cluster.diagnosis import LogDiagnoser, first_error, unrecognised
 from cluster.errors import SparkBotError
 from cluster.events import Failed
 from cluster.failures import with_knowledge
-from cluster.redact import MASK, looks_secret, redact, secret_name
+from cluster.redact import redact
 from handlers.commands import check_bench, parse_concurrency, resolve_node
 from handlers.errors import CommandError
 from handlers.specs import SPECS
@@ -38,15 +40,7 @@ from handlers.specs import SPECS
 def check_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     data = config.model_dump(mode="json")
-    container = data["cluster"]["container"]
-    container["env"] = {
-        key: (MASK if secret_name(key) or looks_secret(value) else value)
-        for key, value in container["env"].items()
-    }
-    container["secret_env"] = {
-        dest: f"${src} ({'set' if os.environ.get(src) else 'NOT SET'}, value hidden)"
-        for dest, src in container["secret_env"].items()
-    }
+    data["cluster"] = shown_cluster(config.cluster, os.environ)
     print(f"# {args.config}: valid")
     # the whole text too: a token may sit elsewhere (serve.extra_args: --api-key=sk-...)
     print(redact(yaml.safe_dump(data, sort_keys=False)), end="")
@@ -99,6 +93,14 @@ def _concurrency_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _depth_list(text: str) -> list[int]:
+    """`1k,4k` -> [1024, 4096], as the chat parses it; the ranges are checked later."""
+    try:
+        return parse_depths(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _bounded_int(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -124,6 +126,7 @@ def bench(args: argparse.Namespace) -> int:
         runs=args.runs,
         concurrency=tuple(args.concurrency or ()),
         requests_per_level=args.requests,
+        depth=tuple(args.depth or ()),
         allow_busy=args.allow_busy,
     )
     check_bench(options)  # the same rules and messages as `/spark bench`, the tool's own limits
@@ -134,6 +137,7 @@ def bench(args: argparse.Namespace) -> int:
         runs=options.runs,
         prompt=options.prompt,
         requests_per_level=options.requests_per_level,
+        depth=options.depth,
         allow_busy=options.allow_busy,
         history=None if args.no_history else JsonLinesHistory(args.history or _default_history()),
     )
@@ -171,6 +175,20 @@ def diagnose_log(args: argparse.Namespace) -> int:
     print(f"{heading}\n  evidence (line {found.line_number}): {found.evidence}")
     print(f"  cause: {found.cause}\n  fix:   {found.fix}\n  row:   {found.signature_id}")
     return 1 if found.fatal else 0
+
+
+def diag(args: argparse.Namespace) -> int:
+    controller = _controller(args)
+    output = args.output or Path(
+        f"spark-diag-{controller.config.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}.tar.gz"
+    )
+    events = controller.diagnostics(
+        output,
+        events_note="collected with `spark-bot diag` (no job: the bot's jobs are in its own "
+        "database; `/spark diag` in the job's channel adds them)",
+        log_lines=args.lines,
+    )
+    return asyncio.run(_print_events(events, args.json))
 
 
 def run_bot(args: argparse.Namespace) -> int:
@@ -253,6 +271,24 @@ def _parser() -> argparse.ArgumentParser:
                 help="how many lines (1-5000, default 50)",
             )
 
+    sub = command("diag", diag, SPECS["diag"].summary)
+    sub.add_argument("--config", required=True, help="path to the YAML config")
+    sub.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="where to write the .tar.gz (default ./spark-diag-CLUSTER-TIME.tar.gz)",
+    )
+    sub.add_argument(
+        "--lines",
+        type=_bounded_int(1, 100_000),
+        default=2000,
+        metavar="N",
+        help="container log lines per node (1-100000, default 2000)",
+    )
+    sub.add_argument("--json", action="store_true", help="print events as JSON lines")
+
     sub = command("bench", bench, SPECS["bench"].summary)
     sub.add_argument("--config", required=True, help="path to the YAML config")
     sub.add_argument(
@@ -282,6 +318,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="K",
         help=f"requests per concurrency level (1-{MAX_REQUESTS}; default: as many as the level)",
+    )
+    sub.add_argument(
+        "--depth",
+        type=_depth_list,
+        metavar="1k,4k,16k",
+        help="also measure TTFT, prefill tok/s and decode tok/s with prompts this many tokens "
+        f"long (k = 1024; each 1-{MAX_DEPTH}; fitted with the server's /tokenize)",
     )
     sub.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt (same for every request)")
     sub.add_argument(

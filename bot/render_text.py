@@ -6,6 +6,7 @@ from cluster.bench.models import BenchReport
 from cluster.events import (
     BenchResult,
     CheckpointPassed,
+    DiagnosticsCollected,
     Event,
     Failed,
     LogTail,
@@ -78,6 +79,11 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
         return f"{stamp} {'removed' if event.removed else 'nothing to remove'}: {event.detail}"
     if isinstance(event, BenchResult):
         return f"{stamp} benchmark done\n" + render_bench(event.report)
+    if isinstance(event, DiagnosticsCollected):
+        return (
+            f"{stamp} diagnostics bundle written: {event.path} ({event.size} bytes, "
+            f"{len(event.files)} files)\n" + _indent(event.summary.splitlines())
+        )
     raise TypeError(f"no rendering for {type(event).__name__}")
 
 
@@ -126,6 +132,18 @@ def render_bench(report: BenchReport) -> str:
             )
         lines.append(
             "      (output = tokens / wall time incl. TTFT; decode agg = concurrency x 1/TPOT)"
+        )
+    if report.depth:
+        lines.append("     depth  prompt tok  TTFT ms  prefill tok/s  decode tok/s   ok")
+        for d in report.depth:
+            lines.append(
+                f"    {d.depth:6d}  {_num(d.prompt_tokens, '.0f'):>10}"
+                f"  {_num(d.ttft_s, '.0f', 1000):>7}  {_num(d.prefill_tok_s):>13}"
+                f"  {_num(d.decode_tok_s):>12}  {d.ok}/{d.requests}"
+                + (f"  {d.errors[0]}" if d.errors else "")
+            )
+        lines.append(
+            "      (prefill = prompt tokens / TTFT; decode = 1/TPOT at that depth; medians)"
         )
     for comparison in report.comparisons:
         lines.append(f"    vs previous: {comparison.metric}: {comparison.describe()}")

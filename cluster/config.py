@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     field_validator,
@@ -22,7 +24,7 @@ from pydantic import (
 )
 
 from cluster.errors import ConfigError
-from cluster.redact import looks_secret, redact, secret_name
+from cluster.redact import MASK, looks_secret, redact, secret_name
 
 # Values that end up in remote commands or Docker API calls: each pattern admits no shell
 # metacharacter, so even a quoting mistake downstream cannot turn config into code.
@@ -262,6 +264,31 @@ class Timeouts(_Model):
     down: Seconds = 60
 
 
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def _duration(value: object) -> object:
+    """`90`, `30m`, `1h`, `2d` -> seconds; a number is left for the field to check."""
+    if not isinstance(value, str):
+        return value
+    match = _DURATION.fullmatch(value.strip())
+    if match is None:
+        raise ValueError(f"{value[:20]!r}: expected seconds or a duration such as 30m, 1h or 2d")
+    return float(match[1]) * _UNIT_S[match[2]]
+
+
+Duration = Annotated[float, BeforeValidator(_duration), Field(gt=0, le=7 * 86_400)]
+
+
+class RestartPolicy(_Model):
+    """Opt-in: when the watch sees the server die, tear down and launch again in the launch's
+    thread, at most `max` times within `within` (then say so and stop)."""
+
+    max: int = Field(ge=1, le=20, description="relaunches allowed within the window")
+    within: Duration = Field(3600, description="the window: seconds, or 30m, 1h, 2d")
+
+
 class ClusterConfig(_Model):
     name: Name = "sparks"
     nodes: list[NodeConfig] = Field(min_length=1, description="head first")
@@ -271,6 +298,9 @@ class ClusterConfig(_Model):
     api: APIConfig = APIConfig()
     timeouts: Timeouts = Timeouts()
     log_tail_lines: int = Field(30, ge=1, le=500)
+    restart: RestartPolicy | None = Field(
+        None, description="relaunch after a death while watched (off unless given)"
+    )
     knowledge: Knowledge = Field(
         Knowledge(),
         description="in YAML, the path of a knowledge file (extra failure rows and "
@@ -362,6 +392,29 @@ class Secrets:
 
     def __repr__(self) -> str:
         return f"Secrets({sorted(self._values)})"
+
+
+def shown_cluster(
+    config: ClusterConfig, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The cluster section as data fit to show: variables whose name or value looks secret
+    masked, `secret_env` as the names it reads (set or not, when `environ` is given), never
+    the values. Callers redact the text they make of it as well (a token may sit elsewhere,
+    as in serve.extra_args)."""
+    data = config.model_dump(mode="json")
+    container = data["container"]
+    container["env"] = {
+        key: (MASK if secret_name(key) or looks_secret(str(value)) else value)
+        for key, value in container["env"].items()
+    }
+
+    def hidden(src: str) -> str:
+        if environ is None:
+            return f"${src} (value hidden)"
+        return f"${src} ({'set' if environ.get(src) else 'NOT SET'}, value hidden)"
+
+    container["secret_env"] = {dest: hidden(src) for dest, src in container["secret_env"].items()}
+    return data
 
 
 def resolve_secrets(config: ClusterConfig, environ: dict[str, str]) -> Secrets:

@@ -8,13 +8,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Collection, Sequence
 from contextlib import aclosing
+from pathlib import Path
 
 from cluster import api
 from cluster.bench.history import BenchHistory, cluster_fingerprint
 from cluster.bench.runner import DEFAULT_PROMPT, BenchOptions, run_bench
 from cluster.checkpoints import BENCH
 from cluster.config import ClusterConfig, Secrets
-from cluster.events import Event, LogTail, Removed, StatusReport
+from cluster.diag import collect
+from cluster.events import DiagnosticsCollected, Event, LogTail, Progress, Removed, StatusReport
 from cluster.failures import CLUSTER_NOT_UP
 from cluster.inventory import (
     container_state,
@@ -124,11 +126,13 @@ class Controller:
         runs: int = 3,
         prompt: str = DEFAULT_PROMPT,
         requests_per_level: int | None = None,
+        depth: Sequence[int] = (),
         allow_busy: bool = False,
         history: BenchHistory | None = None,
     ) -> AsyncGenerator[Event, None]:
-        """Single stream (warm-up + median of `runs`), then a sweep over `concurrency`; ends with
-        BenchResult (compared with the last run of the same setup in `history`) or Failed."""
+        """Single stream (warm-up + median of `runs`), then a sweep over `concurrency`, then
+        `runs` requests at each prompt length in `depth`; ends with BenchResult (compared with
+        the last run of the same setup in `history`) or Failed."""
         reporter = Reporter()
         options = BenchOptions(
             prompt=prompt,
@@ -136,6 +140,7 @@ class Controller:
             runs=runs,
             concurrency=tuple(concurrency),
             requests_per_level=requests_per_level,
+            depth=tuple(depth),
             allow_busy=allow_busy,
         )
         options.validate()
@@ -180,6 +185,41 @@ class Controller:
                 container=container,
                 lines=text or [f"(no container {container} on {name})"],
             )
+
+    async def diagnostics(
+        self,
+        output: Path,
+        *,
+        events: Sequence[str] = (),
+        events_note: str = "",
+        log_lines: int = 2000,
+    ) -> AsyncGenerator[Event, None]:
+        """Collect the diagnostics bundle from every node at once (cluster/diag.py) and write it
+        to `output`; `events`: the JSON lines of the job it is for."""
+        reporter = Reporter()
+        async with connect_cluster(self.config) as connection:
+            yield Progress(
+                elapsed_s=reporter.elapsed(),
+                phase="diag",
+                message=f"collecting from {len(connection.nodes)} node(s)",
+            )
+            result = await collect(
+                self.config,
+                self.secrets,
+                connection,
+                events=events,
+                events_note=events_note,
+                log_lines=log_lines,
+            )
+        await asyncio.to_thread(output.write_bytes, result.archive)
+        yield DiagnosticsCollected(
+            elapsed_s=reporter.elapsed(),
+            path=str(output),
+            size=len(result.archive),
+            summary=result.summary,
+            files=result.files,
+            problems=result.problems,
+        )
 
     async def down(self) -> AsyncGenerator[Event, None]:
         """Stop and remove our container on every node; idempotent."""

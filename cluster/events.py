@@ -126,8 +126,29 @@ class BenchResult(_Event):
     report: BenchReport
 
 
+class DiagnosticsCollected(_Event):
+    """A diagnostics bundle written to `path` (cluster/diag.py)."""
+
+    kind: Literal["diag"] = "diag"
+    path: str
+    size: int = Field(description="bytes of the .tar.gz")
+    summary: str = Field(description="SUMMARY.txt, the bundle's first file")
+    files: list[str]
+    problems: list[str] = Field(
+        default_factory=list, description="what could not be collected, and why"
+    )
+
+
 Event = Annotated[
-    CheckpointPassed | Progress | Failed | Ready | StatusReport | LogTail | Removed | BenchResult,
+    CheckpointPassed
+    | Progress
+    | Failed
+    | Ready
+    | StatusReport
+    | LogTail
+    | Removed
+    | BenchResult
+    | DiagnosticsCollected,
     Field(discriminator="kind"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

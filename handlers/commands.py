@@ -12,6 +12,7 @@ from typing import ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cluster.bench.depth import parse_depths
 from cluster.bench.runner import BenchLimits, BenchOptions
 from cluster.config import ClusterConfig
 from handlers.errors import CommandError
@@ -102,6 +103,7 @@ class Bench(BaseCommand):
     concurrency: list[int] = Field(default_factory=list)
     max_tokens: int = 128
     runs: int = 3
+    depth: list[int] = Field(default_factory=list)
 
     @classmethod
     def parse(cls, args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Bench:
@@ -112,16 +114,24 @@ class Bench(BaseCommand):
                     values[key] = parse_concurrency(value)
                 except CommandError as error:
                     raise CommandError(f"`bench`: {error}") from None
+            elif key == "depth":
+                try:
+                    values[key] = parse_depths(value)
+                except ValueError as error:
+                    raise CommandError(f"`bench`: {error}") from None
             elif key in {"max_tokens", "runs"}:
                 values[key] = _int("bench", key, value)
             else:
                 raise CommandError(
-                    f"`bench`: unknown option `{key}` (concurrency, max_tokens, runs)"
+                    f"`bench`: unknown option `{key}` (concurrency, max_tokens, runs, depth)"
                 )
         command = Bench.model_validate(values)
         check_bench(
             BenchOptions(
-                max_tokens=command.max_tokens, runs=command.runs, concurrency=command.concurrency
+                max_tokens=command.max_tokens,
+                runs=command.runs,
+                concurrency=command.concurrency,
+                depth=command.depth,
             ),
             chat_bench_limits(commands),
             "`bench`: ",
@@ -132,6 +142,8 @@ class Bench(BaseCommand):
         parts = ["bench", f"max_tokens={self.max_tokens}", f"runs={self.runs}"]
         if self.concurrency:
             parts.append("concurrency=" + ",".join(map(str, self.concurrency)))
+        if self.depth:
+            parts.append("depth=" + ",".join(map(str, self.depth)))
         return " ".join(parts)
 
 
@@ -169,6 +181,10 @@ class Down(BaseCommand):
     name: ClassVar[str] = "down"
 
 
+class Diag(BaseCommand):
+    name: ClassVar[str] = "diag"
+
+
 class Cancel(BaseCommand):
     name: ClassVar[str] = "cancel"
 
@@ -177,7 +193,7 @@ class Help(BaseCommand):
     name: ClassVar[str] = "help"
 
 
-Command = Up | Verify | Bench | Status | Logs | Down | Cancel | Help
+Command = Up | Verify | Bench | Status | Logs | Diag | Down | Cancel | Help
 CHAT_MAX_RUNS = 20  # a chat bench stays short: more runs from the CLI
 
 

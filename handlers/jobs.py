@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
@@ -15,10 +16,10 @@ from functools import partial
 from typing import Any, TypeVar
 
 from cluster.aio import finish_uncancelled, log_failure
-from cluster.checkpoints import Checkpoint
+from cluster.checkpoints import Checkpoint, launch_plan
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
-from cluster.events import Event, Failed, Progress, StatusReport
+from cluster.events import Event, Failed, Progress, Ready, StatusReport
 from handlers.chat import Chat, Posted
 from handlers.commands import apply_serve
 from handlers.errors import AnotherInstance, Busy, StoreUnavailable
@@ -32,6 +33,9 @@ from handlers.store import JobRecord, LockRecord, Owner, Store, now
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+LAUNCHES = ("up", "restart")  # the jobs that leave a server to watch
+EVENTS_KEPT = 2000  # the latest events of jobs and watches, for a diagnostics bundle
 
 ControllerFactory = Callable[[ClusterConfig], Controller]
 
@@ -99,6 +103,16 @@ class JobManager:
         self._writes: set[asyncio.Task[bool]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
         self._reconciled = asyncio.Event()
+        self._recent: deque[tuple[int, str]] = deque(maxlen=EVENTS_KEPT)  # (job id, JSON line)
+        self._restarts: deque[float] = deque()  # when the restart policy relaunched (loop time)
+
+    def keep(self, job_id: int, event: Event) -> None:
+        """Remember an event of a job (or its watch) for `events_of`; the oldest go first."""
+        self._recent.append((job_id, event.to_json()))
+
+    def events_of(self, job_id: int) -> list[str]:
+        """The events of job `job_id` this bot still holds (JSON lines, oldest first)."""
+        return [line for owner, line in self._recent if owner == job_id]
 
     # -- owned tasks ------------------------------------------------------------------------
 
@@ -236,8 +250,9 @@ class JobManager:
         the last successful `/spark up` applied (kept in the store, so also after a restart)."""
         return apply_serve(self.cluster, await self.store.launch(self.cluster.name))
 
-    async def run(self, record: JobRecord, plan: JobPlan) -> Job:
-        """Post the parent, feed it the events, finish it; the lock is released in every case."""
+    async def run(self, record: JobRecord, plan: JobPlan, *, thread: str | None = None) -> Job:
+        """Post the parent (in `thread` if given), feed it the events, finish it; the lock is
+        released in every case."""
         events = plan.events
         claim = self.claim
         assert claim is not None and claim.lock.job.id == record.id, "run a job open_job opened"
@@ -265,6 +280,7 @@ class JobManager:
             settings=self.settings.jobs,
             deliveries=self.deliveries,
             on_posted=on_posted,
+            thread=thread,
             on_parent=lambda m: journal.write(
                 f"job {record.id}'s progress",
                 lambda: self.store.save_parent(record.id, m.model_dump_json()),
@@ -280,6 +296,7 @@ class JobManager:
             async with aclosing(events):
                 async for event in events:
                     job.events.append(event)
+                    self.keep(record.id, event)
                     await view.event(event)
                     if plan.on_event:
                         await plan.on_event(job, event)
@@ -445,6 +462,7 @@ class JobManager:
         try:
             async with aclosing(events):
                 async for event in events:
+                    self.keep(record.id, event)
                     if isinstance(event, Progress) and event.phase in MONITORING:
                         title, tone = MONITORING[event.phase]
                         await view.reply(
@@ -477,6 +495,9 @@ class JobManager:
                                 record.link,
                             ),
                         )
+                        if self.cluster.restart is not None:
+                            # its own task: the relaunch's watch replaces this one
+                            self.spawn(self._restart(record, view), f"restart-after-{record.id}")
                         return
         except asyncio.CancelledError:
             raise
@@ -490,6 +511,75 @@ class JobManager:
                     "state; `/spark verify` re-checks it.",
                 )
             )
+
+    # -- the restart policy -----------------------------------------------------------------
+
+    async def _restart(self, record: JobRecord, view: JobView) -> None:
+        """After the watch of `record` reported the server dead: unless the policy's maximum
+        within its window is reached or another job holds the lock, a job of the launcher's
+        tears down and launches again in the same thread, with the launch's checkpoints."""
+        policy = self.cluster.restart
+        assert policy is not None
+        now = asyncio.get_running_loop().time()
+        while self._restarts and now - self._restarts[0] >= policy.within:
+            self._restarts.popleft()
+        window = _span(policy.within)
+        if len(self._restarts) >= policy.max:
+            why = f"already restarted {len(self._restarts)} time(s) within {window} (restart.max)"
+            await self._no_restart(record, view, why)
+            return
+        try:
+            restart = await self.open_job("restart", record.user, record.channel)
+        except Busy as busy:
+            holder = busy.holder.job
+            why = f"job #{holder.id} `/spark {holder.command}` holds the lock"
+            await self._no_restart(record, view, why)
+            return
+        except StoreUnavailable as error:
+            await self._no_restart(record, view, str(error))
+            return
+        self._restarts.append(now)
+        count = f"{len(self._restarts)} of {policy.max} within {window}"
+        config = await self.launched_config()
+        controller = self.controller_for(config)
+
+        async def down_then_up() -> AsyncGenerator[Event, None]:
+            async with aclosing(controller.down()) as removing:
+                async for event in removing:
+                    yield event
+            async with aclosing(controller.up(replace=True)) as launching:
+                async for event in launching:
+                    yield event
+
+        async def relaunched(job: Job, event: Event) -> None:
+            if isinstance(event, Ready):
+                await self.start_watch(job.record, job.view, job.journal)
+
+        plan = JobPlan(
+            title=f"🔁 Restart {count} of `{self.cluster.name}`",
+            checkpoints=launch_plan(config),
+            events=down_then_up(),
+            on_event=relaunched,
+            success_footer=lambda job: "Ready again",
+        )
+        await self.run(restart, plan, thread=view.thread)
+
+    async def _no_restart(self, record: JobRecord, view: JobView, why: str) -> None:
+        await view.reply(
+            Message(
+                title="🛑 Not restarting",
+                tone="warning",
+                mention=record.user,
+                text=f"<@{record.user}> {escape(why)}. `/spark up` launches it again.",
+            ),
+            broadcast=True,
+        )
+        await self.journal.write(
+            "the restart's audit",
+            lambda: self.store.audit(
+                record.user, record.channel, "restart", f"not restarted: {why}", record.id
+            ),
+        )
 
     # -- after a restart --------------------------------------------------------------------
 
@@ -578,7 +668,9 @@ class JobManager:
             and all(c.running for c in report.containers)
         )
         watch = await self.store.watch(self.cluster.name)
-        launched = next((j for j in reversed(interrupted) if j.command.split()[0] == "up"), None)
+        launched = next(
+            (j for j in reversed(interrupted) if j.command.split()[0] in LAUNCHES), None
+        )
         if launched and running:
             watch = launched
         for record in interrupted:
@@ -637,6 +729,14 @@ def describe_state(report: StatusReport | None) -> str:
         report.api_healthy
     ]
     return ", ".join(parts) + f"; {health}"
+
+
+def _span(seconds: float) -> str:
+    """1h, 30m, 90s: a window as the config may write it."""
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def _took(started: float) -> str:

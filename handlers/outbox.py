@@ -137,9 +137,11 @@ class Outbox:
         posted: Posted | None = None,
         on_posted: Callable[[Posted], Awaitable[None]] | None = None,
         on_undelivered: Callable[[Message, int], Awaitable[None]] | None = None,
+        thread: str | None = None,
     ):
         self.chat = chat.without_waiting()
         self.channel = channel
+        self.thread = thread  # the parent posted as a reply there (a restart), and the replies
         self.name = name
         self.settings = settings
         self.deliveries = deliveries
@@ -280,7 +282,7 @@ class Outbox:
         message = self._parent
         assert message is not None
         if self.posted is None:
-            posted = await self.chat.post(self.channel, message)
+            posted = await self.chat.post(self.channel, message, thread=self.thread)
             self.posted = posted
             self._sent(message)
             if self.on_posted is not None:
@@ -300,7 +302,7 @@ class Outbox:
 
     async def _send_reply(self) -> None:
         reply = self._replies[0]
-        thread = self.posted.ts if self.posted else None
+        thread = self.thread or (self.posted.ts if self.posted else None)
         if not reply.posted:
             await self.chat.post(
                 self.channel, reply.message, thread=thread, broadcast=reply.broadcast

@@ -84,6 +84,7 @@ class JobView:
         link: str | None = None,
         on_parent: Callable[[Message], Awaitable[object]] | None = None,
         on_posted: Callable[[Posted], Awaitable[None]] | None = None,
+        thread: str | None = None,
     ):
         self.deliver = Delivery(chat)
         self.chat = chat
@@ -102,6 +103,7 @@ class JobView:
             posted=posted,
             on_posted=self._posted,
             on_undelivered=self._undelivered,
+            thread=thread,
         )
         self.link = link
         self.items: dict[str, ChecklistItem] = {c.id: ChecklistItem(title=c.title) for c in plan}
@@ -128,6 +130,11 @@ class JobView:
     @property
     def posted(self) -> Posted | None:
         return self.outbox.posted
+
+    @property
+    def thread(self) -> str | None:
+        """The thread its replies go to: the one it was opened in, else its own parent's."""
+        return self.outbox.thread or (self.posted.ts if self.posted else None)
 
     async def delivered(self) -> None:
         """Until the chat has everything queued so far (or it was given up)."""
@@ -211,12 +218,12 @@ class JobView:
             await self.refresh()
         elif isinstance(event, BenchResult):
             chart = None
-            if sum(1 for level in event.report.sweep if level.ok) >= 2:
+            if has_chart(event.report):
                 # matplotlib takes a while: imported when first needed (the CLI imports this module
                 # for its help), drawn in a thread, not on the event loop
-                from handlers.bench_chart import sweep_chart_png
+                from handlers.bench_chart import bench_chart_png
 
-                chart = await asyncio.to_thread(sweep_chart_png, event.report)
+                chart = await asyncio.to_thread(bench_chart_png, event.report)
             await self.reply(bench_message(event.report, chart))
 
     async def _passed(self, event: CheckpointPassed) -> None:
@@ -330,12 +337,24 @@ def ready_message(event: Ready) -> Message:
     return Message(title="✅ Ready", text="\n".join(lines), tone="success")
 
 
+def chart_title(report: BenchReport) -> str:
+    parts = (["Throughput and TTFT by concurrency"] if len(report.sweep) >= 2 else []) + (
+        ["TTFT, prefill and decode by prompt length"] if report.depth else []
+    )
+    return "; ".join(parts) or "Benchmark"
+
+
+def has_chart(report: BenchReport) -> bool:
+    """A picture is worth it: two levels of the sweep, or a depth that was measured."""
+    return sum(1 for level in report.sweep if level.ok) >= 2 or any(d.ok for d in report.depth)
+
+
 def _num(value: float | None, scale: float = 1.0, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value * scale, fmt)
 
 
 def bench_message(report: BenchReport, chart: bytes | None = None) -> Message:
-    """The result in the thread; `chart`: the sweep as PNG bytes (`sweep_chart_png`), if drawn."""
+    """The result in the thread; `chart`: the sweep and depth as a PNG (`bench_chart_png`)."""
     lines = [f"`{escape(report.model)}`, {report.settings.max_tokens} max tokens"]
     single = report.single
     if single:
@@ -353,6 +372,16 @@ def bench_message(report: BenchReport, chart: bytes | None = None) -> Message:
                 f"{_num(level.per_stream_decode_tok_s):>10}  {_num(level.ttft_p50_s, 1000, '.0f'):>11}"
                 f"  {level.ok}/{level.requests}"
             )
+    if report.depth:
+        table += [""] if table else []
+        table.append(" depth  prompt tok  TTFT ms  prefill tok/s  decode tok/s  ok")
+        for d in report.depth:
+            table.append(
+                f"{d.depth:6d}  {_num(d.prompt_tokens, fmt='.0f'):>10}"
+                f"  {_num(d.ttft_s, 1000, '.0f'):>7}  {_num(d.prefill_tok_s):>13}"
+                f"  {_num(d.decode_tok_s):>12}  {d.ok}/{d.requests}"
+            )
+        lines += [f"⚠ depth {d.depth}: {escape(d.errors[0])}" for d in report.depth if d.errors]
     sample = report.sample
     if sample and sample.budget_spent_in_reasoning:
         lines.append(
@@ -368,16 +397,23 @@ def bench_message(report: BenchReport, chart: bytes | None = None) -> Message:
     attachment = None
     if chart is not None:
         attachment = Attachment(
-            filename="bench-sweep.png", title="Throughput and TTFT by concurrency", content=chart
+            filename="bench.png" if report.depth else "bench-sweep.png",
+            title=chart_title(report),
+            content=chart,
         )
     return Message(
         title="📊 Benchmark",
         text="\n".join(lines),
         tone="success",
         code=table,
-        code_title="concurrency sweep" if table else None,
+        code_title=_table_title(report) if table else None,
         attachment=attachment,
     )
+
+
+def _table_title(report: BenchReport) -> str:
+    parts = (["concurrency sweep"] if report.sweep else []) + (["depth"] if report.depth else [])
+    return " and ".join(parts)
 
 
 def _one_line(text: str) -> str:

@@ -10,10 +10,14 @@ and posts its progress in the channel.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import shutil
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -21,7 +25,14 @@ from pydantic import ValidationError
 from cluster.checkpoints import BENCH, launch_plan, verify_plan
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
-from cluster.events import BenchResult, Event, LogTail, Ready, StatusReport
+from cluster.events import (
+    BenchResult,
+    DiagnosticsCollected,
+    Event,
+    LogTail,
+    Ready,
+    StatusReport,
+)
 from cluster.redact import redact
 from handlers import commands as c
 from handlers.bench_history import StoreHistory
@@ -200,6 +211,84 @@ async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Messa
     )
 
 
+MAX_UPLOAD_BYTES = 1_000_000_000  # Slack's limit for one file; a bundle is bounded far below
+
+
+async def _diag(d: Dispatcher, command: c.Diag, invocation: Invocation) -> Message:
+    """Collect the bundle, then upload it to the thread of the cluster's job (the one running,
+    else the watched launch) when that job is in this channel, else to a new message here."""
+    job = d.jobs.claim.lock.job if d.jobs.claim else await d.store.watch(d.cluster.name)
+    events = d.jobs.events_of(job.id) if job else []
+    note = (
+        f"job #{job.id} `/spark {job.command}` by {job.user}: the {len(events)} events this bot "
+        "still holds of it"
+        if job
+        else "no job of this cluster is running or watched"
+    )
+    workdir = await asyncio.to_thread(tempfile.mkdtemp, prefix="spark-diag-")
+    try:
+        found = [
+            e
+            async for e in d.controller_for(d.cluster).diagnostics(
+                Path(workdir) / "bundle.tar.gz", events=events, events_note=note
+            )
+        ]
+        collected = next(e for e in found if isinstance(e, DiagnosticsCollected))
+        content = await asyncio.to_thread(Path(collected.path).read_bytes)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, workdir, True)
+    nodes = len(d.cluster.nodes)
+    problems = collected.problems
+    said = f"{len(collected.files)} files from {nodes} node(s)" + (
+        f"; not collected: {escape('; '.join(problems))}" if problems else ""
+    )
+    if len(content) > MAX_UPLOAD_BYTES:
+        d.audit(invocation.user, invocation.channel, "diag", "too large to upload")
+        return Message(
+            title="The diagnostics bundle is too large for the chat",
+            tone="warning",
+            text=f"{len(content)} bytes: `spark-bot diag --config …` on the bot's host writes it "
+            "to a file; fewer `--lines` make it smaller.",
+        )
+    name = f"spark-diag-{d.cluster.name}-{job.id if job else 'cluster'}.tar.gz"
+    comment = f"🩺 Diagnostics of `{d.cluster.name}` for <@{invocation.user}>: {said}"[:3000]
+    try:
+        if job is not None and job.ts and job.channel == invocation.channel:
+            thread, where = job.ts, f"the thread of job #{job.id}"
+        else:
+            posted = await d.chat.post(
+                invocation.channel,
+                Message(
+                    title=f"🩺 Diagnostics of `{d.cluster.name}`",
+                    text=f"<@{invocation.user}> ran `/spark diag`: the bundle is in the thread.",
+                ),
+            )
+            thread, where = posted.ts, "a new thread here"
+        await d.chat.upload(
+            invocation.channel,
+            thread,
+            Attachment(filename=name, title=name, content=content),
+            comment,
+        )
+    except ChatError as error:
+        log.error("could not upload the diagnostics bundle: %s", error)
+        d.audit(invocation.user, invocation.channel, "diag", f"not uploaded: {error}")
+        return Message(
+            title="The diagnostics bundle could not be uploaded",
+            tone="warning",
+            text=f"{escape(error)}. `spark-bot diag --config …` on the bot's host writes it "
+            "to a file.",
+        )
+    d.audit(
+        invocation.user,
+        invocation.channel,
+        "diag",
+        f"uploaded to {where}: {len(collected.files)} files",
+        job.id if job else None,
+    )
+    return Message(title="Diagnostics bundle uploaded", text=f"In {where}: {said}.")
+
+
 # -- jobs -------------------------------------------------------------------------------------
 
 
@@ -284,6 +373,7 @@ async def _bench(
         concurrency=command.concurrency,
         max_tokens=command.max_tokens,
         runs=command.runs,
+        depth=command.depth,
         history=StoreHistory(d.store, d.jobs.journal, record.id),
     )
     return JobPlan(
@@ -357,9 +447,10 @@ SPECS: dict[str, CommandSpec] = {
         ),
         CommandSpec(
             c.Bench,
-            summary="measure TTFT and tok/s (single stream, optionally a concurrency sweep)",
+            summary="measure TTFT and tok/s (single stream, optionally a concurrency sweep and "
+            "long prompts: TTFT, prefill and decode tok/s at each depth)",
             level="operate",
-            arguments="[concurrency=1,2,4] [max_tokens=N] [runs=N]",
+            arguments="[concurrency=1,2,4] [max_tokens=N] [runs=N] [depth=1k,4k,16k]",
             example="bench concurrency=1,2,4 max_tokens=256",
             job=_bench,
         ),
@@ -376,6 +467,14 @@ SPECS: dict[str, CommandSpec] = {
             arguments="[head|worker|NODE] [LINES]",
             example="logs worker 200",
             answer=_logs,
+        ),
+        CommandSpec(
+            c.Diag,
+            summary="collect a diagnostics bundle from every node (logs, docker inspect, ray "
+            "status, nvidia-smi, fabric, memory, config with secrets masked, the job's events) "
+            "and upload it to the job's thread",
+            level="read",
+            answer=_diag,
         ),
         CommandSpec(
             c.Down,

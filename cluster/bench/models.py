@@ -106,6 +106,22 @@ class ConcurrencyLevel(_Model):
     requests_detail: list[RequestMetrics] = Field(default_factory=list)
 
 
+class DepthLevel(_Model):
+    """`requests` single-stream requests, one at a time, each with a prompt `depth` tokens
+    long (fitted with /tokenize; a fresh prefix each, so no prefix-cache hit); medians."""
+
+    depth: int = Field(description="prompt tokens asked for")
+    prompt_tokens: int | None = Field(None, description="prompt tokens the server counted (usage)")
+    requests: int
+    ok: int
+    errors: list[str] = Field(default_factory=list)
+    ttft_s: float | None = None
+    prefill_tok_s: float | None = Field(None, description="prompt tokens / TTFT")
+    decode_tok_s: float | None = Field(None, description="1 / TPOT at this depth")
+    tpot_s: float | None = None
+    requests_detail: list[RequestMetrics] = Field(default_factory=list)
+
+
 class MetricsCheck(_Model):
     """The client's token count against the change in vllm:generation_tokens_total."""
 
@@ -149,6 +165,7 @@ class BenchSettings(_Model):
         None, description="None: as many as the concurrency (one wave)"
     )
     ignore_eos: bool = True
+    depth: list[int] = Field(default_factory=list, description="prompt lengths measured, tokens")
 
 
 class Comparison(_Model):
@@ -178,6 +195,7 @@ class BenchReport(_Model):
     settings: BenchSettings
     single: BenchRun | None = None
     sweep: list[ConcurrencyLevel] = Field(default_factory=list)
+    depth: list[DepthLevel] = Field(default_factory=list)
     sample: SampleAnswer | None = None
     metrics_check: MetricsCheck
     client: ClientOverhead

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import httpx
 
 from cluster.api import api_client, vllm_version
+from cluster.bench.depth import MAX_DEPTH, measure_depth
 from cluster.bench.history import BenchHistory, compare, setup_key
 from cluster.bench.models import (
     BenchReport,
@@ -37,6 +38,7 @@ MAX_CONCURRENCY = 1024
 MAX_TOKENS = 32768
 MAX_RUNS = 100
 MAX_REQUESTS = 100_000
+MAX_DEPTHS = 8  # prompt lengths in one run: each is `runs` requests of up to a long prefill
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class BenchLimits:
     max_concurrency: int = MAX_CONCURRENCY
     max_runs: int = MAX_RUNS
     max_requests: int = MAX_REQUESTS
+    max_depth: int = MAX_DEPTH
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class BenchOptions:
     runs: int = 3
     concurrency: Sequence[int] = ()
     requests_per_level: int | None = None
+    depth: Sequence[int] = ()
     single: bool = True
     allow_busy: bool = False
     read_timeout: float = 600.0
@@ -90,8 +94,20 @@ class BenchOptions:
                 f"requests per level must be between 1 and {limits.max_requests}, "
                 f"not {self.requests_per_level}"
             )
-        if not self.single and not self.concurrency:
-            raise ValueError("nothing to measure: no single stream and no concurrency levels")
+        if len(self.depth) > MAX_DEPTHS:
+            raise ValueError(f"at most {MAX_DEPTHS} depths in one run, not {len(self.depth)}")
+        for d in self.depth:
+            if not 1 <= d <= limits.max_depth:
+                raise ValueError(
+                    f"each depth must be between 1 and {limits.max_depth} prompt tokens, not {d}"
+                )
+        repeated = sorted({d for d in self.depth if list(self.depth).count(d) > 1})
+        if repeated:
+            raise ValueError(f"depth {repeated[0]} appears twice")
+        if not self.single and not self.concurrency and not self.depth:
+            raise ValueError(
+                "nothing to measure: no single stream, no concurrency levels and no depths"
+            )
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -363,10 +379,34 @@ async def run_bench(
                     message=f"concurrency {c}: {level.output_tok_s:.1f} tok/s output, "
                     f"{level.ok}/{level.requests} ok",
                 )
+            depths = []
+            for d in options.depth:
+                yield Progress(
+                    elapsed_s=reporter.elapsed(),
+                    phase="bench",
+                    message=f"depth {d} tokens: {options.runs} requests",
+                )
+                depth = await measure_depth(
+                    client,
+                    model,
+                    d,
+                    runs=options.runs,
+                    max_tokens=options.max_tokens,
+                    count=tally.add,
+                )
+                depths.append(depth)
+                ttft = "-" if depth.ttft_s is None else f"{depth.ttft_s * 1000:.0f} ms"
+                yield Progress(
+                    elapsed_s=reporter.elapsed(),
+                    phase="bench",
+                    message=f"depth {d} tokens: TTFT {ttft}, {depth.ok}/{depth.requests} ok"
+                    + (f" ({depth.errors[0]})" if depth.errors else ""),
+                )
         check = await _metrics_check(client, model, before, tally, options.metrics_settle_s)
     wall = time.perf_counter() - started
     if tally.failed:
         warnings.append(f"{tally.failed} request(s) failed; figures exclude them")
+    warnings += [f"depth {d.depth}: {d.errors[0]}" for d in depths if d.errors and not d.requests]
     if check.matches is False:
         warnings.append(f"token cross-check mismatch: {check.detail}")
     lags_ms = [x * 1000 for x in lag.lags] or [0.0]
@@ -376,6 +416,7 @@ async def run_bench(
         runs=options.runs,
         concurrency=levels,
         requests_per_level=options.requests_per_level,
+        depth=list(options.depth),
     )
     report = BenchReport(
         at=datetime.now(UTC),
@@ -386,6 +427,7 @@ async def run_bench(
         settings=settings,
         single=single,
         sweep=sweep,
+        depth=depths,
         sample=sample,
         metrics_check=check,
         client=ClientOverhead(

@@ -160,8 +160,11 @@ class Engine:
             self.kv_in_use -= kv
             self.cond.notify_all()
 
-    def rate(self):
-        return P.per_stream_tok_s(self.profile, max(1, self.running))
+    def rate(self, depth=0):
+        """Per-stream decode tok/s now, for a request `depth` tokens deep (its prompt)."""
+        return P.per_stream_tok_s(self.profile, max(1, self.running)) * P.depth_factor(
+            self.profile, depth
+        )
 
     def add_tokens(self, n):
         with self.cond:
@@ -410,6 +413,8 @@ class Handler(BaseHTTPRequestHandler):
     # --- POST --------------------------------------------------------------------------
     def do_POST(self):
         e = self.engine
+        # vLLM times a request from its arrival: reading, tokenizing and queueing count in its TTFT
+        t_arrival = time.monotonic()
         path = self.path.split("?")[0]
         req = self._body()
         if not self._authorised(path):
@@ -493,7 +498,6 @@ class Handler(BaseHTTPRequestHandler):
         stream = bool(req.get("stream"))
         so = req.get("stream_options") or {}
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        t_arrival = time.monotonic()
         try:
             e.admit(prompt_tokens)
         except EngineDead:
@@ -502,7 +506,7 @@ class Handler(BaseHTTPRequestHandler):
             )
         with e.cond:
             e.prompt_total += prompt_tokens
-        state = {"sent": 0, "kv": prompt_tokens, "finished": False}
+        state = {"sent": 0, "kv": prompt_tokens, "prompt": prompt_tokens, "finished": False}
         try:
             if stream:
                 self._stream(
@@ -518,13 +522,14 @@ class Handler(BaseHTTPRequestHandler):
     def _pace(self, e, n, t_arrival, emit, state):
         """Call emit(i0, i1) for token groups at their absolute deadlines."""
         k = max(1, int(e.profile["tokens_per_chunk"]))
-        deadline = t_arrival + e.profile["ttft_s"]
+        depth = state.get("prompt", 0)
+        deadline = t_arrival + P.ttft_at(e.profile, depth)
         last = None
         i = 0
         while i < n:
             step = 1 if i == 0 else min(k, n - i)
             if i > 0:
-                deadline += step / e.rate()
+                deadline += step / e.rate(depth)
             sleep_until(deadline)
             if e.dead:
                 raise EngineDead()

@@ -4,6 +4,11 @@ Every profile: ttft_s, decode_tok_s (single stream), aggregate curve (concurrenc
 aggregate output tok/s, interpolated linearly in log2(concurrency), flat beyond the last
 point), tokens_per_chunk, weights, KV cache reference and the startup phase durations in
 nominal (real-hardware) seconds; SPARK_EMU_TIME_SCALE multiplies the phase durations only.
+
+Depth: a prompt of p tokens is prefilled at `prefill_tok_s` on top of `ttft_s` (the TTFT of an
+empty prompt), so TTFT(p) = ttft_s + p / prefill_tok_s; decoding p tokens deep runs at the
+shallow rate / (1 + p / decode_half_depth) (attention reads a KV cache that grows with p). The
+Spark figures for both are assumptions of the right order, not measurements.
 """
 
 import itertools
@@ -41,6 +46,8 @@ PROFILES = {
         "ttft_s": 2.3,
         "decode_tok_s": 27.0,
         "aggregate": [[1, 27.0], [2, 36.3], [4, 51.2], [8, 69.4], [16, 90.9], [32, 115.7]],
+        "prefill_tok_s": 2600.0,
+        "decode_half_depth": 65536,
         "tokens_per_chunk": 1,
         "weights_gb": 119.0,
         "phases": dict(_SPARK_PHASES),
@@ -50,6 +57,8 @@ PROFILES = {
         "ttft_s": 1.989,
         "decode_tok_s": 31.5,
         "aggregate": [[1, 31.5], [2, 42.4], [4, 59.7], [8, 81.0], [16, 106.0], [32, 135.0]],
+        "prefill_tok_s": 2600.0,
+        "decode_half_depth": 65536,
         "tokens_per_chunk": 1,
         "weights_gb": 119.0,
         "phases": dict(_SPARK_PHASES, load_weights=480.0),
@@ -59,6 +68,8 @@ PROFILES = {
         "ttft_s": 2.1,
         "decode_tok_s": 44.0,
         "aggregate": [[1, 44.0], [2, 58.0], [4, 79.0], [8, 104.0], [16, 131.0], [32, 160.0]],
+        "prefill_tok_s": 2600.0,
+        "decode_half_depth": 65536,
         "tokens_per_chunk": 4,
         "weights_gb": 119.0,
         "phases": dict(_SPARK_PHASES),
@@ -68,6 +79,8 @@ PROFILES = {
         "ttft_s": 0.05,
         "decode_tok_s": 400.0,
         "aggregate": [[1, 400.0], [2, 640.0], [4, 960.0], [8, 1360.0], [16, 1800.0], [32, 2400.0]],
+        "prefill_tok_s": 8192.0,
+        "decode_half_depth": 65536,
         "tokens_per_chunk": 1,
         "weights_gb": 119.0,
         "phases": dict(_QUICK_PHASES),
@@ -78,6 +91,8 @@ PROFILES = {
         "ttft_s": 0.2,
         "decode_tok_s": 100.0,
         "aggregate": [[1, 100.0], [2, 160.0], [4, 240.0], [8, 340.0], [16, 450.0], [32, 600.0]],
+        "prefill_tok_s": 8192.0,
+        "decode_half_depth": 65536,
         "tokens_per_chunk": 1,
         "weights_gb": 119.0,
         "phases": dict(_QUICK_PHASES),
@@ -128,19 +143,33 @@ def per_stream_tok_s(profile, concurrency):
     return aggregate_tok_s(profile, c) / c
 
 
-def truth(profile, concurrency=1):
-    """What a correct benchmark must measure against this profile at `concurrency`
-    simultaneous streams (steady state): TTFT, per-stream decode tok/s (=1/TPOT) and the
-    aggregate decode tok/s."""
+def ttft_at(profile, prompt_tokens):
+    """TTFT of a request whose prompt is `prompt_tokens` long: the fixed part plus its prefill."""
     p = _prof(profile)
-    per = per_stream_tok_s(p, concurrency)
+    return p["ttft_s"] + max(0, prompt_tokens) / p["prefill_tok_s"]
+
+
+def depth_factor(profile, prompt_tokens):
+    """How much slower decoding runs `prompt_tokens` deep than with an empty context (<= 1)."""
+    return 1.0 / (1.0 + max(0, prompt_tokens) / _prof(profile)["decode_half_depth"])
+
+
+def truth(profile, concurrency=1, prompt_tokens=0):
+    """What a correct benchmark must measure against this profile at `concurrency`
+    simultaneous streams (steady state) with prompts `prompt_tokens` long: TTFT, prefill tok/s
+    (prompt tokens / TTFT), per-stream decode tok/s (=1/TPOT) and the aggregate decode tok/s."""
+    p = _prof(profile)
+    per = per_stream_tok_s(p, concurrency) * depth_factor(p, prompt_tokens)
+    ttft = ttft_at(p, prompt_tokens)
     return {
         "profile": p.get("name"),
         "concurrency": concurrency,
-        "ttft_s": p["ttft_s"],
+        "prompt_tokens": prompt_tokens,
+        "ttft_s": ttft,
+        "prefill_tok_s": prompt_tokens / ttft,
         "per_stream_tok_s": per,
         "tpot_s": 1.0 / per,
-        "aggregate_tok_s": aggregate_tok_s(p, concurrency),
+        "aggregate_tok_s": per * concurrency,
         "tokens_per_chunk": p["tokens_per_chunk"],
     }
 

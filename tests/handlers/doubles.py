@@ -300,6 +300,12 @@ class ScriptedController:
     def watch(self, **options: Any) -> AsyncIterator[Event]:
         return self.scripts.play("watch", self.config, options)
 
+    async def diagnostics(self, output: Path, **options: Any) -> AsyncIterator[Event]:
+        """Plays the "diag" script; a bundle of a few bytes is written to `output` first."""
+        await asyncio.to_thread(output.write_bytes, b"a bundle")
+        async for event in self.scripts.play("diag", self.config, options):
+            yield event.model_copy(update={"path": str(output)})
+
 
 # -- events -----------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from handlers.specs import SPECS, CommandSpec, Confirmation, chat_usage, parse_c
 from tests.handlers.doubles import BOB, CH, CLUSTER, ScriptedControllers, running_dispatcher
 from tests.handlers.test_commands import COMMANDS
 
-SHARED_WITH_THE_CLI = ["up", "verify", "bench", "status", "logs", "down"]
+SHARED_WITH_THE_CLI = ["up", "verify", "bench", "status", "logs", "diag", "down"]
 
 
 def test_every_command_is_declared_once_with_the_access_level_the_settings_document():
@@ -21,6 +21,7 @@ def test_every_command_is_declared_once_with_the_access_level_the_settings_docum
         "bench": "operate",
         "status": "read",
         "logs": "read",
+        "diag": "read",
         "down": "operate",
         "cancel": "operate",
         "help": "read",
