@@ -40,9 +40,8 @@ IMAGE_HASH_LABEL = "spark-lab.source-hash"
 IMAGE_VARIANT_LABEL = "spark-lab.variant"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
-# libnuma1: the real engine's vLLM CPU kernels (vllm/_C_AVX2) link it. netcat-openbsd, rsync,
-# sudo: what the operators' launch scripts run in the containers as on a Spark.
-BASE_PACKAGES = ("python3", "procps", "iproute2", "libnuma1", "netcat-openbsd", "rsync", "sudo")
+# libnuma1: the real engine's vLLM CPU kernels (vllm/_C_AVX2) link it.
+BASE_PACKAGES = ("python3", "procps", "iproute2", "libnuma1")
 BASE_PACKAGES_LABEL = "spark-lab.base-packages"
 
 SSH_PORT = 22
