@@ -219,6 +219,10 @@ def ensure(nodes: list[T.Node], variant_node: int | None = None) -> str:
         raise LabError(f"{head.name} holds no {T.IMAGE_TAG} after the build")
     for n in nodes[1:]:
         if variant_node == n.index:
+            # the variant is made on top of the canonical image: a node left with an older
+            # build (the emulator changed since) needs the current one first
+            if not inspect(n, canonical):
+                copy_image(head, n)
             continue
         iid = image_id(n)
         if iid == canonical:
