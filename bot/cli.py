@@ -25,11 +25,11 @@ from cluster.bench.runner import (
     MAX_TOKENS,
     BenchOptions,
 )
-from cluster.config import resolve_secrets, shown_cluster
+from cluster.config import ClusterConfig, resolve_secrets, shown_cluster
 from cluster.controller import Controller
 from cluster.diagnosis import LogDiagnoser, first_error, unrecognised
 from cluster.errors import SparkBotError
-from cluster.events import Failed
+from cluster.events import Failed, StatusReport
 from cluster.failures import with_knowledge
 from cluster.redact import redact
 from handlers.commands import check_bench, parse_concurrency, resolve_node
@@ -47,9 +47,32 @@ def check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+# What runs a model takes its recipe (--recipe, else the config's own `recipe`); what looks at
+# or removes the containers (status, logs, down, recipes) works on every node of the cluster.
+_RECIPE_COMMANDS = ("up", "verify", "watch", "preflight", "bench")
+# What looks at a running server without --recipe: the recipe its head container was started with
+_FOLLOWS_THE_RUNNING_RECIPE = ("verify", "watch", "bench")
+
+
 def _controller(args: argparse.Namespace) -> Controller:
     cluster = load_config(args.config).cluster
+    if args.command in _RECIPE_COMMANDS:
+        recipe = args.recipe
+        if recipe is None and args.command in _FOLLOWS_THE_RUNNING_RECIPE and cluster.recipes:
+            recipe = asyncio.run(_running_recipe(cluster))
+        cluster = cluster.with_recipe(recipe)
     return Controller(cluster, resolve_secrets(cluster, dict(os.environ)))
+
+
+async def _running_recipe(cluster: ClusterConfig) -> str | None:
+    """The recipe label of the head's running container, if it names one of the config's."""
+    controller = Controller(cluster, resolve_secrets(cluster, dict(os.environ)))
+    async for event in controller.status():
+        if isinstance(event, StatusReport):
+            head = next((c for c in event.containers if c.node == cluster.head.name), None)
+            if head is not None and head.running and head.recipe in cluster.recipes:
+                return head.recipe
+    return None
 
 
 async def _print_events(events, as_json: bool) -> int:
@@ -229,6 +252,16 @@ def demo(args: argparse.Namespace) -> int:
 Command = Callable[[argparse.Namespace], int]
 
 
+def _recipe_option(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--recipe",
+        metavar="NAME",
+        default=None,
+        help="run this recipe of the config (default: verify, watch and bench the recipe the "
+        "running server was started with; otherwise the config's `recipe`, else its own serve)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="spark-bot",
@@ -245,7 +278,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("config", help="path to the YAML config")
 
     shared_with_chat = [
-        (name, SPECS[name].summary) for name in ("up", "verify", "status", "logs", "down")
+        (name, SPECS[name].summary)
+        for name in ("up", "verify", "status", "recipes", "logs", "down")
     ]
     for name, help_text in [
         *shared_with_chat,
@@ -255,6 +289,8 @@ def _parser() -> argparse.ArgumentParser:
         sub = command(name, _operation(name), help_text)
         sub.add_argument("--config", required=True, help="path to the YAML config")
         sub.add_argument("--json", action="store_true", help="print events as JSON lines")
+        if name in _RECIPE_COMMANDS:
+            _recipe_option(sub)
         if name == "up":
             sub.add_argument(
                 "--replace",
@@ -291,6 +327,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub = command("bench", bench, SPECS["bench"].summary)
     sub.add_argument("--config", required=True, help="path to the YAML config")
+    _recipe_option(sub)
     sub.add_argument(
         "--concurrency",
         type=_concurrency_list,

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cluster.config import ClusterConfig, Knowledge
 from cluster.errors import ConfigError
@@ -41,6 +41,16 @@ class SparkBotConfig(BaseModel):
     jobs: JobsConfig = JobsConfig()
     store: StoreConfig = StoreConfig()
     slack: SlackConfig = SlackConfig()
+
+    @model_validator(mode="after")
+    def _one_meaning_per_word(self) -> SparkBotConfig:
+        both = sorted(set(self.cluster.recipes) & set(self.commands.presets))
+        if both:
+            raise ValueError(
+                f"{both[0]!r} names both a recipe and a preset: `/spark up {both[0]}` would be "
+                "ambiguous; rename one"
+            )
+        return self
 
     @property
     def bot(self) -> BotSettings:
@@ -88,6 +98,22 @@ def load_knowledge(path: str | Path) -> Knowledge:
         raise ConfigError(_describe(path, root, exc)) from None
 
 
+RECIPES_FOLDER = "recipes"
+
+
+def _recipe_files(folder: Path) -> dict[str, tuple[Path, Any, yaml.Node | None]]:
+    """Every `*.yaml` in `folder`: recipe name (the file's stem) -> file, data, YAML tree."""
+    if not folder.is_dir():
+        return {}
+    found = {}
+    for file in sorted(folder.glob("*.yaml")):
+        data, root = _read_yaml(file, "recipe file")
+        if not isinstance(data, dict):
+            raise ConfigError(f"{file}: expected a recipe: a mapping with at least 'serve'")
+        found[file.stem] = (file, data, root)
+    return found
+
+
 def load_config(path: str | Path) -> SparkBotConfig:
     path = Path(path)
     data, root = _read_yaml(path, "config file")
@@ -97,24 +123,52 @@ def load_config(path: str | Path) -> SparkBotConfig:
     if isinstance(cluster, dict) and isinstance(cluster.get("knowledge"), str):
         named = Path(cluster["knowledge"]).expanduser()
         knowledge = load_knowledge(named if named.is_absolute() else path.resolve().parent / named)
-        data = {**data, "cluster": {**cluster, "knowledge": knowledge.model_dump()}}
+        cluster = {**cluster, "knowledge": knowledge.model_dump()}
+        data = {**data, "cluster": cluster}
+    files = _recipe_files(path.resolve().parent / RECIPES_FOLDER)
+    if isinstance(cluster, dict) and files:
+        inline = cluster.get("recipes") or {}
+        if not isinstance(inline, dict):
+            raise ConfigError(f"{path}: cluster.recipes must be a mapping of name -> recipe")
+        twice = sorted(set(inline) & set(files))
+        if twice:
+            raise ConfigError(
+                f"{path}: recipe {twice[0]!r} is both in the config and in "
+                f"{files[twice[0]][0]}: rename or remove one"
+            )
+        recipes = {**inline, **{name: data for name, (_, data, _) in files.items()}}
+        data = {**data, "cluster": {**cluster, "recipes": recipes}}
     try:
         config = SparkBotConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(path, root, exc)) from None
+        raise ConfigError(_describe(path, root, exc, files)) from None
     base = path.resolve().parent
     cluster = config.cluster.with_paths_relative_to(base)
     store = config.store.model_copy(update={"path": base / config.store.path.expanduser()})
     return config.model_copy(update={"cluster": cluster, "store": store})
 
 
-def _describe(path: Path, root: yaml.Node | None, exc: ValidationError) -> str:
+def _describe(
+    path: Path,
+    root: yaml.Node | None,
+    exc: ValidationError,
+    recipe_files: dict[str, tuple[Path, Any, yaml.Node | None]] | None = None,
+) -> str:
     lines = [f"{path}: {exc.error_count()} invalid setting(s)"]
     for error in exc.errors():
         location = [part for part in error["loc"] if not _is_type_tag(part)]
         field = ".".join(str(part) for part in location) or "(top level)"
         line = _line_of(root, location)
         where = f"line {line}: " if line else ""
+        named = (
+            location[2] if location[:2] == ["cluster", "recipes"] and len(location) > 2 else None
+        )
+        if recipe_files and named in recipe_files:
+            # a recipe from the folder: its own file, line and field
+            file, _, tree = recipe_files[str(named)]
+            line = _line_of(tree, location[3:])
+            field = f"recipe {named}: " + (".".join(str(p) for p in location[3:]) or "(top level)")
+            where = f"{file}" + (f" line {line}" if line else "") + ": "
         got = error.get("input")
         # Never echo what was written under secret_env or env, or under a name that says secret:
         # it may be a pasted secret. Elsewhere the value is shown redacted (a token in extra_args).

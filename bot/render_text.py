@@ -12,6 +12,7 @@ from cluster.events import (
     LogTail,
     Progress,
     Ready,
+    RecipesReport,
     Removed,
     StatusReport,
 )
@@ -49,6 +50,10 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
         text = f"{stamp} READY: {event.model} at {event.api_url}" + (
             f" (vLLM {event.vllm_version})" if event.vllm_version else ""
         )
+        if event.recipe:
+            text += f"\n    recipe: {event.recipe}"
+        if event.memory:
+            text += f"\n    memory: {event.memory}"
         if event.sample:
             s = event.sample
             rate = f"{s.decode_tps:.1f} tok/s" if s.decode_tps else "n/a"
@@ -62,7 +67,8 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
         rows = []
         for c in event.containers:
             since = f" since {c.started_at:%Y-%m-%d %H:%M:%S}" if c.started_at and c.running else ""
-            rows.append(f"    {c.node}: {c.container} {c.status}{since}")
+            recipe = f" (recipe {c.recipe})" if c.recipe else ""
+            rows.append(f"    {c.node}: {c.container} {c.status}{since}{recipe}")
         health = {True: "healthy", False: "NOT healthy", None: "unknown"}[event.api_healthy]
         version = f", vLLM {event.vllm_version}" if event.vllm_version else ""
         return (
@@ -70,6 +76,8 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
             + "\n".join(rows)
             + f"\n    API: {health} ({event.api_detail}{version})"
         )
+    if isinstance(event, RecipesReport):
+        return render_recipes(event)
     if isinstance(event, LogTail):
         return (
             f"{stamp} last {len(event.lines)} lines of {event.container} on {event.node}\n"
@@ -97,7 +105,9 @@ def render_bench(report: BenchReport) -> str:
     image = (fp.image_id or "")[:19] or fp.image or "?"
     version = f", vLLM {fp.vllm_version}" if fp.vllm_version else ""
     lines = [
-        f"    {report.model} at {report.base_url} (setup {report.setup_key}, image {image}{version})",
+        f"    {report.model} at {report.base_url} (setup {report.setup_key}, image {image}{version}"
+        + (f", recipe {fp.serve['recipe']}" if fp.serve.get("recipe") else "")
+        + ")",
         f"    {report.settings.max_tokens} max tokens, prompt {report.settings.prompt[:60]!r}",
     ]
     if report.sample:
@@ -160,3 +170,24 @@ def render_bench(report: BenchReport) -> str:
     )
     lines += [f"    ⚠ {w}" for w in report.warnings]
     return "\n".join(lines)
+
+
+def render_recipes(report: RecipesReport) -> str:
+    """One block a recipe: model, nodes, parallelism, what it needs, which one runs."""
+    if not report.recipes:
+        return "no recipes: add `recipes:` to the config, or files to a recipes/ folder beside it"
+    blocks = []
+    for r in report.recipes:
+        marks = "  [running]" if r.running else ""
+        marks += "  [default]" if r.default else ""
+        served = f" as {r.served_model_name}" if r.served_model_name else ""
+        blocks.append(
+            f"{r.name}{marks}\n"
+            + (f"    {r.description}\n" if r.description else "")
+            + f"    model: {r.model}{served}, image {r.image}\n"
+            f"    nodes: {', '.join(r.nodes)} (TP {r.tensor_parallel_size} x PP "
+            f"{r.pipeline_parallel_size}, backend {r.backend})\n"
+            f"    needs: {r.needs}" + "".join(f"\n    source: {source}" for source in r.sources)
+        )
+    footer = [f"running: {report.running or 'none'}"] + ([report.detail] if report.detail else [])
+    return "\n".join(blocks + footer)

@@ -112,6 +112,7 @@ CHECKPOINTS: tuple[Checkpoint, ...] = (
     Checkpoint("image", "Same image on every node", "preflight"),
     Checkpoint("interfaces", "RoCE and fabric interfaces", "preflight"),
     Checkpoint("memory", "Free memory for the model", "preflight"),
+    Checkpoint("fit", "The model fits (weights, KV cache, overhead)", "preflight"),
     Checkpoint("no_stale_container", "No leftover container", "preflight"),
     Checkpoint("api_port", "API and cluster ports free on the head", "preflight"),
     Checkpoint("containers", "Containers started", "containers"),

@@ -76,6 +76,13 @@ class SSHConfig(_Model):
         "none is read unless named, and agent forwarding stays off either way",
     )
 
+    @field_validator("key", "known_hosts", "config_file")
+    @classmethod
+    def _no_nul(cls, path: Path | None) -> Path | None:
+        if path is not None and "\x00" in str(path):
+            raise ValueError("a path cannot hold a NUL character")
+        return path
+
 
 class NodeConfig(_Model):
     name: Name
@@ -87,6 +94,13 @@ class NodeConfig(_Model):
         default_factory=dict,
         description="driver 'local': environment variables set for the node's host commands "
         "(e.g. PATH), on top of the bot's own environment",
+    )
+    memory_gib: float | None = Field(
+        None,
+        gt=0,
+        le=100_000,
+        description="the memory vLLM sees on this node, for the fit check (a GB10 reports "
+        "121.63 GiB); default: the node's MemTotal (unified memory)",
     )
 
     @model_validator(mode="after")
@@ -143,18 +157,22 @@ class ContainerConfig(_Model):
     @field_validator("env")
     @classmethod
     def _plain_values(cls, env: dict[str, str]) -> dict[str, str]:
-        for key, value in env.items():
-            if SECRET_LOOKING.search(key):
-                raise ValueError(
-                    f"env {key} looks like a secret: move it to secret_env ({key}: NAME of the "
-                    "bot's environment variable holding it) so its value never sits in the config"
-                )
-            if not _SAFE_VALUE.match(value):
-                shown = "" if secret_name(key) or looks_secret(value) else f"={value!r}"
-                raise ValueError(
-                    f"env {key}{shown}: values may hold letters, digits and ._:/,=+@%- only"
-                )
-        return env
+        return _plain_env(env)
+
+
+def _plain_env(env: dict[str, str]) -> dict[str, str]:
+    for key, value in env.items():
+        if SECRET_LOOKING.search(key):
+            raise ValueError(
+                f"env {key} looks like a secret: move it to secret_env ({key}: NAME of the "
+                "bot's environment variable holding it) so its value never sits in the config"
+            )
+        if not _SAFE_VALUE.match(value):
+            shown = "" if secret_name(key) or looks_secret(value) else f"={value!r}"
+            raise ValueError(
+                f"env {key}{shown}: values may hold letters, digits and ._:/,=+@%- only"
+            )
+    return env
 
 
 class ServeConfig(_Model):
@@ -204,6 +222,46 @@ class APIConfig(_Model):
         description="the bot's environment variable holding an API key: vLLM then "
         "answers /v1/* only with `Authorization: Bearer <key>`, which the bot's own client sends",
     )
+
+
+RecipeName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,47}$")]
+# What a recipe takes from the cluster's `serve` unless it says otherwise: how this cluster runs
+# (parallelism, memory share, ports), never which model it serves or with which flags.
+INHERITED_SERVE = (
+    "backend",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "gpu_memory_utilization",
+    "port",
+    "ray_port",
+    "master_port",
+    "min_free_memory_gib",
+)
+
+
+class Recipe(_Model):
+    """A named, complete model setup: `up RECIPE` runs the cluster with it.
+
+    Its `serve` is a whole serve section (model, flags, parallelism); the settings in
+    INHERITED_SERVE it leaves out come from the cluster's `serve`. Image, env and mounts are
+    added to the cluster's container (env and mounts on top, the image in place of its)."""
+
+    description: str = Field("", max_length=300)
+    sources: list[Annotated[str, Field(max_length=300)]] = Field(
+        default_factory=list, description="where its flags come from (URLs, documents)"
+    )
+    nodes: Literal["all", "head"] = Field(
+        "all", description="every node of the cluster, or the head alone (a model that fits one)"
+    )
+    image: str | None = Field(None, pattern=_IMAGE)
+    env: dict[EnvName, str] = Field(default_factory=dict)
+    mounts: list[Mount] = Field(default_factory=list)
+    serve: ServeConfig
+
+    @field_validator("env")
+    @classmethod
+    def _plain_values(cls, env: dict[str, str]) -> dict[str, str]:
+        return _plain_env(env)
 
 
 def _regex(pattern: str) -> str:
@@ -306,6 +364,33 @@ class ClusterConfig(_Model):
         description="in YAML, the path of a knowledge file (extra failure rows and "
         "checkpoint spellings), relative to the config's folder",
     )
+    recipes: dict[RecipeName, Recipe] = Field(
+        default_factory=dict,
+        description="named model setups; also each *.yaml in a `recipes/` folder beside the config",
+    )
+    recipe: RecipeName | None = Field(
+        None,
+        description="the recipe this config runs: in YAML, the one `up` launches when none is "
+        "named; set by `up RECIPE`",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _recipes_inherit(cls, data: Any) -> Any:
+        """Each recipe's serve starts from the cluster's INHERITED_SERVE settings."""
+        if not isinstance(data, dict):
+            return data
+        recipes, serve = data.get("recipes"), data.get("serve")
+        if not isinstance(recipes, dict) or not isinstance(serve, dict | ServeConfig):
+            return data
+        base = serve.model_dump() if isinstance(serve, ServeConfig) else serve
+        inherited = {key: base[key] for key in INHERITED_SERVE if key in base}
+        merged: dict[Any, Any] = {}
+        for name, recipe in recipes.items():
+            if isinstance(recipe, dict) and isinstance(recipe.get("serve"), dict):
+                recipe = {**recipe, "serve": {**inherited, **recipe["serve"]}}
+            merged[name] = recipe
+        return {**data, "recipes": merged}
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterConfig:
@@ -328,7 +413,43 @@ class ClusterConfig(_Model):
                 f"api: access 'direct' cannot reach an API bound to {self.api.bind}; "
                 "use access: ssh_forward, or bind: 0.0.0.0"
             )
+        if self.recipe is not None and self.recipe not in self.recipes:
+            raise ValueError(f"recipe {self.recipe!r} is not one of the recipes ({self._known()})")
+        for name, recipe in self.recipes.items():
+            used = 1 if recipe.nodes == "head" else len(self.nodes)
+            if recipe.serve.backend == "mp" and recipe.serve.world_size > used:
+                raise ValueError(
+                    f"recipe {name}: serve: backend mp runs one rank per node; TP x PP = "
+                    f"{recipe.serve.world_size} needs {recipe.serve.world_size} nodes, the "
+                    f"recipe uses {used} (nodes: {recipe.nodes})"
+                )
         return self
+
+    def _known(self) -> str:
+        return ", ".join(sorted(self.recipes)) or "none configured"
+
+    def with_recipe(self, name: str | None) -> ClusterConfig:
+        """This config running recipe `name` (None: the config's own `recipe`, if any): its
+        image, serve and nodes in place of the cluster's, its env and mounts on top."""
+        chosen = name or self.recipe
+        if chosen is None:
+            return self
+        recipe = self.recipes.get(chosen)
+        if recipe is None:
+            raise ConfigError(f"unknown recipe {chosen!r} (recipes: {self._known()})")
+        targets = {mount.target for mount in recipe.mounts}
+        container = self.container.model_copy(
+            update={
+                "image": recipe.image or self.container.image,
+                "env": {**self.container.env, **recipe.env},
+                "mounts": [m for m in self.container.mounts if m.target not in targets]
+                + list(recipe.mounts),
+            }
+        )
+        nodes = [self.head] if recipe.nodes == "head" else self.nodes
+        return self.model_copy(
+            update={"container": container, "serve": recipe.serve, "nodes": nodes, "recipe": chosen}
+        )
 
     @property
     def head(self) -> NodeConfig:

@@ -16,6 +16,7 @@ from cluster.interfaces import NodeInterfaces
 Role = Literal["head", "worker"]
 LABEL_CLUSTER = "spark-bot.cluster"
 LABEL_ROLE = "spark-bot.role"
+LABEL_RECIPE = "spark-bot.recipe"
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
@@ -90,7 +91,12 @@ def create_body(
         "Image": container.image,
         "Cmd": command,
         "Env": [f"{key}={value}" for key, value in env.items()],
-        "Labels": {LABEL_CLUSTER: config.name, LABEL_ROLE: role, "spark-bot.node": node.name},
+        "Labels": {
+            LABEL_CLUSTER: config.name,
+            LABEL_ROLE: role,
+            "spark-bot.node": node.name,
+            **({LABEL_RECIPE: config.recipe} if config.recipe else {}),
+        },
         "HostConfig": host,
     }
 

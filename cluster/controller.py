@@ -27,6 +27,7 @@ from cluster.inventory import (
 from cluster.launch import Launch, api_base_url
 from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster
 from cluster.preflight import Preflight
+from cluster.recipes import recipes_report
 from cluster.reporter import Reporter
 from cluster.verify import verify as verify_cluster
 from cluster.watch import watch as watch_cluster
@@ -117,6 +118,11 @@ class Controller:
                 api_detail=detail + (f"; unreachable: {unreachable}" if unreachable else ""),
                 vllm_version=version,
             )
+
+    async def recipes(self) -> AsyncGenerator[Event, None]:
+        """The config's recipes: what each needs (the fit estimate) and which one runs."""
+        async with connect_cluster(self.config) as connection:
+            yield await recipes_report(self.config, connection)
 
     async def bench(
         self,

@@ -80,6 +80,10 @@ class Ready(_Event):
     api_url: str = Field(description="the API as seen from the head node")
     sample: CompletionSample | None = None
     vllm_version: str | None = Field(None, description="what the server's GET /version says")
+    recipe: str | None = Field(None, description="the recipe launched, if one was")
+    memory: str | None = Field(
+        None, description="the fit check's estimate beside what vLLM logged (weights, KV cache)"
+    )
 
 
 class ContainerState(BaseModel):
@@ -96,6 +100,7 @@ class ContainerState(BaseModel):
     owner: str | None = (
         None  # the cluster spark-bot started it for (its label); None: not started by spark-bot
     )
+    recipe: str | None = Field(None, description="the recipe it was started with (its label)")
 
 
 class StatusReport(_Event):
@@ -119,6 +124,34 @@ class Removed(_Event):
     container: str
     removed: bool = Field(description="False when there was nothing to remove")
     detail: str
+
+
+class RecipeSummary(BaseModel):
+    """One recipe: what it runs, on which nodes, and what it needs (the fit estimate)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str = ""
+    model: str
+    served_model_name: str | None = None
+    nodes: list[str]
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    backend: str
+    image: str
+    needs: str = Field(description="the fit estimate in a line, or why there is none")
+    fits: bool | None = Field(None, description="None: no estimate")
+    running: bool = False
+    default: bool = Field(False, description="the one `up` launches when none is named")
+    sources: list[str] = Field(default_factory=list)
+
+
+class RecipesReport(_Event):
+    kind: Literal["recipes"] = "recipes"
+    recipes: list[RecipeSummary]
+    running: str | None = Field(None, description="the recipe of the head's running container")
+    detail: str = Field("", description="what could not be asked (an unreachable node)")
 
 
 class BenchResult(_Event):
@@ -148,6 +181,7 @@ Event = Annotated[
     | LogTail
     | Removed
     | BenchResult
+    | RecipesReport
     | DiagnosticsCollected,
     Field(discriminator="kind"),
 ]

@@ -542,6 +542,15 @@ MEMORY_SHORT = KnownFailure(
     fix="stop other GPU/memory users on the node, drop caches "
         "(`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`), or lower serve.gpu_memory_utilization",
 )
+MODEL_DOES_NOT_FIT = KnownFailure(
+    id="model_does_not_fit", role="cause", fatal=True, source="spark-bot preflight, cluster/fit.py",
+    title="{model} does not fit on {node}: one sequence of {max_model_len} tokens needs {need} GiB "
+          "of KV cache a rank, {budget} GiB is left",
+    cause="per rank, gpu_memory_utilization x the node's memory must hold the weights "
+          "({weights} GiB), the engine's overhead and the KV cache of one max_model_len sequence; "
+          "vLLM would load for minutes, then refuse to start",
+    fix="{remedy}",
+)
 STALE_CONTAINER = KnownFailure(
     id="stale_container", role="cause", fatal=True, source="spark-bot preflight",
     title="a container named {container} already exists ({listing})",

@@ -135,6 +135,8 @@ class LogFollower:
         self._stop: tuple[str, str] | None = None  # node, what stopped it, once a stop is asked
         self._lost: dict[str, str] = {}  # node -> why it is not followed, while it is reconnected
         self._table, self._words = for_cluster(config)
+        # called with every log line read, after the expectations: figures worth keeping
+        self.observers: list[Callable[[LogLine], None]] = []
 
     async def _next(self, timeout: float | None) -> MonitorItem | None:
         """The next item; None when a pending symptom's grace ran out first."""
@@ -232,6 +234,8 @@ class LogFollower:
                 if isinstance(item, LogLine):
                     for expectation in pending:
                         expectation.offer(item)
+                    for observe in self.observers:
+                        observe(item)
                 elif isinstance(item, Shed):
                     yield Progress(
                         elapsed_s=self.reporter.elapsed(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from cluster.config import Secrets
-from cluster.containers import LABEL_CLUSTER
+from cluster.containers import LABEL_CLUSTER, LABEL_RECIPE
 from cluster.errors import ContainerMissing
 from cluster.events import ContainerState
 from cluster.logtext import clean_line
@@ -28,6 +28,7 @@ async def container_state(node: NodeConnection, name: str) -> ContainerState:
         image_id=info.get("Image"),
         exit_code=None if state.get("Running") else state.get("ExitCode"),
         owner=(info["Config"].get("Labels") or {}).get(LABEL_CLUSTER),
+        recipe=(info["Config"].get("Labels") or {}).get(LABEL_RECIPE),
     )
 
 

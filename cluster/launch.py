@@ -30,6 +30,7 @@ from cluster.containers import (
 from cluster.errors import DockerRefused, NodeError
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
 from cluster.failures import API_UNEXPECTED, DOCKER_REFUSED, RAY_INCOMPLETE
+from cluster.fit import MemoryLogged, compare_with_logged
 from cluster.follow import Expectation, LogFollower, must_see
 from cluster.interfaces import NodeInterfaces
 from cluster.inventory import remove_container
@@ -64,6 +65,8 @@ class Launch:
             config.container.name, secrets, config.log_tail_lines, matters=must_see(config)
         )
         self.follower = LogFollower(config, self.monitor, self.reporter)
+        self.memory_logged = MemoryLogged()
+        self.follower.observers.append(self.memory_logged.observe)
         self.preflight = Preflight(
             config,
             connection,
@@ -391,6 +394,8 @@ class Launch:
             api_url=f"http://{self._head_ip()}:{self.config.serve.port}",
             sample=sample,
             vllm_version=version,
+            recipe=self.config.recipe,
+            memory=compare_with_logged(self.preflight.fit, self.memory_logged),
         )
 
     def _api_passed(self, checkpoint: str, evidence: str) -> CheckpointPassed:

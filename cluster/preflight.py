@@ -19,10 +19,19 @@ from cluster.failures import (
     IMAGE_MISSING,
     INTERFACES_UNEXPECTED,
     MEMORY_SHORT,
+    MODEL_DOES_NOT_FIT,
     PORT_TAKEN,
     SS_FAILED,
     STALE_CONTAINER,
     KnownFailure,
+)
+from cluster.fit import (
+    KV_BLOCK,
+    LOW_HEADROOM,
+    Fit,
+    ModelFilesProblem,
+    estimate,
+    read_model_facts,
 )
 from cluster.interfaces import NodeInterfaces, resolve_interfaces
 from cluster.nodes import ClusterConnection, NodeConnection
@@ -30,6 +39,7 @@ from cluster.reporter import Reporter
 from cluster.steps import Step, run_steps
 
 _MEM_AVAILABLE = re.compile(r"^MemAvailable:\s+(\d+) kB", re.MULTILINE)
+_MEM_TOTAL = re.compile(r"^MemTotal:\s+(\d+) kB", re.MULTILINE)
 
 
 @dataclass
@@ -38,6 +48,7 @@ class NodeFacts:
     image_id: str | None = None
     interfaces: NodeInterfaces | None = None
     mem_available_gib: float = 0.0
+    mem_total_gib: float = 0.0
     home: str = "/root"
     stale_container: str | None = None
     stale_is_ours: bool = False  # labelled by spark-bot for this cluster
@@ -54,6 +65,7 @@ class Preflight:
     # nodes where removing a same-named container spark-bot did not start was asked and confirmed
     replace_foreign: frozenset[str] = frozenset()
     facts: dict[str, NodeFacts] = field(default_factory=dict)
+    fit: Fit | None = None  # the estimate, when the model's files allowed one
 
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None) -> CheckpointPassed:
         return self.reporter.passed(BY_ID[checkpoint], evidence, node=node)
@@ -77,6 +89,7 @@ class Preflight:
             Step(BY_ID["image"], self._same_image),
             Step(BY_ID["interfaces"], self._interfaces),
             Step(BY_ID["memory"], self._memory),
+            Step(BY_ID["fit"], self._fits),
             Step(BY_ID["no_stale_container"], self._no_stale_container),
             Step(BY_ID["api_port"], self._ports_free),
         ]
@@ -185,6 +198,62 @@ class Preflight:
             return
         yield self._passed("memory", memory + (f" (need {need:g} GiB)" if need else ""))
 
+    def _memory_gib(self, node: NodeConnection) -> float:
+        return node.config.memory_gib or self.facts[node.name].mem_total_gib
+
+    async def _fits(self) -> AsyncGenerator[Event, None]:
+        """The memory arithmetic of one rank on the smallest node, from the model's files in the
+        head's Hugging Face cache; files it cannot read make a warning, never a refusal."""
+        config, head = self.config, self.connection.head
+        smallest = min(self._nodes, key=self._memory_gib)
+        try:
+            facts = await read_model_facts(config, head, self.facts[head.name].home)
+            fit = estimate(facts, config.serve, self._memory_gib(smallest))
+        except ModelFilesProblem as problem:
+            yield self.reporter.passed(
+                BY_ID["fit"],
+                f"cannot estimate: {problem}",
+                node=head.name,
+                warning=f"no fit estimate for {config.serve.model}: {problem}; the load "
+                "is not checked before it starts",
+            )
+            return
+        self.fit = fit
+        if not fit.fits:
+            yield self._failed(
+                "fit",
+                smallest.name,
+                MODEL_DOES_NOT_FIT,
+                {
+                    "model": config.serve.model,
+                    "node": smallest.name,
+                    "max_model_len": str(fit.max_model_len),
+                    "need": f"{fit.need_gib:.2f}",
+                    "budget": f"{fit.kv_budget_gib:.2f}",
+                    "weights": f"{fit.weights_gib:.2f}",
+                    "remedy": _remedy(fit, config),
+                },
+                evidence=fit.arithmetic(),
+            )
+            return
+        warning = None
+        if fit.headroom < LOW_HEADROOM:
+            warning = (
+                f"little headroom: {fit.headroom:.0%} of the KV cache budget is left once one "
+                f"sequence of {fit.max_model_len} tokens is held"
+            )
+        elif config.serve.max_num_seqs and fit.sequences_at_full_length < config.serve.max_num_seqs:
+            warning = (
+                f"only {fit.sequences_at_full_length} of max_num_seqs {config.serve.max_num_seqs} "
+                f"sequences fit at the full {fit.max_model_len} tokens (shorter ones share it)"
+            )
+        yield self.reporter.passed(
+            BY_ID["fit"],
+            f"{smallest.name}: {fit.arithmetic()}",
+            node=smallest.name,
+            warning=warning,
+        )
+
     async def _no_stale_container(self) -> AsyncGenerator[Event, None]:
         name = self.config.container.name
         stale = [(n, state) for n in self._nodes if (state := self.facts[n.name].stale_container)]
@@ -272,6 +341,8 @@ class Preflight:
         facts.docker_version = f"{version.get('Version')} (API {version.get('ApiVersion')})"
         match = _MEM_AVAILABLE.search(meminfo.stdout)
         facts.mem_available_gib = int(match[1]) / 1024**2 if match else 0.0
+        total = _MEM_TOTAL.search(meminfo.stdout)
+        facts.mem_total_gib = int(total[1]) / 1024**2 if total else 0.0
         facts.home = home.stdout.strip() or "/root"
         facts.image_id = await node.docker.image_id(config.container.image)
         info = await node.docker.find_container(config.container.name)
@@ -283,3 +354,26 @@ class Preflight:
                 "" if facts.stale_is_ours else ", not started by spark-bot"
             )
         return facts
+
+
+def _remedy(fit: Fit, config: ClusterConfig) -> str:
+    """What would fit: the largest max_model_len, else the gpu_memory_utilization, else neither."""
+    longest = fit.largest_max_model_len()
+    if longest >= KV_BLOCK:
+        return (
+            f"set serve.max_model_len to {longest} or less (`/spark up max_model_len={longest}` "
+            f"where the config allows that override), or raise gpu_memory_utilization to "
+            f"{fit.utilization_that_fits() or 1.0:g}"
+        )
+    share = fit.utilization_that_fits()
+    if share is not None:
+        return (
+            f"raise serve.gpu_memory_utilization to {share:g} (the weights and overhead alone "
+            f"take {fit.weights_gib + fit.overhead_gib:.2f} GiB of "
+            f"{fit.gpu_memory_utilization * fit.memory_gib:.2f} GiB)"
+        )
+    return (
+        f"the weights alone ({fit.weights_gib:.2f} GiB a rank) leave no room on "
+        f"{fit.memory_gib:.2f} GiB: spread the model over more nodes (tensor_parallel_size > "
+        f"{config.serve.tensor_parallel_size}) or use a smaller or more quantized checkpoint"
+    )

@@ -39,21 +39,28 @@ class BaseCommand(BaseModel):
 
 class Up(BaseCommand):
     name: ClassVar[str] = "up"
+    recipe: str | None = None
     preset: str | None = None
     overrides: dict[str, float] = Field(default_factory=dict)
 
     def text(self) -> str:
-        parts = ["up"] + ([self.preset] if self.preset else [])
+        parts = ["up"] + [word for word in (self.recipe, self.preset) if word]
         return " ".join(parts + [f"{k}={_number(v)}" for k, v in sorted(self.overrides.items())])
 
     @classmethod
     def parse(cls, args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> Up:
-        preset = None
+        recipe = preset = None
+        args = list(args)
+        if args and "=" not in args[0] and args[0] in cluster.recipes:
+            recipe = args.pop(0)
         if args and "=" not in args[0]:
             preset = args.pop(0)
             if preset not in commands.presets:
+                recipes = ", ".join(f"`{r}`" for r in cluster.recipes) or "none configured"
                 known = ", ".join(f"`{p}`" for p in commands.presets) or "none configured"
-                raise CommandError(f"`up`: unknown preset `{preset}` (presets: {known})")
+                raise CommandError(
+                    f"`up`: `{preset}` is neither a recipe ({recipes}) nor a preset ({known})"
+                )
         overrides: dict[str, float] = {}
         for key, value in _pairs("up", args).items():
             bound = commands.overrides.get(key)  # type: ignore[call-overload]
@@ -73,16 +80,16 @@ class Up(BaseCommand):
                     f"`up`: {key}={value} is outside {_number(bound.min)}..{_number(bound.max)}"
                 )
             overrides[key] = number
-        return Up(preset=preset, overrides=overrides)
+        return Up(recipe=recipe, preset=preset, overrides=overrides)
 
     def settings(self, commands: CommandsConfig) -> dict[str, float]:
-        """Preset values, then the explicit overrides on top."""
+        """Preset values, then the explicit overrides on top (both over the recipe's serve)."""
         preset = commands.presets.get(self.preset, {}) if self.preset else {}
         values: dict[str, float] = {key: value for key, value in preset.items()}
         return values | self.overrides
 
     def apply(self, cluster: ClusterConfig, commands: CommandsConfig) -> ClusterConfig:
-        return apply_serve(cluster, self.settings(commands))
+        return apply_serve(cluster.with_recipe(self.recipe), self.settings(commands))
 
 
 def apply_serve(cluster: ClusterConfig, values: dict[str, float]) -> ClusterConfig:
@@ -151,6 +158,10 @@ class Status(BaseCommand):
     name: ClassVar[str] = "status"
 
 
+class Recipes(BaseCommand):
+    name: ClassVar[str] = "recipes"
+
+
 class Logs(BaseCommand):
     name: ClassVar[str] = "logs"
     node: str = Field(description="a node name, resolved from head/worker by the parser")
@@ -193,7 +204,7 @@ class Help(BaseCommand):
     name: ClassVar[str] = "help"
 
 
-Command = Up | Verify | Bench | Status | Logs | Diag | Down | Cancel | Help
+Command = Up | Verify | Bench | Status | Recipes | Logs | Diag | Down | Cancel | Help
 CHAT_MAX_RUNS = 20  # a chat bench stays short: more runs from the CLI
 
 

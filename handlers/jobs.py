@@ -246,9 +246,15 @@ class JobManager:
         )
 
     async def launched_config(self) -> ClusterConfig:
-        """The config the running cluster was launched with: the base one plus the serve settings
-        the last successful `/spark up` applied (kept in the store, so also after a restart)."""
-        return apply_serve(self.cluster, await self.store.launch(self.cluster.name))
+        """The config the running cluster was launched with: the base one with the recipe and the
+        serve settings the last successful `/spark up` applied (kept in the store, so also after
+        a restart)."""
+        recipe = await self.store.launched_recipe(self.cluster.name)
+        if recipe is not None and recipe not in self.cluster.recipes:
+            recipe = None  # the config no longer has it: the config's own setup
+        return apply_serve(
+            self.cluster.with_recipe(recipe), await self.store.launch(self.cluster.name)
+        )
 
     async def run(self, record: JobRecord, plan: JobPlan, *, thread: str | None = None) -> Job:
         """Post the parent (in `thread` if given), feed it the events, finish it; the lock is

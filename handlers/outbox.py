@@ -3,9 +3,10 @@
 `JobView` says what the job's messages should read; its outbox gets them into the chat when the
 chat takes them, in one task per outbox that runs while there is something to deliver:
 
-- messages go in the order they came, except that the parent message keeps only its latest
-  state: a newer state replaces one not yet delivered, and edits are `jobs.update_interval`
-  apart unless urgent (a failure, the job's end);
+- replies go in the order they came, each as soon as it is queued (a reply never waits out the
+  interval between two edits); the parent message keeps only its latest state: a newer state
+  replaces one not yet delivered, and edits are `jobs.update_interval` apart unless urgent (a
+  failure, the job's end); an edit is not held behind replies the chat refuses for now;
 - thread replies wait for the parent that holds the thread; at most MAX_REPLIES wait, beyond
   that the oldest plain ones are merged into one;
 - a call the chat refuses for now (`RateLimited`) is tried again after its Retry-After, and one
@@ -153,7 +154,6 @@ class Outbox:
             False  # the parent is to be posted (a view from before a restart may have none)
         )
         self._parent: Message | None = None  # the parent's latest state, until the chat has it
-        self._parent_after = 0  # the replies queued before that state, which go first
         self._urgent = False
         self._final = False  # the job has ended: its last state must reach the requester somehow
         self._next_edit = 0.0
@@ -161,6 +161,7 @@ class Outbox:
         self._queued = 0
         self._edits, self._posts = _Lane(), _Lane()
         self._task: asyncio.Task[None] | None = None
+        self._news = asyncio.Event()  # something was queued since the delivery task last looked
 
     # -- what the job asks for: none of it waits -------------------------------------------
 
@@ -174,7 +175,6 @@ class Outbox:
         if self.posted is None and not self._opened:
             return  # nothing to edit: a job whose message was never posted before a restart
         self._parent = message
-        self._parent_after = self._queued
         self._urgent |= urgent
         self._final |= final
         self._wake()
@@ -194,8 +194,21 @@ class Outbox:
     # -- delivery ---------------------------------------------------------------------------
 
     def _wake(self) -> None:
+        self._news.set()
         if self._task is None:
             self._task = self.deliveries.start(self._deliver(), f"deliver {self.name}")
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait until the next send may go, or less if something new is queued meanwhile: a
+        reply must not wait out the interval between two edits of the parent."""
+        sleep = asyncio.ensure_future(self.deliveries.timing.sleep(seconds))
+        news = asyncio.ensure_future(self._news.wait())
+        try:
+            await asyncio.wait({sleep, news}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (sleep, news):
+                waiter.cancel()
+            await asyncio.gather(sleep, news, return_exceptions=True)
 
     def _merge(self) -> None:
         """Merge two neighbouring plain replies (never the one being sent, never a failure or a
@@ -224,9 +237,9 @@ class Outbox:
             if now >= self._posts.ready_at:
                 return self._send_reply, self._posts
             waits.append(self._posts.ready_at)
-        if self._parent is not None and not (
-            replies and self._replies[0].seq <= self._parent_after
-        ):
+        # Not held behind replies the chat refuses for now: the parent shows the latest state
+        # as soon as its own lane may send, whatever Retry-After the replies wait out.
+        if self._parent is not None:
             edit_at = max(
                 self._edits.ready_at,
                 0.0 if self._urgent or self.posted is None else self._next_edit,
@@ -239,9 +252,12 @@ class Outbox:
     async def _deliver(self) -> None:
         timing = self.deliveries.timing
         try:
-            while (step := self._next()) is not None:
+            while True:
+                self._news.clear()
+                if (step := self._next()) is None:
+                    break
                 if isinstance(step, float):
-                    await timing.sleep(step)
+                    await self._pause(step)
                     continue
                 send, lane = step
                 try:

@@ -317,6 +317,10 @@ def failure_message(event: Failed, requester: str, during: str = "") -> Message:
 def ready_message(event: Ready) -> Message:
     version = f" (vLLM {escape(event.vllm_version)})" if event.vllm_version else ""
     lines = [f"`{escape(event.model)}` answers at {escape(event.api_url)}{version}"]
+    if event.recipe:
+        lines.append(f"Recipe: `{escape(event.recipe)}`")
+    if event.memory:
+        lines.append(f"Memory: {escape(event.memory)}")
     sample = event.sample
     if sample:
         rate = f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else "n/a tok/s"
@@ -355,7 +359,11 @@ def _num(value: float | None, scale: float = 1.0, fmt: str = ".1f") -> str:
 
 def bench_message(report: BenchReport, chart: bytes | None = None) -> Message:
     """The result in the thread; `chart`: the sweep and depth as a PNG (`bench_chart_png`)."""
-    lines = [f"`{escape(report.model)}`, {report.settings.max_tokens} max tokens"]
+    recipe = report.fingerprint.serve.get("recipe")
+    lines = [
+        f"`{escape(report.model)}`, {report.settings.max_tokens} max tokens"
+        + (f", recipe `{escape(str(recipe))}`" if recipe else "")
+    ]
     single = report.single
     if single:
         lines.append(

@@ -33,7 +33,8 @@ class AccessLevel(_Model):
 
 
 class AccessConfig(_Model):
-    """read: status, verify, logs, diag, help. operate: up, down, bench, cancel (and read).
+    """read: status, verify, recipes, logs, diag, help. operate: up, down, bench, cancel (and
+    read).
 
     Least privilege by default: anyone may read, but only in the channels the config names;
     nobody may operate until users and channels are listed."""

@@ -31,6 +31,7 @@ from cluster.events import (
     Event,
     LogTail,
     Ready,
+    RecipesReport,
     StatusReport,
 )
 from cluster.redact import redact
@@ -122,7 +123,7 @@ async def _help(d: Dispatcher, command: c.Help, invocation: Invocation) -> Messa
         title="/spark: run the vLLM cluster from here",
         text=f"Cluster `{d.cluster.name}`: {len(d.cluster.nodes)} node(s), "
         f"model `{d.cluster.serve.model}`.\n\n{chat_usage()}\n\n"
-        f"{allowed_overrides(d.settings.commands)}",
+        f"{allowed_overrides(d.settings.commands)}\n{available_recipes(d.cluster)}",
     )
 
 
@@ -133,6 +134,11 @@ def allowed_overrides(commands: CommandsConfig) -> str:
     )
     presets = ", ".join(f"`{preset}`" for preset in commands.presets)
     return f"`/spark up` may override: {overrides or 'nothing'}; presets: {presets or 'none'}."
+
+
+def available_recipes(cluster: ClusterConfig) -> str:
+    names = ", ".join(f"`{name}`" for name in cluster.recipes)
+    return f"Recipes (`/spark up RECIPE`): {names or 'none'}."
 
 
 async def _cancel(d: Dispatcher, command: c.Cancel, invocation: Invocation) -> Message:
@@ -161,6 +167,7 @@ async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> M
     lines = [
         f"`{escape(x.node)}` {escape(x.container)}: *{escape(x.status)}*"
         + (f" since {x.started_at:%Y-%m-%d %H:%M} UTC" if x.started_at and x.running else "")
+        + (f" (recipe `{escape(x.recipe)}`)" if x.recipe else "")
         for x in report.containers
     ]
     health = {True: "healthy", False: "NOT healthy", None: "not asked"}[report.api_healthy]
@@ -176,6 +183,41 @@ async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> M
         + (f"\nvLLM: {escape(report.vllm_version)}" if report.vllm_version else "")
         + f"{busy}{watching}",
     )
+
+
+def recipes_text(report: RecipesReport) -> str:
+    """The recipes as chat lines: name, model, nodes, what it needs, which one runs."""
+    if not report.recipes:
+        return (
+            "No recipes in the config: add `recipes:` to it, or files to a `recipes/` folder "
+            "beside it."
+        )
+    lines = []
+    for r in report.recipes:
+        marks = " *running*" if r.running else ""
+        marks += " (default)" if r.default else ""
+        lines.append(
+            f"• `{escape(r.name)}`{marks}: `{escape(r.model)}` on "
+            f"{', '.join(map(escape, r.nodes))} "
+            f"(TP {r.tensor_parallel_size} x PP {r.pipeline_parallel_size}, {escape(r.backend)})"
+            + (f": {escape(r.description)}" if r.description else "")
+            + f"\n    needs: {escape(r.needs)}"
+        )
+    if report.running is None:
+        lines.append("No recipe is running.")
+    if report.detail:
+        lines.append(escape(report.detail))
+    return "\n".join(lines)
+
+
+async def _recipes(d: Dispatcher, command: c.Recipes, invocation: Invocation) -> Message:
+    report = next(
+        e
+        for e in [e async for e in d.controller_for(d.cluster).recipes()]
+        if isinstance(e, RecipesReport)
+    )
+    d.audit(invocation.user, invocation.channel, "recipes", "answered")
+    return Message(title=f"Recipes of `{d.cluster.name}`", text=recipes_text(report))
 
 
 async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Message | None:
@@ -328,12 +370,13 @@ async def _up(d: Dispatcher, command: c.Up, record: JobRecord, consent: Consent 
         if isinstance(event, Ready):
             await job.journal.write(
                 f"job {job.record.id}'s launch settings",
-                lambda: d.store.set_launch(d.cluster.name, job.record.id, applied),
+                lambda: d.store.set_launch(d.cluster.name, job.record.id, applied, config.recipe),
             )
             await d.jobs.start_watch(job.record, job.view, job.journal)
 
     return JobPlan(
-        title=f"🚀 Launch on `{d.cluster.name}`",
+        title=f"🚀 Launch on `{d.cluster.name}`"
+        + (f": recipe `{escape(config.recipe)}`" if config.recipe else ""),
         checkpoints=launch_plan(config),
         events=d.controller_for(config).up(
             replace=consent is not None, replace_foreign=consent.replace_foreign if consent else ()
@@ -434,7 +477,7 @@ SPECS: dict[str, CommandSpec] = {
             c.Up,
             summary="launch the cluster and follow it checkpoint by checkpoint to Ready",
             level="operate",
-            arguments="[PRESET] [max_model_len=N] [gpu_memory_utilization=F] [max_num_seqs=N]",
+            arguments="[RECIPE] [PRESET] [max_model_len=N] [gpu_memory_utilization=F] [max_num_seqs=N]",
             example="up max_model_len=32768",
             job=_up,
             confirmation=Confirmation("asks before replacing a running cluster", _ask_replace),
@@ -459,6 +502,12 @@ SPECS: dict[str, CommandSpec] = {
             summary="a snapshot of the containers and the API's health",
             level="read",
             answer=_status,
+        ),
+        CommandSpec(
+            c.Recipes,
+            summary="the recipes: model, nodes, what each needs, which one runs",
+            level="read",
+            answer=_recipes,
         ),
         CommandSpec(
             c.Logs,

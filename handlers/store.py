@@ -73,6 +73,8 @@ MIGRATIONS: list[list[str]] = [
         "replace_foreign TEXT NOT NULL DEFAULT '[]', created TEXT NOT NULL, expires TEXT NOT NULL, "
         "used_at TEXT, used_by TEXT)"
     ],
+    # the recipe the running cluster was launched with (`/spark up RECIPE`)
+    ["ALTER TABLE launches ADD COLUMN recipe TEXT"],
 ]
 
 
@@ -466,11 +468,14 @@ class Store:
 
     # -- what the running cluster was launched with: `/spark up` overrides ------------------
 
-    async def set_launch(self, cluster: str, job_id: int, serve: dict[str, float]) -> None:
+    async def set_launch(
+        self, cluster: str, job_id: int, serve: dict[str, float], recipe: str | None = None
+    ) -> None:
         await self._run(
             lambda db: db.execute(
-                "INSERT OR REPLACE INTO launches (cluster, job_id, serve_json) VALUES (?,?,?)",
-                (cluster, job_id, json.dumps(serve, sort_keys=True)),
+                "INSERT OR REPLACE INTO launches (cluster, job_id, serve_json, recipe) "
+                "VALUES (?,?,?,?)",
+                (cluster, job_id, json.dumps(serve, sort_keys=True), recipe),
             )
         )
 
@@ -485,6 +490,15 @@ class Store:
             ).fetchone()
         )
         return json.loads(row["serve_json"]) if row else {}
+
+    async def launched_recipe(self, cluster: str) -> str | None:
+        """The recipe the last successful `up` launched (None: none, or the config's own)."""
+        row = await self._run(
+            lambda db: db.execute(
+                "SELECT recipe FROM launches WHERE cluster=?", (cluster,)
+            ).fetchone()
+        )
+        return row["recipe"] if row else None
 
     # -- audit and bench --------------------------------------------------------------------
 

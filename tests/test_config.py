@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bot.cli import main
 from bot.config import load_config
@@ -247,3 +248,12 @@ def test_a_bad_knowledge_file_names_itself_the_line_and_the_field(tmp_path):
         load_config(config)
     assert f"{tmp_path / 'k.yaml'}: 1 invalid setting(s)" in str(error.value)
     assert "line 5: checkpoints.warmup: Input should be 'nccl'" in str(error.value)
+
+
+def test_a_path_with_a_nul_character_is_refused_by_name(tmp_path):
+    data = yaml.safe_load((CONFIGS / "lab.yaml").read_text())
+    data["cluster"]["nodes"][0]["ssh"]["key"] = "\x00"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"cluster\.nodes\.0\.ssh\.key: .*cannot hold a NUL"):
+        load_config(path)

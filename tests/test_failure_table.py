@@ -35,6 +35,15 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "image_differs": {"image": "vllm:1", "listing": "spark-a: sha256:1; spark-b: sha256:2"},
     "interfaces_unexpected": {"node": "spark-b", "problem": "no interface has 10.0.0.2"},
     "memory_short": {"short": "spark-a", "memory": "spark-a: MemAvailable 3.0 GiB", "need": "80"},
+    "model_does_not_fit": {
+        "model": "org/m",
+        "node": "spark-a",
+        "max_model_len": "131072",
+        "need": "20.00",
+        "budget": "11.13",
+        "weights": "93.13",
+        "remedy": "set serve.max_model_len to 72960 or less",
+    },
     "stale_container": {"container": "vllm", "listing": "spark-a: running"},
     "foreign_container": {
         "container": "vllm",

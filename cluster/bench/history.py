@@ -127,6 +127,8 @@ def cluster_fingerprint(config: ClusterConfig, image_id: str | None) -> Fingerpr
     serve = config.serve.model_dump(mode="json", exclude=_NOT_PERFORMANCE)
     serve["nodes"] = len(config.nodes)
     serve["env"] = dict(sorted(config.container.env.items()))
+    if config.recipe:
+        serve["recipe"] = config.recipe
     return make_fingerprint(
         config.serve.api_model_name, serve, image_id=image_id, image=config.container.image
     )

@@ -178,8 +178,14 @@ def weights_gib(profile, tp=1, pp=1):
     return _prof(profile)["weights_gb"] * 1e9 / 2**30 / max(1, tp * pp)
 
 
-def kv_cache(profile, gmu, tp, pp=1):
-    """(available KV GiB per rank, KV cache tokens) for the given settings."""
+def kv_cache(profile, gmu, tp, pp=1, per_token_bytes=None):
+    """(available KV GiB per rank, KV cache tokens) for the given settings; with the model's
+    files (`per_token_bytes`, lab/emulator/model_files.py) the tokens follow from them."""
+    if per_token_bytes:
+        a = gmu * GPU_TOTAL_GIB - weights_gib(profile, tp, pp) - NON_KV_OVERHEAD_GIB
+        if a <= 0:
+            return a, 0
+        return a, int(a * 2**30 // per_token_bytes) // KV_BLOCK * KV_BLOCK
 
     def avail(g, t):
         return (

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from . import dialects
+from . import dialects, model_files
 from . import faults as F
 from . import profiles as P
 from .common import (
@@ -149,6 +149,14 @@ class Serve:
         self.tp = args.tensor_parallel_size
         self.pp = args.pipeline_parallel_size
         self.world = self.tp * self.pp
+        # the model's files in the container's HF cache, when there: weights and KV follow them
+        self.kv_per_token = None
+        files = model_files.load(self.model)
+        if files is not None:
+            self.profile["weights_gb"] = files["weights_bytes"] / 1e9
+            self.kv_per_token = model_files.kv_bytes_per_token(
+                files, self.tp, self.pp, args.kv_cache_dtype
+            )
         self.gpus = max(0, int(env_float("SPARK_EMU_GPUS", 1)))
         self.host_ip = env_str("VLLM_HOST_IP", "") or None
         self.ranks = []
@@ -662,7 +670,13 @@ class Serve:
         self.strike("profile")
         self.sync("profile")
         self.sleep("profile")
-        kv_gib, kv_tokens = P.kv_cache(self.profile, args.gpu_memory_utilization, self.tp, self.pp)
+        kv_gib, kv_tokens = P.kv_cache(
+            self.profile,
+            args.gpu_memory_utilization,
+            self.tp,
+            self.pp,
+            per_token_bytes=self.kv_per_token,
+        )
         if kv_tokens <= 0:
             self.fatal(
                 [
@@ -1414,7 +1428,13 @@ class Serve:
         elif phase == "profile":
             self.strike("profile")
             self.sleep("profile")
-            kv_gib, _ = P.kv_cache(self.profile, args.gpu_memory_utilization, self.tp, self.pp)
+            kv_gib, _ = P.kv_cache(
+                self.profile,
+                args.gpu_memory_utilization,
+                self.tp,
+                self.pp,
+                per_token_bytes=self.kv_per_token,
+            )
             self.each(
                 "INFO",
                 "gpu_worker.py:298",

@@ -35,7 +35,11 @@ def cluster_for(
         )
         nodes.append(
             NodeConfig(
-                name=info.name, ssh=ssh, fabric_ip=info.fabric_ip, docker_socket=info.docker_socket
+                name=info.name,
+                ssh=ssh,
+                fabric_ip=info.fabric_ip,
+                docker_socket=info.docker_socket,
+                memory_gib=template.memory_gib,
             )
         )
     container = base.container.model_copy(update={"env": {**base.container.env, **(env or {})}})

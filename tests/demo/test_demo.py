@@ -121,7 +121,7 @@ def test_ctrl_c_while_serving_cleans_up_everything():
         seen = []
         for line in process.stdout:  # synchronise on the output itself: Ready means serving
             seen.append(line)
-            if "17/17 done" in line:
+            if "18/18 done" in line:
                 break
         output = "".join(seen)
         assert "✅ Ready" in output, output[-3000:]

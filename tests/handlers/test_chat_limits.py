@@ -5,6 +5,7 @@ outcome privately. Time is virtual: waits move the outboxes' clock, nothing slee
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from handlers.dispatch import Dispatcher, Invocation
 from handlers.job_state import JobState
 from handlers.messages import Message
-from handlers.outbox import MAX_REPLIES, MERGED_LINES, Deliveries, Outbox
+from handlers.outbox import MAX_REPLIES, MERGED_LINES, Deliveries, Outbox, Timing
 from handlers.settings import JobsConfig
 from tests.handlers.doubles import (
     ALICE,
@@ -161,3 +162,61 @@ async def test_a_one_minute_outage_of_the_chat_loses_nothing_and_reorders_nothin
     )
     assert chat.parent().footer.startswith(READY_FOOTER) and chat.parent().tone == "success"
     assert chat.private == [], "delivered in the channel: nothing given up"
+
+
+class RealTime:
+    """The real clock, and a flag raised each time an outbox starts waiting."""
+
+    def __init__(self) -> None:
+        self.waiting = asyncio.Event()
+
+    async def sleep(self, seconds: float) -> None:
+        self.waiting.set()
+        await asyncio.sleep(seconds)
+
+    def timing(self) -> Timing:
+        return Timing(sleep=self.sleep)
+
+
+def real_time_outbox(chat: RefusingChat, update_interval: float, time: RealTime) -> Outbox:
+    """An outbox on the real clock: what it waits for, it really waits for (the tests below end
+    well before any of those waits would)."""
+    return Outbox(
+        chat,
+        CH,
+        name="job 1",
+        settings=JobsConfig(update_interval=update_interval),
+        deliveries=Deliveries(time.timing()),
+    )
+
+
+async def test_a_reply_goes_at_once_while_the_parents_next_edit_waits_out_its_interval():
+    chat, time = RefusingChat(), RealTime()
+    outbox = real_time_outbox(chat, 60, time)
+    outbox.open(Message(title="🚀 Launch"))
+    await outbox.drained()
+    outbox.parent(Message(title="🚀 Launch", text="1 of 5 done"))  # may go in 60 s
+    await time.waiting.wait()
+    outbox.reply(Message(title="✔ NCCL over RDMA"))
+    try:
+        async with asyncio.timeout(5):
+            await chat.wait_until(lambda: len(chat.thread()) == 1)
+    finally:
+        await outbox.deliveries.close(within=0)
+    assert chat.parent().text == "", "the edit still waits for its interval"
+
+
+async def test_the_parent_shows_the_latest_state_while_a_refused_reply_waits_out_its_retry_after():
+    chat = RefusingChat(retry_after=60)
+    outbox = real_time_outbox(chat, 0, RealTime())
+    outbox.open(Message(title="🚀 Launch"))
+    await outbox.drained()
+    chat.refuse("post", 1)
+    outbox.reply(Message(title="✔ NCCL over RDMA"))  # refused: tried again in 60 s
+    outbox.parent(Message(title="🚀 Launch", text="1 of 5 done"))
+    try:
+        async with asyncio.timeout(5):
+            await chat.wait_until(lambda: chat.parent().text == "1 of 5 done")
+    finally:
+        await outbox.deliveries.close(within=0)
+    assert chat.refused["post"] == 1 and chat.thread() == [], "the reply waits out its Retry-After"

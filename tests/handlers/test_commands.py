@@ -66,7 +66,11 @@ def test_valid_commands(text, expected):
         ("up max_model_len=999999", "outside 1024..65536"),
         ("up max_model_len=abc", "is not a whole number"),
         ("up max_model_len=8192 max_model_len=4096", "given twice"),
-        ("up huge", "unknown preset `huge`"),
+        (
+            "up huge",
+            "`huge` is neither a recipe (`gpt-oss-120b-head`, `minimax-m2.5-awq`, "
+            "`qwen35-122b-fp8`) nor a preset (`long`)",
+        ),
         ("up; rm -rf /", "only letters, digits"),
         ("logs head $(id)", "only letters, digits"),
         ("logs `id`", "only letters, digits"),

@@ -11,7 +11,7 @@ from handlers.specs import SPECS, CommandSpec, Confirmation, chat_usage, parse_c
 from tests.handlers.doubles import BOB, CH, CLUSTER, ScriptedControllers, running_dispatcher
 from tests.handlers.test_commands import COMMANDS
 
-SHARED_WITH_THE_CLI = ["up", "verify", "bench", "status", "logs", "diag", "down"]
+SHARED_WITH_THE_CLI = ["up", "verify", "bench", "status", "recipes", "logs", "diag", "down"]
 
 
 def test_every_command_is_declared_once_with_the_access_level_the_settings_document():
@@ -20,6 +20,7 @@ def test_every_command_is_declared_once_with_the_access_level_the_settings_docum
         "verify": "read",
         "bench": "operate",
         "status": "read",
+        "recipes": "read",
         "logs": "read",
         "diag": "read",
         "down": "operate",
@@ -36,7 +37,7 @@ def test_each_example_is_a_command_that_parses(spec):
 def test_chat_help_has_one_line_per_command_with_its_arguments_and_when_it_asks():
     lines = chat_usage().splitlines()
     assert [line.split()[1].rstrip("`") for line in lines] == list(SPECS)
-    assert lines[0].startswith("`/spark up [PRESET] [max_model_len=N]")
+    assert lines[0].startswith("`/spark up [RECIPE] [PRESET] [max_model_len=N]")
     assert (
         "(asks before replacing a running cluster), e.g. `/spark up max_model_len=32768`"
         in lines[0]

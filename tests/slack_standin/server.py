@@ -20,7 +20,7 @@ import json
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,7 +186,9 @@ class SlackStandIn:
         self._seq = itertools.count(1)
         self._changed: asyncio.Condition | None = None
         self._faults: dict[str, deque[_Fault]] = {}
-        self._share: tuple | None = None  # (every, methods, retry_after, calls so far)
+        self._share: tuple | None = None  # (every, methods, Retry-After values, per method)
+        self._share_seen: dict[str, int] = {}  # calls so far (per method, or all as "*")
+        self._share_refused = 0
         self._last_ts_us = 0
         self._file_seq = itertools.count(1)
         self._block_seq = itertools.count(1)
@@ -277,10 +279,22 @@ class SlackStandIn:
         q = self._faults.setdefault(method, deque())
         q.extend(_Fault("ratelimit", retry_after=retry_after) for _ in range(times))
 
-    def rate_limit_share(self, every: int, methods: list[str], retry_after: int = 1) -> None:
-        """Answer every `every`-th call of `methods` (counted together, after any armed fault)
-        with HTTP 429 + Retry-After, until `rate_limit_share(0, [])`."""
-        self._share = (every, set(methods), retry_after, 0) if every else None
+    def rate_limit_share(
+        self,
+        every: int,
+        methods: list[str],
+        retry_after: int | Sequence[int] = 1,
+        *,
+        per_method: bool = False,
+    ) -> None:
+        """Answer every `every`-th call of `methods` (counted together, or each method on its own
+        with `per_method`; after any armed fault) with HTTP 429 + Retry-After, until
+        `rate_limit_share(0, [])`. A sequence of Retry-After values is used in turn, one per
+        refusal."""
+        waits = (retry_after,) if isinstance(retry_after, int) else tuple(retry_after)
+        self._share = (every, set(methods), waits, per_method) if every else None
+        self._share_seen: dict[str, int] = {}
+        self._share_refused = 0
 
     def fail(
         self, method: str, error: str = "internal_error", times: int = 1, status: int = 200
@@ -501,10 +515,12 @@ class SlackStandIn:
         q = self._faults.get(method)
         fault = q.popleft() if q else None
         if fault is None and self._share is not None and method in self._share[1]:
-            every, methods, retry_after, seen = self._share
-            self._share = (every, methods, retry_after, seen + 1)
-            if (seen + 1) % every == 0:
-                fault = _Fault("ratelimit", retry_after=retry_after)
+            every, _, waits, per_method = self._share
+            counter = method if per_method else "*"
+            seen = self._share_seen[counter] = self._share_seen.get(counter, 0) + 1
+            if seen % every == 0:
+                fault = _Fault("ratelimit", retry_after=waits[self._share_refused % len(waits)])
+                self._share_refused += 1
         try:
             if fault is not None and fault.kind == "drop":
                 call.dropped = True

@@ -1,0 +1,203 @@
+"""What the bot costs while it waits: CPU and memory of the bot's process while it watches a
+running cluster, and while the containers stream a log flood.
+
+The real bot (Bolt, Socket Mode, the dispatcher, the store) launches with `/spark up` on the
+Slack stand-in and then watches (its shipped settings: a health probe every 30 s). Measured in
+the bot's process (the stand-in runs on a thread of it and is idle meanwhile):
+  idle   for `--seconds` (default 600): CPU seconds (user + system) and the share of one core,
+         peak RSS; goal under 1 % of one core
+  flood  the head's container writes `--flood-rate` lines per second (default 100,000) for
+         `--flood-seconds` (default 30) into its log (lab only): RSS before, peak and after
+         (memory flat), the event loop's longest lag (goal under 100 ms), the rate achieved,
+         and that the watch reported no failure
+Needs the lab (root) for the flood:
+
+    .venv/bin/python benchmarks/watch_cost.py [--seconds 600] [--flood-rate 100000]
+        [--flood-seconds 30] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.command_load import LoopLag
+from benchmarks.harness import (
+    WHERE,
+    EventLog,
+    SlackSide,
+    bot_on,
+    bot_settings,
+    cluster_on,
+    emit_json,
+    run_in,
+    table,
+)
+from cluster.config import ClusterConfig
+from cluster.events import Failed, Progress
+
+GOAL_CPU_SHARE = 0.01
+GOAL_LAG_S = 0.1
+FLOOD = r"""
+import sys, time
+rate, seconds = float(sys.argv[1]), float(sys.argv[2])
+out = open("/proc/1/fd/1", "w", buffering=1 << 20)
+line = ("(APIServer pid=7) INFO 12-01 10:00:00 [loggers.py:123] Engine 000: "
+        "Avg prompt throughput: 0.0 tokens/s, flood line %d\n")
+start, sent = time.monotonic(), 0
+while (now := time.monotonic()) - start < seconds:
+    due = int((now - start) * rate)
+    if sent < due:
+        n = min(2000, due - sent)
+        out.write("".join(line % (sent + i) for i in range(n)))
+        out.flush()
+        sent += n
+    else:
+        time.sleep(0.002)
+print(sent, time.monotonic() - start)
+"""
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def sample_rss(seconds: float, every: float) -> list[float]:
+    """RSS every `every` seconds for `seconds` (the sleep paces the samples)."""
+    samples = [rss_mib()]
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        await asyncio.sleep(min(every, left))
+        samples.append(rss_mib())
+    return samples
+
+
+async def flood(config: ClusterConfig, rate: float, seconds: float) -> tuple[int, float]:
+    output = await run_in(
+        config.head,
+        config.container.name,
+        ["python3", "-c", FLOOD, repr(rate), repr(seconds)],
+    )
+    sent, took = output.split()
+    return int(sent), float(took)
+
+
+async def run(
+    where: str, seconds: float, rate: float, flood_seconds: float, json_out: Path | None
+) -> int:
+    ok = True
+    rows = []
+    with SlackSide() as side, tempfile.TemporaryDirectory() as tmp:
+        async with cluster_on(where, 2) as config:
+            log = EventLog()
+            async with bot_on(side, config, bot_settings(Path(tmp)), log):
+                await side.up()
+                await log.wait_for(lambda e: isinstance(e, Progress) and e.phase == "watch", 180)
+                cpu0, wall0 = cpu_s(), time.monotonic()
+                idle = await sample_rss(seconds, every=5.0)
+                cpu = cpu_s() - cpu0
+                share = cpu / (time.monotonic() - wall0)
+                ok &= share < GOAL_CPU_SHARE
+                rows.append(
+                    [
+                        f"watching, {seconds:g} s",
+                        f"{cpu:.2f}",
+                        f"{share * 100:.2f} %",
+                        f"{idle[0]:.0f} / {max(idle):.0f} / {idle[-1]:.0f}",
+                        "-",
+                        "-",
+                    ]
+                )
+                emit_json(
+                    json_out,
+                    "watch_cost",
+                    {
+                        "phase": "idle",
+                        "seconds": seconds,
+                        "cpu_s": cpu,
+                        "share": share,
+                        "rss_mib": idle,
+                    },
+                )
+                if where != "lab":
+                    rows.append(["log flood", "-", "-", "-", "-", "lab only"])
+                else:
+                    cpu0 = cpu_s()
+                    with LoopLag() as lag:
+                        sampler = asyncio.create_task(sample_rss(flood_seconds + 5, every=1.0))
+                        sent, took = await flood(config, rate, flood_seconds)
+                        memory = await sampler
+                    cpu = cpu_s() - cpu0
+                    failed = [r for r in log.items if isinstance(r.event, Failed)]
+                    ok &= lag.max < GOAL_LAG_S and not failed
+                    rows.append(
+                        [
+                            f"flood {sent / took:,.0f} lines/s x {took:.0f} s",
+                            f"{cpu:.2f}",
+                            f"{cpu / (flood_seconds + 5) * 100:.0f} %",
+                            f"{memory[0]:.0f} / {max(memory):.0f} / {memory[-1]:.0f}",
+                            f"{lag.max * 1000:.0f}",
+                            "failure reported!" if failed else "no failure",
+                        ]
+                    )
+                    emit_json(
+                        json_out,
+                        "watch_cost",
+                        {
+                            "phase": "flood",
+                            "lines": sent,
+                            "seconds": took,
+                            "cpu_s": cpu,
+                            "rss_mib": memory,
+                            "loop_lag_ms": lag.max * 1000,
+                            "failed": bool(failed),
+                        },
+                    )
+    print(
+        table(
+            ["phase", "CPU s", "of one core", "RSS MiB start/peak/end", "loop lag max ms", "watch"],
+            rows,
+        )
+    )
+    print(
+        "peak RSS over the process's life: "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB; "
+        f"goals: idle < {GOAL_CPU_SHARE * 100:g} % of one core; "
+        f"flood: memory flat, loop lag < {GOAL_LAG_S * 1000:g} ms"
+    )
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=600.0, help="idle watch (default 600)")
+    parser.add_argument("--flood-rate", type=float, default=100_000.0)
+    parser.add_argument("--flood-seconds", type=float, default=30.0)
+    parser.add_argument("--quick", action="store_true", help="5 s idle, 2 s of 10,000 lines/s")
+    parser.add_argument("--where", choices=WHERE, default="lab")
+    parser.add_argument("--json", type=Path, default=None, help="append the figures here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds, args.flood_rate, args.flood_seconds = 5.0, 10_000.0, 2.0
+    return asyncio.run(
+        run(args.where, args.seconds, args.flood_rate, args.flood_seconds, args.json)
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Each operator-facing benchmark's short run, so none can rot: on the embedded cluster (no
+root) for the fast suite, on the lab for the shell baseline. They check what a run must show
+whatever the machine's speed (every figure present, no reply lost or reordered); the speed goals
+are the benchmarks' own business (docs/performance.md), not asserted here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import (
+    checkpoint_to_slack,
+    failure_to_slack,
+    old_way,
+    overhead,
+    run_all,
+    watch_cost,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def figures(path: Path, name: str) -> list[dict]:
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [line for line in lines if line["benchmark"] == name]
+
+
+def test_checkpoint_to_slack_under_429s_loses_and_reorders_no_reply(tmp_path, capsys):
+    out = tmp_path / "figures.jsonl"
+    checkpoint_to_slack.main(
+        ["--where", "embedded", "--scenarios", "ray2-429", "--runs", "1", "--json", str(out)]
+    )
+    [row] = figures(out, "checkpoint_to_slack")
+    assert row["checkpoints"] >= 5 and row["refused"] > 0
+    assert row["lost"] == 0 and row["reordered"] == 0
+    assert all(row["reply_ms"][k] > 0 for k in ("p50", "p95", "max"))
+    assert "reply p95" in capsys.readouterr().out
+
+
+def test_failure_to_slack_times_a_killed_worker(tmp_path, capsys):
+    out = tmp_path / "figures.jsonl"
+    failure_to_slack.main(
+        ["--where", "embedded", "--faults", "worker-killed", "--runs", "1", "--json", str(out)]
+    )
+    [row] = figures(out, "failure_to_slack")
+    assert row["fault"] == "worker-killed" and row["n"] == 1 and 0 < row["max"] < 30
+    assert "serving-hang" in capsys.readouterr().out, "the row kept for the hang fault"
+
+
+def test_overhead_splits_a_launch(tmp_path):
+    out = tmp_path / "figures.jsonl"
+    overhead.main(["--where", "embedded", "--quick", "--json", str(out)])
+    [row] = figures(out, "overhead")
+    assert row["nodes"] == 2 and row["wall"] > row["server"] > 0
+    assert row["overhead"] == pytest.approx(row["wall"] - row["server"] - row["sample"])
+
+
+def test_watch_cost_measures_the_idle_bot(tmp_path):
+    out = tmp_path / "figures.jsonl"
+    watch_cost.main(["--where", "embedded", "--seconds", "1", "--json", str(out)])
+    [idle] = figures(out, "watch_cost")
+    assert idle["phase"] == "idle" and idle["cpu_s"] > 0 and min(idle["rss_mib"]) > 0
+
+
+def test_run_all_knows_every_benchmark_and_its_quick_mode():
+    for name in run_all.BENCHMARKS:
+        argv = run_all.command(name, True, "embedded", Path("x.jsonl"))
+        assert Path(argv[1]).is_file(), argv
+    with pytest.raises(SystemExit):
+        run_all.main(["--only", "nonesuch"])
+
+
+@pytest.mark.lab
+@pytest.mark.timeout(300)
+def test_the_old_way_and_spark_bot_both_learn_of_ready_and_of_the_failure(lab, tmp_path):
+    out = tmp_path / "figures.jsonl"
+    assert old_way.main(["--quick", "--json", str(out)]) == 0
+    rows = figures(out, "old_way")
+    assert [r["what"] for r in rows] == ["Ready", "failure"]
+    for row in rows:
+        for who in ("old", "spark_bot"):
+            learned, happened = row[who]["learned_s"], row[who]["happened_s"]
+            assert learned is not None and happened is not None
+            assert learned > happened - 0.05, "nobody learns of a line before Docker stamps it"
