@@ -6,7 +6,8 @@ own address without root). Its host tool dir (first on PATH for the `local` driv
 holds:
 
 - `ibdev2netdev`: the emulator's, looking at the node's own /sys/class/net, where
-  `enp1s0f1np1` is up: `rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)`.
+  `enp1s0f1np1` is up: `rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)` and its twin on the second
+  PCIe link, `roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Up)`, as on a Spark.
 - `ip`: this machine's `ip` cannot show 127.0.0.(10+i) on an interface, so a shim prints the
   node's addresses for the one form the preflight runs, `ip -o -f inet addr show`.
 - `ss`: a shim answering `ss -Htln 'sport = :P or ...'` from /proc/net/tcp{,6}, so the port

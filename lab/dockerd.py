@@ -16,7 +16,7 @@ from pathlib import Path
 from . import topology as T
 from .errors import LabError
 from .preflight import tool
-from .proc import live_pid, pid_alive, pids_with_cmdline, run, terminate
+from .proc import as_host, has_own_uts, live_pid, pid_alive, pids_with_cmdline, run, terminate
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -69,6 +69,22 @@ def alive(node: T.Node) -> bool:
     return pid(node) is not None and ping(node)
 
 
+def _environment(p: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{p}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _current(node: T.Node, p: int) -> bool:
+    """Started as `start` starts it now: the GPU hook on its PATH and the node's hostname (an
+    engine from an older lab lacks them and is restarted)."""
+    path = _environment(p).get("PATH", "").split(":")
+    return str(node.bin_dir) in path and has_own_uts(p)
+
+
 def cli(
     node: T.Node,
     *args: str,
@@ -87,7 +103,7 @@ def _argv(node: T.Node) -> list[str]:
     return [
         tool("nsenter"),
         f"--net={node.netns_path}",
-        tool("dockerd"),
+        *as_host(node.name, [tool("dockerd")]),
         "--config-file",
         str(node.dockerd_config),
         "--data-root",
@@ -199,9 +215,9 @@ def start(node: T.Node, timeout: float = 60.0, *, keep_containers: bool = False)
     """Start the engine unless it answers already. Returns True if freshly started.
     `keep_containers`: after `stop(keep_containers=True)`, restore the containers still running
     (live-restore) instead of clearing them away as after a crash."""
-    if alive(node):
-        return False
     p = pid(node)
+    if p and ping(node) and _current(node, p):
+        return False
     if p:  # running but not answering: restart it
         terminate(p, 10)
     if keep_containers:
@@ -222,6 +238,7 @@ def start(node: T.Node, timeout: float = 60.0, *, keep_containers: bool = False)
         # setsid -f: detach into its own session, re-parented to init (no zombie here)
         subprocess.run(
             [tool("setsid"), "-f", *_argv(node)],
+            env=dict(os.environ, PATH=node.remote_path),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

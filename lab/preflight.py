@@ -19,7 +19,12 @@ REQUIRED = {
     "ip": "iproute2",
     "nsenter": "util-linux",
     "setsid": "util-linux",
+    "unshare": "util-linux",
     "iptables": "iptables",
+    # what the operators' launch scripts run on a node (its sessions run this machine's tools)
+    "rsync": "rsync",
+    "nc": "netcat-openbsd",
+    "sudo": "sudo",
 }
 SBIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

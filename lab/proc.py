@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from .errors import LabError
+from .preflight import tool
 
 
 def run(
@@ -97,3 +98,27 @@ def pids_with_cmdline(fragment: str) -> list[int]:
         if d.isdigit() and int(d) != me and fragment in pid_cmdline(int(d)):
             found.append(int(d))
     return found
+
+
+def as_host(name: str, argv: list[str]) -> list[str]:
+    """argv run in a new UTS namespace whose hostname is `name`: each node is its own host, as
+    `hostname` in its sessions and in its `--network host` containers (which take the engine's)
+    show."""
+    return [
+        tool("unshare"),
+        "--uts",
+        "sh",
+        "-c",
+        'hostname "$1" && shift && exec "$@"',
+        "sh",
+        name,
+        *argv,
+    ]
+
+
+def has_own_uts(pid: int) -> bool:
+    """The process runs in a UTS namespace of its own (not this process's): started by `as_host`."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/uts") != os.readlink("/proc/self/ns/uts")
+    except OSError:
+        return False

@@ -12,7 +12,7 @@ from pathlib import Path
 from . import topology as T
 from .errors import LabError
 from .preflight import tool
-from .proc import live_pid, run, terminate
+from .proc import as_host, has_own_uts, live_pid, run, terminate
 
 
 def ensure_client_key() -> None:
@@ -164,7 +164,7 @@ def start(node: T.Node) -> None:
     if changed:
         node.sshd_config.write_text(text)
     current = pid(node)
-    if current and not changed:
+    if current and not changed and has_own_uts(current):
         return
     if current:
         terminate(current, 5)
@@ -177,11 +177,7 @@ def start(node: T.Node) -> None:
             "netns",
             "exec",
             node.netns,
-            sshd,
-            "-f",
-            str(node.sshd_config),
-            "-E",
-            str(node.sshd_log),
+            *as_host(node.name, [sshd, "-f", str(node.sshd_config), "-E", str(node.sshd_log)]),
         ]
     )
     deadline = time.monotonic() + 10

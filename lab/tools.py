@@ -1,5 +1,6 @@
 """Each node's tool dir (/var/lib/spark-lab/node<i>/bin): nvidia-smi and ibdev2netdev
-run the emulator from this repo; `docker` points at the node's own engine."""
+run the emulator from this repo; `docker` points at the node's own engine; the stand-in
+NVIDIA container runtime hook lets the node's dockerd accept GPU requests."""
 
 from __future__ import annotations
 
@@ -31,10 +32,22 @@ exec {real} "$@"
 """
 
 
+def _nvidia_hook(node: T.Node) -> str:
+    # runc runs it as an OCI prestart hook (`nvidia-container-runtime-hook prestart`, the
+    # container's state JSON on stdin). The real one mounts the GPU devices and driver
+    # libraries; the lab has none to mount, and the emulator's tools stand in for them.
+    return f"""#!/bin/sh
+# spark-lab {node.name}: stand-in NVIDIA container runtime hook
+cat >/dev/null
+exit 0
+"""
+
+
 def ensure(node: T.Node) -> None:
     node.bin_dir.mkdir(parents=True, exist_ok=True)
     files = {name: _emulator_wrapper(node, name) for name in T.EMULATED_TOOLS}
     files["docker"] = _docker_wrapper(node)
+    files[T.NVIDIA_HOOK] = _nvidia_hook(node)
     for name, text in files.items():
         p = node.bin_dir / name
         if not p.exists() or p.read_text() != text:

@@ -48,6 +48,9 @@ SSH_PORT = 22
 SSH_USER = "root"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 EMULATED_TOOLS = ("nvidia-smi", "ibdev2netdev")  # wrappers in each node's bin dir
+# dockerd registers its "nvidia" device driver (`--gpus`, DeviceRequests with driver nvidia) only
+# when this is on its PATH (moby daemon/nvidia_linux.go); the lab's stand-in lives in the bin dir.
+NVIDIA_HOOK = "nvidia-container-runtime-hook"
 IMAGE_TOOLS = ("vllm", "ray", "nvidia-smi", "ibdev2netdev")  # wrappers in the image
 
 

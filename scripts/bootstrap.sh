@@ -10,8 +10,10 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # --- system packages (lab) ---------------------------------------------------
-# docker-compose: tests/deploy starts compose.yaml with it; systemd: systemd-analyze checks the unit
-LAB_PACKAGES="docker.io openssh-server openssh-client debootstrap iptables iproute2 util-linux docker-compose systemd"
+# docker-compose: tests/deploy starts compose.yaml with it; systemd: systemd-analyze checks the unit;
+# rsync, netcat-openbsd, sudo: tools the operators' launch scripts run on a Spark (the lab's
+# nodes are namespaces of this machine, so their sessions run this machine's)
+LAB_PACKAGES="docker.io openssh-server openssh-client debootstrap iptables iproute2 util-linux docker-compose systemd rsync netcat-openbsd sudo"
 missing=""
 need() {  # need <command> <package>
     PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1 || missing="$missing $2"
@@ -28,6 +30,10 @@ need nsenter util-linux
 need setsid util-linux
 need docker-compose docker-compose
 need systemd-analyze systemd
+need unshare util-linux
+need rsync rsync
+need nc netcat-openbsd
+need sudo sudo
 # the lab's real engine is a venv of Debian's python3 (the node image's Python)
 /usr/bin/python3 -c "import ensurepip, venv" 2>/dev/null || missing="$missing python3-venv"
 if [ -n "$missing" ]; then

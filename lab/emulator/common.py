@@ -47,6 +47,25 @@ def state_dir():
     return env_str("SPARK_EMU_STATE_DIR", "/tmp/ray")
 
 
+def interface_ipv4s():
+    """{interface: its first IPv4 address} of this network namespace (SIOCGIFADDR)."""
+    import fcntl
+    import struct
+
+    found = {}
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            try:
+                req = struct.pack("256s", name[:15].encode())
+                found[name] = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, req)[20:24])
+            except OSError:  # no IPv4 address
+                pass
+    finally:
+        s.close()
+    return found
+
+
 def hostname():
     try:
         return socket.gethostname()

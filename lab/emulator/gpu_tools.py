@@ -9,14 +9,21 @@ from .common import env_int, hostname
 DRIVER = "580.95.05"
 CUDA = "13.0"
 
-# RoCE device -> netdev (as on a DGX Spark's ConnectX-7)
+# RoCE device -> netdev, in the order a DGX Spark's `ibdev2netdev` prints them. Its ConnectX-7
+# hangs off the GB10 by two PCIe x4 links (Socket Direct), so each QSFP port is seen twice: once
+# per link, the second link's names in PCIe domain 2 (`enP2...`). Both come Up with the cable.
 IB_DEVICES = [
     ("rocep1s0f0", "enp1s0f0np0"),
     ("rocep1s0f1", "enp1s0f1np1"),
     ("roceP2p1s0f0", "enP2p1s0f0np0"),
     ("roceP2p1s0f1", "enP2p1s0f1np1"),
 ]
-SHOWN_IB = [("rocep1s0f1", "enp1s0f1np1"), ("roceP2p1s0f1", "enP2p1s0f1np1")]
+
+
+def twin_of(netdev):
+    """The port's netdev on the first PCIe link for a second-link name (enP2p1s0f1np1 ->
+    enp1s0f1np1), else None."""
+    return "enp" + netdev[len("enP2p") :] if netdev.startswith("enP2p") else None
 
 
 def gpu_uuid(i):
@@ -67,19 +74,55 @@ def _table(n):
     )
 
 
+# field -> (value, unit); the unit is printed after a value (not after [N/A]) unless `nounits`,
+# and in the CSV header as `[unit]`. A GB10 has unified memory and no fan, power cap or ECC of its own:
+# nvidia-smi answers those with [N/A] (memory.* too, as in the table's `Not Supported`).
+NA = "[N/A]"
 QUERY_FIELDS = {
-    "name": lambda i: "NVIDIA GB10",
-    "memory.total": lambda i: "[N/A]",
-    "memory.used": lambda i: "[N/A]",
-    "memory.free": lambda i: "[N/A]",
-    "index": lambda i: str(i),
-    "uuid": lambda i: gpu_uuid(i),
-    "driver_version": lambda i: DRIVER,
-    "temperature.gpu": lambda i: "42",
-    "utilization.gpu": lambda i: "0 %",
-    "pci.bus_id": lambda i: "0000000F:01:00.0",
-    "compute_cap": lambda i: "12.1",
-    "count": lambda i: "1",
+    "name": lambda i: ("NVIDIA GB10", ""),
+    "memory.total": lambda i: (NA, " MiB"),
+    "memory.used": lambda i: (NA, " MiB"),
+    "memory.free": lambda i: (NA, " MiB"),
+    "memory.reserved": lambda i: (NA, " MiB"),
+    "index": lambda i: (str(i), ""),
+    "uuid": lambda i: (gpu_uuid(i), ""),
+    "serial": lambda i: (NA, ""),
+    "driver_version": lambda i: (DRIVER, ""),
+    "vbios_version": lambda i: (NA, ""),
+    "temperature.gpu": lambda i: ("42", ""),
+    "utilization.gpu": lambda i: ("0", " %"),
+    "utilization.memory": lambda i: (NA, ""),
+    "pci.bus_id": lambda i: ("0000000F:01:00.0", ""),
+    "compute_cap": lambda i: ("12.1", ""),
+    "count": lambda i: ("1", ""),
+    "pstate": lambda i: ("P8", ""),
+    "persistence_mode": lambda i: ("Enabled", ""),
+    "compute_mode": lambda i: ("Default", ""),
+    "display_mode": lambda i: ("Enabled", ""),
+    "display_active": lambda i: ("Disabled", ""),
+    "mig.mode.current": lambda i: (NA, ""),
+    "ecc.mode.current": lambda i: (NA, ""),
+    "fan.speed": lambda i: (NA, ""),
+    "power.draw": lambda i: ("4.12", " W"),
+    "power.limit": lambda i: (NA, " W"),
+    "clocks.gr": lambda i: ("208", " MHz"),
+    "clocks.sm": lambda i: ("208", " MHz"),
+    "clocks.mem": lambda i: (NA, " MHz"),
+    "clocks.max.gr": lambda i: ("3003", " MHz"),
+    "clocks.max.sm": lambda i: ("3003", " MHz"),
+}
+# nvidia-smi's other names for the same fields
+QUERY_ALIASES = {
+    "gpu_name": "name",
+    "gpu_uuid": "uuid",
+    "gpu_serial": "serial",
+    "gpu_bus_id": "pci.bus_id",
+    "performance_state": "pstate",
+    "temperature.gpu.current": "temperature.gpu",
+    "clocks.current.graphics": "clocks.gr",
+    "clocks.current.sm": "clocks.sm",
+    "clocks.current.memory": "clocks.mem",
+    "clocks.max.graphics": "clocks.max.gr",
 }
 
 
@@ -110,15 +153,19 @@ def nvidia_smi_main(argv):
         i += 1
     if query:
         fields = [f.strip() for f in query.split(",") if f.strip()]
-        bad = [f for f in fields if f not in QUERY_FIELDS]
+        bad = [f for f in fields if QUERY_ALIASES.get(f, f) not in QUERY_FIELDS]
         if bad:
             print('Field "%s" is not a valid field to query.' % bad[0], flush=True)
             print("", flush=True)
             return 2
+        units = "nounits" not in fmt
         if "noheader" not in fmt:
-            print(", ".join(fields), flush=True)
+            unit_of = {f: QUERY_FIELDS[QUERY_ALIASES.get(f, f)](0)[1].strip() for f in fields}
+            header = [f + (" [%s]" % unit_of[f] if units and unit_of[f] else "") for f in fields]
+            print(", ".join(header), flush=True)
         for g in range(n):
-            print(", ".join(QUERY_FIELDS[f](g) for f in fields), flush=True)
+            cells = (QUERY_FIELDS[QUERY_ALIASES.get(f, f)](g) for f in fields)
+            print(", ".join(v + (u if units and v != NA else "") for v, u in cells), flush=True)
         return 0
     print(_table(n), flush=True)
     return 0
@@ -142,7 +189,16 @@ def _iface_up(name):
         return False
 
 
+def _port_up(netdev):
+    # A node (the lab's) may carry only the first link's netdev: the twin is the same cable.
+    base = os.environ.get("SPARK_EMU_SYS_CLASS_NET", "/sys/class/net")
+    twin = twin_of(netdev)
+    if twin and not os.path.exists(os.path.join(base, netdev)):
+        return _iface_up(twin)
+    return _iface_up(netdev)
+
+
 def ibdev2netdev_main(argv):
-    for dev, net in SHOWN_IB:
-        print("%s port 1 ==> %s (%s)" % (dev, net, "Up" if _iface_up(net) else "Down"), flush=True)
+    for dev, net in IB_DEVICES:
+        print("%s port 1 ==> %s (%s)" % (dev, net, "Up" if _port_up(net) else "Down"), flush=True)
     return 0

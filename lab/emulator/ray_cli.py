@@ -20,7 +20,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import faults as F
-from .common import env_int, env_str, fault_name, out, state_dir, time_scale
+from .common import env_int, env_str, fault_name, interface_ipv4s, out, state_dir, time_scale
 
 DEFAULT_RAY_VERSION = "2.49.1"
 PY_VERSION = "3.12.3"
@@ -552,6 +552,7 @@ This process on node %s was started with:
                 "gpus": gpus,
                 "is_head": False,
                 "hostname": socket.gethostname(),
+                "ipv4": interface_ipv4s(),
                 "ray_version": my_version,
                 "python_version": python_version(),
                 "pid": os.getpid(),

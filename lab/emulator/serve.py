@@ -22,6 +22,7 @@ from .common import (
     env_str,
     fault_name,
     hostname,
+    interface_ipv4s,
     out,
     raw,
     ray_prefix,
@@ -525,7 +526,11 @@ class Serve:
             return []
         host = rk.get("host") or hostname()
         pre = "%s:%d:%d [0] NCCL INFO " % (host, rk["pid"], rk["pid"])
-        iface = env_str("NCCL_SOCKET_IFNAME", "enp1s0f1np1").lstrip("=^")
+        iface = env_str("NCCL_SOCKET_IFNAME", "enp1s0f1np1").lstrip("=^").split(",")[0]
+        # NCCL binds its bootstrap and OOB sockets to NCCL_SOCKET_IFNAME's own address (the
+        # fabric's), whatever address vLLM or Ray use for the node.
+        node_ipv4 = interface_ipv4s() if rk["local"] else rk.get("ipv4") or {}
+        addr = node_ipv4.get(iface, rk["ip"])
         hca = env_str("NCCL_IB_HCA", "")
         from .gpu_tools import IB_DEVICES
 
@@ -544,19 +549,19 @@ class Serve:
             if rk["rank"] == 0
             else "cudaDriverVersion 13000",
             "NCCL_SOCKET_IFNAME set by environment to %s" % iface,
-            "Bootstrap: Using %s:%s<0>" % (iface, rk["ip"]),
+            "Bootstrap: Using %s:%s<0>" % (iface, addr),
         ]
         if ib:
             L += [
                 "NCCL_IB_HCA set to %s" % (hca or devs[0]),
-                "NET/IB : Using [0]%s:1/RoCE [RO]; OOB %s:%s<0>" % (devs[0], iface, rk["ip"]),
+                "NET/IB : Using [0]%s:1/RoCE [RO]; OOB %s:%s<0>" % (devs[0], iface, addr),
                 "NET/IB : Made virtual device [0] name=%s speed=200000 ndevs=1" % devs[0],
                 "Using network IB",
             ]
         else:
             L += [
                 "NET/IB : No device found.",
-                "NET/Socket : Using [0]%s:%s<0>" % (iface, rk["ip"]),
+                "NET/Socket : Using [0]%s:%s<0>" % (iface, addr),
                 "Using network Socket",
             ]
         L.append(
@@ -1004,6 +1009,7 @@ class Serve:
                 node_host=node.get("hostname") or ("spark-" + node["ip"].split(".")[-1]),
             )
             rk["node_id"] = nid
+            rk["ipv4"] = node.get("ipv4")
             self.ranks.append(rk)
             self.ray_nodes[nid] = node
         rem = self.remote_rank()

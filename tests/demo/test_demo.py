@@ -61,7 +61,7 @@ def test_up_verify_bench_status_logs_down_then_nothing_left():
     ]:
         assert f"✔ {title}" in out, title
     assert (
-        "Detected IB_IF: rocep1s0f1; Detected ETH_IF: enp1s0f1np1; Detected Local IP: 127.0.0.10"
+        "Detected IB_IF: rocep1s0f1,roceP2p1s0f1; Detected ETH_IF: enp1s0f1np1; Detected Local IP: 127.0.0.10"
         in out
     )
     assert "Detected Local IP: 127.0.0.11" in out

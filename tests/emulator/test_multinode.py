@@ -84,10 +84,15 @@ def test_ray_cluster_status_and_serve(spawn, tmp_path):
             "SPARK_EMU_STATE_DIR": str(tmp_path / "head"),
             "VLLM_HOST_IP": "127.0.0.1",
             "NCCL_DEBUG": "INFO",
+            "NCCL_SOCKET_IFNAME": "lo",
         },
         name="serve",
     )
     serve.wait_for("Application startup complete.", 30)
+    # NCCL binds to NCCL_SOCKET_IFNAME's own address on each node, not Ray's node IP
+    # (the worker registered as 127.0.0.2, its `lo` holds 127.0.0.1)
+    assert serve.text.count("NCCL INFO Bootstrap: Using lo:127.0.0.1<0>") == 2
+    assert "Using lo:127.0.0.2" not in serve.text
     assert "(RayWorkerWrapper pid=" in serve.text and ", ip=127.0.0.2) " in serve.text
     assert sum("Loading weights took" in l for l in serve.lines) == 2
     assert (

@@ -31,15 +31,38 @@ def test_nvidia_smi_table_and_query():
     assert r.stdout.startswith("GPU 0: NVIDIA GB10 (UUID: GPU-")
 
 
+def test_nvidia_smi_answers_the_fields_launchers_query():
+    query = "gpu_name,pstate,memory.total,utilization.gpu,power.draw,clocks.max.sm,fan.speed"
+    r = run(["nvidia-smi", "--query-gpu=" + query, "--format=csv"])
+    assert r.returncode == 0, r.stdout
+    assert r.stdout.splitlines() == [
+        "gpu_name, pstate, memory.total [MiB], utilization.gpu [%], power.draw [W], "
+        "clocks.max.sm [MHz], fan.speed",
+        "NVIDIA GB10, P8, [N/A], 0 %, 4.12 W, 3003 MHz, [N/A]",
+    ]
+    r = run(["nvidia-smi", "--query-gpu=" + query, "--format=csv,noheader,nounits"])
+    assert r.stdout.strip() == "NVIDIA GB10, P8, [N/A], 0, 4.12, 3003, [N/A]"
+    r = run(["nvidia-smi", "--query-gpu=name,bogus", "--format=csv"])
+    assert r.returncode == 2 and 'Field "bogus" is not a valid field to query.' in r.stdout
+
+
 def test_ibdev2netdev(tmp_path):
     net = tmp_path / "net"
     (net / "enp1s0f1np1").mkdir(parents=True)
     (net / "enp1s0f1np1" / "operstate").write_text("up\n")
     r = run(["ibdev2netdev"], {"SPARK_EMU_SYS_CLASS_NET": str(net)})
+    # a Spark's four: each port once per PCIe link; the twin shares the cabled port's state
     assert r.stdout.splitlines() == [
+        "rocep1s0f0 port 1 ==> enp1s0f0np0 (Down)",
         "rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)",
-        "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Down)",
+        "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Down)",
+        "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Up)",
     ]
+    # a twin netdev of its own has its own state
+    (net / "enP2p1s0f1np1").mkdir()
+    (net / "enP2p1s0f1np1" / "operstate").write_text("down\n")
+    r = run(["ibdev2netdev"], {"SPARK_EMU_SYS_CLASS_NET": str(net)})
+    assert r.stdout.splitlines()[3] == "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Down)"
 
 
 def test_unknown_flag_fails_like_vllm():

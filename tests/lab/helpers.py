@@ -91,7 +91,12 @@ async def wait_log_line(container, needle: str, timeout: float = 30) -> list[str
 
 
 async def run_container(
-    docker: aiodocker.Docker, image: str, cmd: list[str], name: str, env: dict | None = None
+    docker: aiodocker.Docker,
+    image: str,
+    cmd: list[str],
+    name: str,
+    env: dict | None = None,
+    host_config: dict | None = None,
 ):
     with contextlib.suppress(aiodocker.DockerError):
         old = await docker.containers.get(name)
@@ -100,7 +105,7 @@ async def run_container(
         "Image": image,
         "Cmd": cmd,
         "Env": [f"{k}={v}" for k, v in (env or {}).items()],
-        "HostConfig": {"NetworkMode": "host", "IpcMode": "host"},
+        "HostConfig": {"NetworkMode": "host", "IpcMode": "host", **(host_config or {})},
     }
     c = await docker.containers.create(config, name=name)
     await c.start()

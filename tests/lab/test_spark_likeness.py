@@ -1,0 +1,115 @@
+"""What makes a lab node look like a DGX Spark to a launch script: GPU requests accepted, its own
+hostname, ibdev2netdev's four ports, nvidia-smi's query fields, the tools launchers run, and the
+NCCL lines naming the node's hostname and its fabric address."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+
+from bot.config import load_config
+from cluster.containers import create_body
+from lab import topology as T
+
+from .helpers import docker_over_ssh, exec_detached, exec_out, ssh_to
+
+pytestmark = pytest.mark.lab
+
+LAB_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lab.yaml"
+LAUNCHER_TOOLS = "nc rsync sudo"
+
+
+async def test_a_session_on_each_node_sees_a_spark(lab):
+    for node in lab.nodes:
+        async with ssh_to(lab, node) as conn:
+            r = await conn.run("hostname", check=True)
+            assert r.stdout.strip() == node.name
+            r = await conn.run("ibdev2netdev", check=True)
+            # the cabled port and its second-PCIe-link twin are Up, the other port is not
+            assert r.stdout.splitlines() == [
+                "rocep1s0f0 port 1 ==> enp1s0f0np0 (Down)",
+                "rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)",
+                "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Down)",
+                "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Up)",
+            ]
+            r = await conn.run(
+                "nvidia-smi --query-gpu=name,pstate,memory.total,utilization.gpu,driver_version "
+                "--format=csv,noheader",
+                check=True,
+            )
+            assert r.stdout.strip() == "NVIDIA GB10, P8, [N/A], 0 %, 580.95.05"
+            r = await conn.run(f"command -v {LAUNCHER_TOOLS}")
+            assert r.exit_status == 0 and len(r.stdout.split()) == 3, r.stdout
+
+
+async def _container(docker, config, index: int, cmd: list[str], env: dict[str, str]):
+    """The container spark-bot creates on the node from configs/lab.yaml (its GPU request too)."""
+    node = config.nodes[index]
+    body = create_body(config, node, "head" if index == 0 else "worker", cmd, env, "/root")
+    name = f"lab-spark-like-{index}"
+    for old in await docker.containers.list(all=True, filters={"name": [name]}):
+        await old.delete(force=True)
+    c = await docker.containers.create(body, name=name)
+    await c.start()
+    return c
+
+
+async def _wait_in_log(container, path: str, pattern: str, timeout: float = 60) -> str:
+    deadline = asyncio.get_running_loop().time() + timeout
+    text = ""
+    while asyncio.get_running_loop().time() < deadline:
+        _, text = await exec_out(container, ["cat", path])
+        if re.search(pattern, text):
+            return text
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"{pattern!r} not in {path} after {timeout}s:\n{text[-3000:]}")
+
+
+async def test_gpu_containers_with_hostnames_and_fabric_nccl_bootstrap(lab):
+    """The bot's own container spec (gpus: true) on both nodes, then a TP=2 mp launch whose
+    rendezvous uses the head's management address, as launchers that resolve host names do:
+    NCCL still binds to NCCL_SOCKET_IFNAME's (the fabric's) address on each node."""
+    config = load_config(LAB_CONFIG).cluster
+    assert config.container.gpus
+    head, worker = lab.nodes[0], lab.nodes[1]
+    env = {"NCCL_SOCKET_IFNAME": T.FABRIC_IFNAME, "NCCL_DEBUG": "INFO"}
+    env.update(config.container.env)
+    serve = ["vllm", "serve", "m", "-tp", "2", "--nnodes", "2", "--master-addr", head.mgmt_ip]
+    serve += ["--master-port", "29511", "--port", "8011"]
+    async with (
+        ssh_to(lab, head) as hconn,
+        ssh_to(lab, worker) as wconn,
+        docker_over_ssh(hconn, head) as hd,
+        docker_over_ssh(wconn, worker) as wd,
+    ):
+        hc = await _container(hd, config, 0, ["sleep", "infinity"], env)
+        wc = await _container(wd, config, 1, ["sleep", "infinity"], env)
+        try:
+            for node, c in ((head, hc), (worker, wc)):
+                info = await c.show()
+                assert info["HostConfig"]["DeviceRequests"][0]["Driver"] == "nvidia"
+                # dockerd's nvidia driver puts it in the container's own process (not in exec's)
+                code, out = await exec_out(c, "hostname; tr '\\0' '\\n' </proc/1/environ")
+                lines = out.split()
+                assert code == 0 and lines[0] == node.name, out
+                assert "NVIDIA_VISIBLE_DEVICES=all" in lines, out
+            for c, rank_args in (
+                (hc, ["--node-rank", "0"]),
+                (wc, ["--node-rank", "1", "--headless"]),
+            ):
+                command = " ".join([*serve, *rank_args]) + " > /tmp/v.log 2>&1"
+                await exec_detached(c, ["sh", "-c", command])
+            for node, c, rank in ((head, hc, 0), (worker, wc, 1)):
+                text = await _wait_in_log(
+                    c, "/tmp/v.log", rf"rank {rank} nranks 2 .* Init COMPLETE"
+                )
+                prefix = rf"{re.escape(node.name)}:\d+:\d+ \[0\] NCCL INFO "
+                want = rf"{prefix}Bootstrap: Using {T.FABRIC_IFNAME}:{re.escape(node.fabric_ip)}<0>"
+                assert re.search(want, text), text[-3000:]
+                assert not re.search(rf"{prefix}.*{re.escape(head.mgmt_ip)}", text), text[-3000:]
+        finally:
+            await hc.delete(force=True)
+            await wc.delete(force=True)
