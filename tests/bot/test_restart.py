@@ -57,18 +57,20 @@ def free_port() -> int:
 
 async def start_bot(config_path: Path, slack: SlackStandIn) -> asyncio.subprocess.Process:
     env = {**os.environ, "SLACK_BOT_TOKEN": slack.bot_token, "SLACK_APP_TOKEN": slack.app_token}
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot.cli",
-        "run",
-        "--config",
-        str(config_path),
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=open(config_path.with_suffix(".log"), "ab"),
-    )
+    # the child keeps its own copy of the log's descriptor: ours is closed once it has started
+    with open(config_path.with_suffix(".log"), "ab") as log:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot.cli",
+            "run",
+            "--config",
+            str(config_path),
+            cwd=ROOT,
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=log,
+        )
 
 
 async def healthy(port: int, proc: asyncio.subprocess.Process) -> None:

@@ -188,7 +188,7 @@ async def test_api_port_taken(clean):
         failure = only_failure(await collect(controller_for(clean).up()))
     finally:
         squatter.kill()
-        squatter.wait()
+        squatter.communicate()  # waits, and closes our ends of its pipes
     assert failure.checkpoint == "api_port" and ":8000" in failure.evidence
 
 

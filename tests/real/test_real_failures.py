@@ -53,7 +53,7 @@ def squatter(real_lab, port: int):
         yield
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()  # waits, and closes our ends of its pipes
 
 
 async def test_an_unknown_vllm_flag(real_clean):

@@ -170,7 +170,7 @@ def emulator_lines(tmp_path: Path) -> list[str]:
                 break
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        proc.communicate()  # waits, and closes our end of its pipe
     return lines
 
 
