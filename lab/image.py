@@ -259,7 +259,9 @@ def restore(nodes: list[T.Node], canonical: str) -> None:
                 dockerd.cli(n, "tag", canonical, T.IMAGE_TAG)
             else:
                 copy_image(nodes[0], n)
-            _drop_dangling(n)
+        # also where the tag is right already (a sync-image put it back): the variant left
+        # untagged would keep the canonical image as its parent past an `rmi` of the tag
+        _drop_dangling(n)
 
 
 # --- real-engine image --------------------------------------------------------
