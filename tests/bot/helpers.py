@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from contextlib import asynccontextmanager
 
 import aiohttp
@@ -75,6 +76,11 @@ def header(call_or_message) -> str:
         else call_or_message["blocks"]
     )
     return blocks[0]["text"]["text"]
+
+
+def checkpoint_header(call_or_message) -> str:
+    """A checkpoint reply's header without the node that passed it: "✔ {title}"."""
+    return re.sub(r" \([\w.-]+\)$", "", header(call_or_message))
 
 
 def block_text(call_or_message) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from cluster.checkpoints import launch_plan
@@ -17,6 +15,7 @@ from tests.bot.helpers import (
     attachment_color,
     attachment_text,
     block_text,
+    checkpoint_header,
     containers_present,
     down,
     header,
@@ -77,10 +76,7 @@ async def test_up_posts_a_live_checklist_a_reply_per_checkpoint_and_the_sample(
     assert chat[0].result["ts"] == parent_ts and chat[1].method == "chat.getPermalink"
     assert all(c.params["ts"] == parent_ts for c in chat if c.method == "chat.update")
     replies = [c for c in chat if is_reply(c, parent_ts)]
-    # a reply's header is the checkpoint's title and, where one node passed it, " (node)"
-    assert [re.sub(r" \([\w.-]+\)$", "", header(r)) for r in replies] == [
-        f"✔ {c.title}" for c in plan
-    ] + ["✅ Ready"]
+    assert [checkpoint_header(r) for r in replies] == [f"✔ {c.title}" for c in plan] + ["✅ Ready"]
     assert all(c.ok for c in chat)
     done = [block_text(c).count("✅") for c in chat if c.method == "chat.update"]
     assert done == sorted(done), "no edit shows an older state than the edit before it"

@@ -14,6 +14,7 @@ from tests.bot.helpers import (
     attachment_color,
     attachment_text,
     block_text,
+    checkpoint_header,
     down,
     header,
     settings,
@@ -48,10 +49,10 @@ async def test_slash_up_on_the_real_ray_cluster_posts_every_checkpoint_with_its_
             ]
     finally:
         await down(cluster)
-    assert [header(r).split(" (")[0] for r in replies] == [f"✔ {c.title}" for c in plan] + [
+    assert [checkpoint_header(r) for r in replies] == [f"✔ {c.title}" for c in plan] + [
         "✅ Ready"
     ], "no checkpoint warned: every one proven by the real engine"
-    by_title = {header(r).split(" (")[0]: block_text(r) for r in replies}
+    by_title = {checkpoint_header(r): block_text(r) for r in replies}
     assert (
         "2 active node(s), 0.0/2.0 GPU" in by_title["✔ Ray sees every node and GPU"]
     )  # real `ray status`
