@@ -27,6 +27,7 @@ from cluster.failures import (
     Role,
     cluster_words,
 )
+from cluster.literals import Screen
 from cluster.logtext import clean_line, is_nccl_line, strip_prefixes
 
 CONTEXT_LINES = 5  # cleaned lines kept before the evidence in a Diagnosis
@@ -61,6 +62,7 @@ _TRACEBACK_NOISE = re.compile(
 _ERROR_LEVEL = re.compile(r"(?:^|[\s)\]])(?:ERROR|CRITICAL|FATAL)\b|^\[E\d{4} ")
 
 _FIELD = re.compile(r"\{(\w+)\}")
+_SHUTDOWN = Screen([marker for marker, _ in SHUTDOWN_MARKERS])
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 
 
@@ -87,15 +89,26 @@ def diagnosis_of(
     )
 
 
+_BUILT_IN = Screen([sig.pattern for sig in SIGNATURES])
+
+
+def screen_of(table: tuple[FailureSignature, ...]) -> Screen:
+    """The screen of `table`'s patterns (the built-in table's is made once)."""
+    return _BUILT_IN if table is SIGNATURES else Screen([sig.pattern for sig in table])
+
+
 def match_line(
     message: str,
     previous: Iterable[str] = (),
     table: tuple[FailureSignature, ...] = SIGNATURES,
+    screen: Screen | None = None,
 ) -> tuple[FailureSignature, re.Match[str]] | None:
     """The first signature (table order) matching a prefix-stripped message, with its match.
-    `previous` are the prefix-stripped messages before it (newest last), for `after` rows."""
+    `previous` are the prefix-stripped messages before it (newest last), for `after` rows.
+    `screen`: `screen_of(table)`, made once by a caller that matches many lines."""
     prev: list[str] | None = None
-    for sig in table:
+    for index in (screen or screen_of(table)).candidates(message):
+        sig = table[index]
         m = sig.pattern.search(message)
         if not m:
             continue
@@ -133,6 +146,7 @@ class LogDiagnoser:
         words: dict[str, str] | None = None,
     ) -> None:
         self._table = table
+        self._screen = screen_of(table)
         self._words = words or cluster_words()
         self._keep = max(keep_lines, UNRECOGNISED_TAIL + 1, max(s.window for s in table))
         # (line_number, cleaned line, prefix-stripped message) of recent non-empty lines
@@ -193,7 +207,7 @@ class LogDiagnoser:
         if (
             self._stop is None
             and not self.failed
-            and any(marker.search(message) for marker, _ in SHUTDOWN_MARKERS)
+            and _SHUTDOWN.search(message) is not None
         ):
             self._stop = cleaned
         if self._stop is not None:
@@ -207,7 +221,11 @@ class LogDiagnoser:
             and _FRAME.match(self._recent[-1][2]) is not None
         )
         found = (
-            None if is_source else match_line(message, (m for _, _, m in self._recent), self._table)
+            None
+            if is_source
+            else match_line(
+                message, (m for _, _, m in self._recent), self._table, self._screen
+            )
         )
         result: Diagnosis | None = None
         if found is not None:

@@ -24,6 +24,7 @@ from cluster.failures import (
     STOPPED_ON_REQUEST,
     for_cluster,
 )
+from cluster.literals import Screen
 from cluster.liveness import ServingHung
 from cluster.logtext import ray_repeats, strip_prefixes
 from cluster.memory import KernelOomKill, MemoryLow
@@ -50,10 +51,10 @@ def must_see(config: ClusterConfig) -> Callable[[str], bool]:
         s.pattern for c in CHECKPOINTS if c.logged for s in spellings_for(c, config.knowledge)
     ]
     patterns += [signature.pattern for signature in table]
+    screen = Screen(patterns)
 
     def matters(text: str) -> bool:
-        message = strip_prefixes(text)
-        return any(pattern.search(message) for pattern in patterns)
+        return screen.search(strip_prefixes(text)) is not None
 
     return matters
 

@@ -55,6 +55,8 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     # docker logs --timestamps: 2025-11-30T05:42:03.123456789Z
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s"),
 )
+# One search for the first of them (in order) that matches: what the loop over each would find.
+_ANY_PREFIX = re.compile("|".join(f"(?:{prefix.pattern})" for prefix in _PREFIXES))
 # Ray's log deduplication suffix.
 _RAY_REPEAT = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
 
@@ -71,6 +73,8 @@ def clean_line(raw: str) -> str:
     """What a terminal would show for `raw`: no ANSI codes, no control characters, no
     trailing whitespace. A carriage return overwrites the line (progress bars), so the text
     after the last non-empty `\\r` segment is kept."""
+    if raw.isprintable():  # no escape, control character or carriage return: nothing to clean
+        return raw[: MAX_LINE_CHARS * 2].rstrip()[:MAX_LINE_CHARS]
     line = raw[: MAX_LINE_CHARS * 2]
     line = _ANSI.sub("", line)
     line = line.rstrip("\r\n")
@@ -87,15 +91,10 @@ def strip_prefixes(line: str) -> str:
     Applies `clean_line`-safe stripping only: call `clean_line` first on raw input.
     Leading whitespace is kept apart from the prefixes (so traceback indentation survives
     when there is no prefix)."""
-    msg = _RAY_REPEAT.sub("", line)
-    while True:
-        for prefix in _PREFIXES:
-            m = prefix.match(msg)
-            if m and m.end() > 0:
-                msg = msg[m.end() :]
-                break
-        else:
-            return msg
+    msg = _RAY_REPEAT.sub("", line) if "[repeated " in line else line
+    while (m := _ANY_PREFIX.match(msg)) and m.end() > 0:
+        msg = msg[m.end() :]
+    return msg
 
 
 def ray_repeats(line: str) -> int:

@@ -32,6 +32,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
+from cluster.literals import Screen
+
 MASK = "***"
 
 _TOKEN_SHAPES = re.compile(
@@ -50,6 +52,7 @@ _TOKEN_SHAPES = re.compile(
         ]
     )
 )
+_TOKEN_SCREEN = Screen([_TOKEN_SHAPES])  # most text has none of the shapes' fixed prefixes
 _RUN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
 _HEX = re.compile(r"[0-9A-Fa-f-]+")
 # What makes a long run ordinary: words (`Generation`, `CHAR`) and hexadecimal ids inside it,
@@ -94,7 +97,8 @@ def redact(text: str, known: Iterable[str] = ()) -> str:
     for value in sorted(known, key=len, reverse=True):
         if len(value) >= 4:
             text = text.replace(value, MASK)
-    text = _TOKEN_SHAPES.sub(MASK, text)
+    if _TOKEN_SCREEN.candidates(text):
+        text = _TOKEN_SHAPES.sub(MASK, text)
     return _RUN.sub(lambda match: MASK if high_entropy(match.group()) else match.group(), text)
 
 

@@ -1,0 +1,191 @@
+"""Which patterns of a table could match a line, by the fixed text each one needs.
+
+Most log lines match none of the failure signatures, checkpoint spellings or secret shapes, yet
+searching every regex of a table costs tens of microseconds a line in Python's `re` (a search
+tries each pattern at each position). Nearly every pattern needs some fixed text in any match
+(`Failed to connect to GCS`, `EngineDeadError`, one of `AKIA`/`ASIA`): `required_literals`
+reads it from the compiled pattern itself, so the tables stay the only place that knows it, and
+a `Screen` runs a pattern only on the lines that contain one of its literals (a `str` scan, a
+fraction of a microsecond). A pattern with no such text (`^\\s*$`) is always run. The screen
+never changes an answer: a line without any of a pattern's literals cannot match it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from itertools import product
+from re import _constants as sre  # type: ignore[attr-defined]
+from re import _parser as sre_parse  # type: ignore[attr-defined]
+from typing import Any
+
+__all__ = ["Screen", "required_literals"]
+
+_MAX_STRINGS = 64  # alternatives followed while spelling out a pattern's exact strings
+_SMALL_CLASS = 8  # a character class of at most this many characters is spelled out
+
+_REPEATS = {sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT}
+_ZERO_WIDTH = {sre.AT, sre.ASSERT, sre.ASSERT_NOT}
+
+
+class _Found:
+    """What a piece of a pattern tells: `exact`, every string it can match (when few);
+    `needs`, strings one of which is in every match (when any are known)."""
+
+    __slots__ = ("exact", "needs")
+
+    def __init__(self, exact: frozenset[str] | None, needs: frozenset[str] | None):
+        self.exact = exact
+        self.needs = needs if needs is not None else _useful(exact)
+
+
+def _useful(strings: frozenset[str] | None) -> frozenset[str] | None:
+    return strings if strings and "" not in strings else None
+
+
+def _quality(strings: frozenset[str]) -> tuple[int, int]:
+    """Longer literals screen better; fewer of them cost less to look for."""
+    return min(map(len, strings)), -len(strings)
+
+
+def _best(candidates: Iterable[frozenset[str] | None]) -> frozenset[str] | None:
+    found = [c for c in candidates if c]
+    return max(found, key=_quality) if found else None
+
+
+def _shortest(strings: frozenset[str]) -> frozenset[str]:
+    """Without the strings that contain another one of them: finding that one is enough."""
+    return frozenset(s for s in strings if not any(o != s and o in s for o in strings))
+
+
+def _class_chars(items: list[tuple[Any, Any]]) -> frozenset[str] | None:
+    chars: set[str] = set()
+    for op, value in items:
+        if op is sre.LITERAL:
+            chars.add(chr(value))
+        elif op is sre.RANGE and value[1] - value[0] < _SMALL_CLASS:
+            chars.update(chr(c) for c in range(value[0], value[1] + 1))
+        else:  # a negation, a category (\d), a wide range: too many to spell out
+            return None
+    return frozenset(chars) if len(chars) <= _SMALL_CLASS else None
+
+
+def _sequence(items: Sequence[tuple[Any, Any]]) -> _Found:
+    """Consecutive exact pieces multiply into longer strings; any other piece ends a run."""
+    run: frozenset[str] | None = frozenset({""})
+    candidates: list[frozenset[str] | None] = []
+    whole_exact = True
+    for op, value in items:
+        piece = _node(op, value)
+        if run is not None and piece.exact is not None:
+            if len(run) * len(piece.exact) <= _MAX_STRINGS:
+                run = frozenset(a + b for a, b in product(run, piece.exact))
+                continue
+        candidates.append(_useful(run))
+        candidates.append(piece.needs)
+        whole_exact = False
+        run = piece.exact if piece.exact is not None else frozenset({""})
+    candidates.append(_useful(run))
+    return _Found(run if whole_exact else None, _best(candidates))
+
+
+def _node(op: Any, value: Any) -> _Found:
+    if op is sre.LITERAL:
+        return _Found(frozenset({chr(value)}), None)
+    if op is sre.IN:
+        return _Found(_class_chars(value), None)
+    if op in _ZERO_WIDTH:  # matches no text: adds nothing, takes nothing away
+        return _Found(frozenset({""}), None)
+    if op is sre.SUBPATTERN:
+        return _sequence(value[-1])
+    if op is sre.ATOMIC_GROUP:
+        return _sequence(value)
+    if op is sre.BRANCH:
+        branches = [_sequence(branch) for branch in value[1]]
+        exact: frozenset[str] | None = None
+        if all(b.exact is not None for b in branches):
+            union = frozenset().union(*(b.exact for b in branches if b.exact is not None))
+            exact = union if len(union) <= _MAX_STRINGS else None
+        needs = (
+            frozenset().union(*(b.needs for b in branches if b.needs is not None))
+            if all(b.needs is not None for b in branches)
+            else None
+        )
+        return _Found(exact, needs)
+    if op in _REPEATS:
+        low, high, item = value
+        inner = _sequence(item)
+        if low == 0:
+            return _Found(
+                inner.exact | {""} if inner.exact is not None and high == 1 else None, None
+            )
+        if low == high == 1:
+            return inner
+        return _Found(None, inner.needs)
+    return _Found(None, None)  # anything else (a back reference, any character): unknown
+
+
+def _ignores_case(pattern: re.Pattern[str]) -> bool:
+    # a local (?i:...) anywhere makes the whole pattern compared in lower case: looser, still true
+    return bool(pattern.flags & re.IGNORECASE) or "(?i" in pattern.pattern
+
+
+def required_literals(pattern: re.Pattern[str]) -> frozenset[str] | None:
+    """Strings of which every match of `pattern` contains at least one (lower-cased when the
+    pattern ignores case), or None when none are known."""
+    needs = _sequence(sre_parse.parse(pattern.pattern, pattern.flags)).needs
+    if needs is None:
+        return None
+    needs = _shortest(needs)
+    if _ignores_case(pattern):
+        if not all(s.isascii() for s in needs):
+            return None  # str.lower() is not one character for one outside ASCII
+        return frozenset(s.lower() for s in needs)
+    return needs
+
+
+class Screen:
+    """The patterns of a table (by index) that could match a text: those whose required
+    literals it contains, and those without any."""
+
+    def __init__(self, patterns: Sequence[re.Pattern[str]]):
+        self.patterns = tuple(patterns)
+        self._always: frozenset[int] = frozenset()
+        always: set[int] = set()
+        exact: list[tuple[str, int]] = []
+        folded: list[tuple[str, int]] = []
+        for index, pattern in enumerate(self.patterns):
+            literals = required_literals(pattern)
+            if literals is None:
+                always.add(index)
+            else:
+                into = folded if _ignores_case(pattern) else exact
+                into.extend((literal, index) for literal in sorted(literals))
+        self._always = frozenset(always)
+        # one flat list: a `str` scan per literal is the whole cost of a line that matches none
+        self._exact = tuple(exact)
+        self._folded = tuple(folded)
+
+    @property
+    def unscreened(self) -> list[re.Pattern[str]]:
+        """The patterns run on every text (no literal found in them)."""
+        return [self.patterns[i] for i in sorted(self._always)]
+
+    def candidates(self, text: str) -> list[int]:
+        """Indices, in table order, of the patterns worth searching in `text`."""
+        found = {index for literal, index in self._exact if literal in text}
+        if self._folded:
+            folded = text.lower()
+            found.update(index for literal, index in self._folded if literal in folded)
+        if self._always:
+            found |= self._always
+        return sorted(found) if len(found) > 1 else list(found)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        """The first pattern's (in table order) match in `text`, as trying each in turn
+        with `re.search` would find it."""
+        for index in self.candidates(text):
+            match = self.patterns[index].search(text)
+            if match:
+                return match
+        return None
