@@ -4,10 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+TURN_S = 0.01  # the longest a loop over ready data holds the event loop before it lets others in
+
+
+class Turns:
+    """Lets the event loop run others' callbacks once a loop over ready data has held it for
+    `TURN_S`: awaiting a buffer that is never empty (a log flood) does not suspend by itself."""
+
+    def __init__(self, turn_s: float = TURN_S):
+        self.turn_s = turn_s
+        self._since = time.monotonic()
+
+    async def give(self) -> None:
+        """A turn to the others, if this one has held the loop for `turn_s` since its last."""
+        if time.monotonic() - self._since >= self.turn_s:
+            await asyncio.sleep(0)
+            self._since = time.monotonic()
 
 
 def log_failure(task: asyncio.Task[Any]) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from cluster.aio import TURN_S, Turns
+
 T = TypeVar("T")
 
 PLAIN, MATTERS, KEEP = 0, 1, 2  # how readily an item may be shed: first, if it must, never
@@ -33,13 +35,14 @@ class Shed:
 
 
 class Backlog(Generic[T]):
-    def __init__(self, capacity: int, *, rank: Callable[[T], int]):
+    def __init__(self, capacity: int, *, rank: Callable[[T], int], turn_s: float = TURN_S):
         self.capacity = capacity
         self.shed_total = 0
         self._rank = rank
         self._items: deque[_Entry[T]] = deque()
         self._shed_since_read = 0
         self._ready = asyncio.Event()
+        self._turns = Turns(turn_s)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -51,6 +54,9 @@ class Backlog(Generic[T]):
         self._ready.set()
 
     async def get(self) -> T | Shed:
+        """The oldest item (after a turn for the loop's others, when the reader has held it
+        long: with items waiting, `get` would never suspend)."""
+        await self._turns.give()
         while not self._items and not self._shed_since_read:
             self._ready.clear()
             await self._ready.wait()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from cluster.aio import Turns
 from cluster.backlog import KEEP, MATTERS, PLAIN, Backlog, Shed
 from cluster.config import Secrets
 from cluster.errors import ContainerMissing, NodeError
@@ -119,7 +120,7 @@ class ClusterMonitor:
 
     def tail(self, node: str, lines: int | None = None) -> list[str]:
         buffer = list(self._tails.get(node, ()))
-        return buffer[-(lines or self._tail_lines) :]
+        return [self._secrets.redact(text) for text in buffer[-(lines or self._tail_lines) :]]
 
     def every_tail(self, lines: int) -> list[str]:
         """The last `lines` lines of every followed node, each node's under its name."""
@@ -165,7 +166,10 @@ class ClusterMonitor:
     async def next(self, timeout: float | None) -> MonitorItem:
         """The next item; TimeoutError when nothing arrives for `timeout` seconds."""
         async with asyncio.timeout(timeout):
-            return await self._queue.get()
+            item = await self._queue.get()
+        if isinstance(item, LogLine):
+            return LogLine(item.node, self._secrets.redact(item.text), item.logged_at)
+        return item
 
     @property
     def queued(self) -> int:
@@ -181,6 +185,7 @@ class ClusterMonitor:
     ) -> None:
         name = self.container_name
         pending, cut = "", False
+        turns = Turns()
         try:
             stream = node.docker.follow_log(name, backlog=backlog, timestamps=True, since=since)
             async with contextlib.aclosing(stream):
@@ -196,6 +201,7 @@ class ClusterMonitor:
                         if not cut:
                             self._publish_line(node.name, pending[:READ_LINE_CHARS])
                         pending, cut = "", True
+                    await turns.give()
             if pending and not cut:
                 self._publish_line(node.name, pending)
             # The stream ends when the container stops: say how it ended, in case the
@@ -223,7 +229,9 @@ class ClusterMonitor:
             if since is not None and logged_at <= since:
                 return  # read before the stream broke (Docker's `since` is inclusive)
             self._last_logged[node] = logged_at
-        text = self._secrets.redact(clean_line(line if logged_at else raw))
+        # Redacted when read (`next`, `tail`): most lines of a flood are shed or scroll out of
+        # the tail unread, and redacting every line cost more than diagnosing it.
+        text = clean_line(line if logged_at else raw)
         self._tails[node].append(text)
         self._queue.put(LogLine(node, text, logged_at))
 

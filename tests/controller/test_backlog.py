@@ -4,6 +4,7 @@ matter, and the monitor cuts an endless line while reading (no lab: the demo's e
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import sys
 
@@ -54,6 +55,40 @@ async def test_lines_that_matter_go_last_and_deaths_never():
     for item in ["died", "checkpoint a", "checkpoint b", "checkpoint c", "checkpoint d"]:
         backlog.put(item)
     assert await drain(backlog) == [Shed(2), "died", "checkpoint c", "checkpoint d"]
+
+
+async def test_a_reader_of_a_full_backlog_lets_the_loop_run_others():
+    """With items waiting `get` would never suspend: it gives the loop a turn every `turn_s`
+    (here every call), so a flood read in one loop does not stall the bot's other tasks."""
+    backlog: Backlog[str] = Backlog(100, rank=rank, turn_s=0.0)
+    for n in range(3):
+        backlog.put(f"line {n}")
+    seen: list[str] = []
+
+    async def other() -> None:
+        seen.append("other task")
+
+    task = asyncio.create_task(other())
+    while len(backlog):
+        seen.append(await backlog.get())
+    await task
+    assert seen.index("other task") < len(seen) - 1, seen
+
+
+def test_log_lines_are_redacted_when_read_not_when_queued():
+    """Lines are stored as read (most of a flood is shed unread) and masked on the way out:
+    the reader's line and the tail never show a secret."""
+    secret = "sekrit-value-0123"
+    monitor = ClusterMonitor("c", Secrets({"HF_TOKEN": secret}), 10)
+    monitor._tails["n1"] = collections.deque(maxlen=10)
+    monitor._publish_line("n1", f"2026-12-01T10:00:00.000000000Z token {secret} in a log line")
+
+    async def read() -> object:
+        return await monitor.next(timeout=1)
+
+    item = asyncio.run(read())
+    assert isinstance(item, LogLine) and item.text == "token *** in a log line"
+    assert monitor.tail("n1") == ["token *** in a log line"]
 
 
 FLOOD = """
