@@ -21,12 +21,6 @@ PLAIN, MATTERS, KEEP = 0, 1, 2  # how readily an item may be shed: first, if it 
 _SCAN = 256  # items looked at for a plain one before a line that matters is shed instead
 
 
-@dataclass
-class _Entry(Generic[T]):
-    item: T
-    rank: int | None = None  # asked once, when the backlog sheds
-
-
 @dataclass(frozen=True)
 class Shed:
     """`count` lines were dropped here: they came faster than they could be read."""
@@ -39,7 +33,9 @@ class Backlog(Generic[T]):
         self.capacity = capacity
         self.shed_total = 0
         self._rank = rank
-        self._items: deque[_Entry[T]] = deque()
+        # (item, rank or None until the backlog sheds and asks): tuples of untracked items are
+        # untracked by the garbage collector, which a flood's backlog would otherwise feed
+        self._items: deque[tuple[T, int | None]] = deque()
         self._shed_since_read = 0
         self._ready = asyncio.Event()
         self._turns = Turns(turn_s)
@@ -48,7 +44,7 @@ class Backlog(Generic[T]):
         return len(self._items)
 
     def put(self, item: T) -> None:
-        self._items.append(_Entry(item))
+        self._items.append((item, None))
         if len(self._items) > self.capacity:
             self._shed_one()
         self._ready.set()
@@ -63,16 +59,16 @@ class Backlog(Generic[T]):
         if self._shed_since_read:
             shed, self._shed_since_read = Shed(self._shed_since_read), 0
             return shed
-        return self._items.popleft().item
+        return self._items.popleft()[0]
 
     def _shed_one(self) -> None:
         """The oldest PLAIN item goes; with none near the front, the oldest that MATTERS; KEEP
         items (few: deaths, lost streams) stay even beyond the capacity."""
         fallback = None
-        for index, entry in enumerate(self._items):
-            if entry.rank is None:
-                entry.rank = self._rank(entry.item)
-            rank = entry.rank
+        for index, (item, rank) in enumerate(self._items):
+            if rank is None:
+                rank = self._rank(item)
+                self._items[index] = (item, rank)
             if rank == PLAIN:
                 break
             if rank == MATTERS and fallback is None:

@@ -204,11 +204,7 @@ class LogDiagnoser:
         if not cleaned.strip():
             return None
         message = strip_prefixes(cleaned)
-        if (
-            self._stop is None
-            and not self.failed
-            and _SHUTDOWN.search(message) is not None
-        ):
+        if self._stop is None and not self.failed and _SHUTDOWN.search(message) is not None:
             self._stop = cleaned
         if self._stop is not None:
             self._recent.append((self._line_number, cleaned, message))
@@ -223,9 +219,7 @@ class LogDiagnoser:
         found = (
             None
             if is_source
-            else match_line(
-                message, (m for _, _, m in self._recent), self._table, self._screen
-            )
+            else match_line(message, (m for _, _, m in self._recent), self._table, self._screen)
         )
         result: Diagnosis | None = None
         if found is not None:

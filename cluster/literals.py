@@ -77,10 +77,13 @@ def _sequence(items: Sequence[tuple[Any, Any]]) -> _Found:
     whole_exact = True
     for op, value in items:
         piece = _node(op, value)
-        if run is not None and piece.exact is not None:
-            if len(run) * len(piece.exact) <= _MAX_STRINGS:
-                run = frozenset(a + b for a, b in product(run, piece.exact))
-                continue
+        if (
+            run is not None
+            and piece.exact is not None
+            and len(run) * len(piece.exact) <= _MAX_STRINGS
+        ):
+            run = frozenset(a + b for a, b in product(run, piece.exact))
+            continue
         candidates.append(_useful(run))
         candidates.append(piece.needs)
         whole_exact = False

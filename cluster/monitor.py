@@ -91,6 +91,11 @@ MonitorItem = (
     | Shed
 )
 
+# A line as it waits in the backlog: a plain tuple of strings and a timestamp, which the garbage
+# collector stops tracking (a dataclass it tracks for ever), so a full backlog of a flood's lines
+# adds nothing to the collections that stall the loop. A LogLine once read.
+_Queued = tuple[str, str, datetime | None]
+
 QUEUED_LINES = 20_000  # lines waiting for the reader (a launch busy posting to chat)
 READ_LINE_CHARS = 16_384  # of a line without a newline, kept while reading; the rest is skipped
 
@@ -113,7 +118,7 @@ class ClusterMonitor:
         self._tails: dict[str, deque[str]] = {}
         self._tail_lines = tail_lines
         self._matters = matters
-        self._queue: Backlog[MonitorItem] = Backlog(queued_lines, rank=self._rank)
+        self._queue: Backlog[MonitorItem | _Queued] = Backlog(queued_lines, rank=self._rank)
         self._tasks: list[asyncio.Task[None]] = []
         self._followed: dict[str, list[asyncio.Task[None]]] = {}
         self._last_logged: dict[str, datetime] = {}
@@ -167,7 +172,10 @@ class ClusterMonitor:
         """The next item; TimeoutError when nothing arrives for `timeout` seconds."""
         async with asyncio.timeout(timeout):
             item = await self._queue.get()
-        if isinstance(item, LogLine):
+        if isinstance(item, tuple):  # a line read from a log: redacted now (see _publish_line)
+            node, text, logged_at = item
+            return LogLine(node, self._secrets.redact(text), logged_at)
+        if isinstance(item, LogLine):  # published by another source
             return LogLine(item.node, self._secrets.redact(item.text), item.logged_at)
         return item
 
@@ -175,7 +183,9 @@ class ClusterMonitor:
     def queued(self) -> int:
         return len(self._queue)
 
-    def _rank(self, item: MonitorItem) -> int:
+    def _rank(self, item: MonitorItem | _Queued) -> int:
+        if isinstance(item, tuple):
+            return MATTERS if self._matters(item[1]) else PLAIN
         if not isinstance(item, LogLine):
             return KEEP
         return MATTERS if self._matters(item.text) else PLAIN
@@ -233,7 +243,7 @@ class ClusterMonitor:
         # the tail unread, and redacting every line cost more than diagnosing it.
         text = clean_line(line if logged_at else raw)
         self._tails[node].append(text)
-        self._queue.put(LogLine(node, text, logged_at))
+        self._queue.put((node, text, logged_at))
 
     async def _watch_events(self, node: NodeConnection) -> None:
         oom = False
