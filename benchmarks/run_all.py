@@ -29,9 +29,10 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "overhead": ([], ["--quick"]),
     "command_load": ([], ["--seconds", "5", "--status", "100"]),
     "watch_cost": ([], ["--quick"]),
+    "log_pipeline": ([], ["--quick"]),
 }
 LAB_ONLY = {"old_way"}
-NO_LAB = {"command_load"}  # the handler doubles' cluster: runs anywhere
+NO_LAB = {"command_load", "log_pipeline"}  # no cluster, or the handler doubles': runs anywhere
 
 
 def command(name: str, quick: bool, where: str, json_out: Path | None) -> list[str]:

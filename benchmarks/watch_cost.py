@@ -65,6 +65,35 @@ print(sent, time.monotonic() - start)
 """
 
 
+class LongestStep:
+    """The most CPU time one callback of the loop took (the bot's own work that held the loop,
+    whatever the machine's other load adds to the wall-clock lag), and whose it was."""
+
+    def __init__(self) -> None:
+        self.cpu_s = 0.0
+        self.name = "-"
+        self._original = asyncio.events.Handle._run
+
+    def __enter__(self) -> LongestStep:
+        original, longest = self._original, self
+
+        def timed(handle: asyncio.events.Handle) -> None:
+            started = time.thread_time()
+            original(handle)
+            took = time.thread_time() - started
+            if took > longest.cpu_s:
+                callback = handle._callback  # type: ignore[attr-defined]
+                owner = getattr(callback, "__self__", None)
+                what = owner.get_coro() if isinstance(owner, asyncio.Task) else callback
+                longest.cpu_s, longest.name = took, getattr(what, "__qualname__", repr(what))
+
+        asyncio.events.Handle._run = timed  # type: ignore[method-assign,assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.events.Handle._run = self._original  # type: ignore[method-assign]
+
+
 def rss_mib() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -121,6 +150,7 @@ async def run(
                         f"{idle[0]:.0f} / {max(idle):.0f} / {idle[-1]:.0f}",
                         "-",
                         "-",
+                        "-",
                     ]
                 )
                 emit_json(
@@ -135,10 +165,10 @@ async def run(
                     },
                 )
                 if where != "lab":
-                    rows.append(["log flood", "-", "-", "-", "-", "lab only"])
+                    rows.append(["log flood", "-", "-", "-", "-", "-", "lab only"])
                 else:
                     cpu0 = cpu_s()
-                    with LoopLag() as lag:
+                    with LoopLag() as lag, LongestStep() as step:
                         sampler = asyncio.create_task(sample_rss(flood_seconds + 5, every=1.0))
                         sent, took = await flood(config, rate, flood_seconds)
                         memory = await sampler
@@ -152,6 +182,7 @@ async def run(
                             f"{cpu / (flood_seconds + 5) * 100:.0f} %",
                             f"{memory[0]:.0f} / {max(memory):.0f} / {memory[-1]:.0f}",
                             f"{lag.max * 1000:.0f}",
+                            f"{step.cpu_s * 1000:.0f} ({step.name})",
                             "failure reported!" if failed else "no failure",
                         ]
                     )
@@ -165,12 +196,21 @@ async def run(
                             "cpu_s": cpu,
                             "rss_mib": memory,
                             "loop_lag_ms": lag.max * 1000,
+                            "longest_step_cpu_ms": step.cpu_s * 1000,
                             "failed": bool(failed),
                         },
                     )
     print(
         table(
-            ["phase", "CPU s", "of one core", "RSS MiB start/peak/end", "loop lag max ms", "watch"],
+            [
+                "phase",
+                "CPU s",
+                "of one core",
+                "RSS MiB start/peak/end",
+                "loop lag max ms",
+                "longest step, CPU ms",
+                "watch",
+            ],
             rows,
         )
     )

@@ -129,7 +129,23 @@ async def _open_ssh(
     if missing is not None:
         raise missing
     async with ssh_login_errors(config, where):
-        return await asyncssh.connect(ssh.host, **options)
+        connection = await asyncssh.connect(ssh.host, **options)
+    _read_in_small_pieces(connection)
+    return connection
+
+
+# asyncio reads up to 256 KiB from a socket at once, and asyncssh decrypts and passes on all of
+# it in one callback: in a log flood that held the event loop for up to 50 ms of CPU a read and
+# kept the bot's memory 40-120 MiB up after it (docs/performance.md, "Cost while waiting").
+SSH_READ_BYTES = 32 * 1024
+
+
+def _read_in_small_pieces(connection: asyncssh.SSHClientConnection) -> None:
+    """Have the connection's socket read at most SSH_READ_BYTES at a time (a connection
+    tunnelled through a jump host reads from a channel, which has no such size)."""
+    transport = getattr(connection, "_transport", None)
+    if transport is not None and hasattr(transport, "max_size"):
+        transport.max_size = SSH_READ_BYTES
 
 
 def _missing_local_file(config: NodeConfig) -> NodeError | None:

@@ -13,6 +13,7 @@ import pytest
 from benchmarks import (
     checkpoint_to_slack,
     failure_to_slack,
+    log_pipeline,
     old_way,
     overhead,
     run_all,
@@ -62,6 +63,14 @@ def test_watch_cost_measures_the_idle_bot(tmp_path):
     watch_cost.main(["--where", "embedded", "--seconds", "1", "--json", str(out)])
     [idle] = figures(out, "watch_cost")
     assert idle["phase"] == "idle" and idle["cpu_s"] > 0 and min(idle["rss_mib"]) > 0
+
+
+def test_log_pipeline_times_each_step_on_both_kinds_of_line(tmp_path):
+    out = tmp_path / "figures.jsonl"
+    assert log_pipeline.main(["--quick", "--json", str(out)]) == 0
+    rows = figures(out, "log_pipeline")
+    assert [row["lines"] for row in rows] == ["flood", "real"]
+    assert all(row[step] > 0 for row in rows for step in ("clean", "redact", "feed", "all"))
 
 
 def test_run_all_knows_every_benchmark_and_its_quick_mode():
