@@ -10,7 +10,10 @@ Faults, each on a fresh `/spark up` (after Ready the job watches the cluster):
                   (interval x 3 misses)
   stall           NCCL init that never returns (`nccl_hang`) during the launch: from Docker's
                   timestamp of the last line before the silence; its window is `timeouts.stall`
-  serving-hang    TODO: the emulator's serving-hang fault (being added); a row is kept for it
+  serving-hang    the emulator's `serving_hang` (generation stops while /health stays 200) while
+                  idle: from the moment it struck (Docker's timestamp of "Application startup
+                  complete." + SPARK_EMU_FAULT_AFTER_S); its window is the canary's
+                  (watch.canary_interval + watch.canary_timeout); lab only
 Goal: p95 under 1 s for deaths and error lines; window + under 1 s for the others.
 
     .venv/bin/python benchmarks/failure_to_slack.py [--runs 5] [--faults stall,...] [--quick]
@@ -54,6 +57,9 @@ GOAL_S = 1.0
 STALL_S = 3.0
 HEALTH_INTERVAL_S = 1.0
 HEALTH_MISSES = 3  # cluster/watch.py's health_failures
+# the serving watch's canary: at most every CANARY_S, and it must answer within CANARY_S
+CANARY_S = 2.0
+HANG_AFTER_S = 12.0  # after the API starts: `up`'s own sample completion (up to ~7 s) is done
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class Fault:
     # when the fault happened, read after the failure reply (for log-stamped faults)
     moment: Callable[[ClusterConfig, float], Awaitable[float]] | None = None
     lab_only: bool = False
+    watch: dict[str, float] | None = None  # the serving watch's settings for this fault
 
 
 async def kill_worker(config: ClusterConfig) -> float:
@@ -102,6 +109,14 @@ async def last_line_before(config: ClusterConfig, told_at: float) -> float:
     return max(stamps)
 
 
+async def hang_struck(config: ClusterConfig, _: float) -> float:
+    """The emulator stops generating SPARK_EMU_FAULT_AFTER_S after it prints the line."""
+    stamp = await first_stamp(config.head, config.container.name, "Application startup complete")
+    if stamp is None:
+        raise SystemExit("the API server's startup line is not in the head's log")
+    return stamp.timestamp() + HANG_AFTER_S
+
+
 FAULTS = [
     Fault("worker-killed", {}, 0.0, kill_worker),
     Fault(
@@ -113,6 +128,17 @@ FAULTS = [
     ),
     Fault("health-dies", {}, HEALTH_INTERVAL_S * HEALTH_MISSES, kill_serve, lab_only=True),
     Fault("stall", {"SPARK_EMU_FAULT": "nccl_hang"}, STALL_S, None, last_line_before),
+    Fault(
+        "serving-hang",
+        {"SPARK_EMU_FAULT": "serving_hang", "SPARK_EMU_FAULT_AFTER_S": str(HANG_AFTER_S)},
+        2 * CANARY_S,
+        None,
+        hang_struck,
+        # no traffic: the canary finds it (the token-stall rule needs requests running)
+        watch={"canary_interval": CANARY_S, "canary_timeout": CANARY_S, "metrics_interval": 0.5},
+        # the embedded cluster's engine stamps lines as it reads them: the moment is not exact
+        lab_only=True,
+    ),
 ]
 
 
@@ -141,7 +167,9 @@ async def run(where: str, runs: int, faults: list[Fault], json_out: Path | None)
                 continue
             timeouts = {"stall": STALL_S} if fault.name == "stall" else None
             latencies = []
-            async with cluster_on(where, 2, env=fault.env, timeouts=timeouts) as config:
+            async with cluster_on(
+                where, 2, env=fault.env, timeouts=timeouts, watch=fault.watch
+            ) as config:
                 for n in range(runs):
                     latencies.append(await one(side, config, fault, Path(tmp) / f"{fault.name}{n}"))
                     await down(config)
@@ -169,15 +197,13 @@ async def run(where: str, runs: int, faults: list[Fault], json_out: Path | None)
                     **{k: v for k, v in figures.items()},
                 },
             )
-    # TODO(serving hang): the emulator's serving-hang fault is being added; its row measures
-    # from the moment the server stops answering to the failure reply, window = the hang's limit.
-    rows.append(["serving-hang", 0, "-", "-", "-", "-", "TODO: fault not in the emulator yet"])
     print(
         table(["fault", "n", "p50 ms", "p95 ms", "max ms", "goal ms (window + 1 s)", "met"], rows)
     )
     print(
         f"windows: health-dies = probe every {HEALTH_INTERVAL_S:g} s x {HEALTH_MISSES} misses; "
-        f"stall = timeouts.stall {STALL_S:g} s"
+        f"stall = timeouts.stall {STALL_S:g} s; serving-hang = canary every {CANARY_S:g} s "
+        f"+ its timeout {CANARY_S:g} s"
     )
     return 0 if ok else 1
 

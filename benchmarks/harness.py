@@ -50,6 +50,7 @@ async def cluster_on(
     backend: str = "ray",
     env: dict[str, str] | None = None,
     timeouts: dict[str, float] | None = None,
+    watch: dict[str, float] | None = None,
 ) -> AsyncIterator[ClusterConfig]:
     """A cluster of `nodes` with nothing of ours running, as a config; emptied again on exit.
     "lab": the lab of emulated Sparks (root; held exclusively meanwhile); "embedded": the demo's
@@ -61,6 +62,7 @@ async def cluster_on(
         with exclusive_use():
             lab = await asyncio.to_thread(lab_up, nodes=nodes)
             config = cluster_for(lab, env=env, serve=serve_for(nodes, backend), timeouts=timeouts)
+            config = config.model_copy(update={"watch": config.watch.model_copy(update=watch)})
             async with emptied(config):
                 yield config
     elif where == "embedded":
@@ -75,6 +77,7 @@ async def cluster_on(
                     ),
                     "serve": base.serve.model_copy(update=serve_for(nodes, backend)),
                     "timeouts": base.timeouts.model_copy(update=timeouts or {}),
+                    "watch": base.watch.model_copy(update=watch or {}),
                 }
             )
             async with emptied(config):
