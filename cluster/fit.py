@@ -30,6 +30,7 @@ from typing import Any
 
 from cluster.checkpoints import KV_CACHE_SPELLINGS, WEIGHTS_SPELLINGS, Spelling
 from cluster.config import ClusterConfig, ServeConfig
+from cluster.errors import FileUnreadable
 from cluster.logtext import strip_prefixes
 from cluster.monitor import LogLine
 from cluster.nodes import NodeConnection
@@ -345,8 +346,10 @@ async def read_model_facts(config: ClusterConfig, node: NodeConnection, home: st
     model = config.serve.model
 
     async def read(path: str, limit: int) -> str | None:
-        result = await node.run(["head", "-c", str(limit), path], timeout=timeout)
-        return result.stdout if result.ok else None
+        try:
+            return await node.read_file(path, timeout=timeout, limit=limit)
+        except FileUnreadable:
+            return None
 
     if model.startswith("/"):
         snapshot = host_path(config, model, home)

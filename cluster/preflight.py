@@ -344,17 +344,19 @@ class Preflight:
     async def _inspect(self, node: NodeConnection) -> NodeFacts:
         config = self.config
         facts = NodeFacts()
+        # files and the home directory over SFTP: no process started on the node (each costs
+        # a shell's start-up, 0.2-0.7 s on the lab)
         version, meminfo, home = await asyncio.gather(
             node.docker.version(),
-            node.run(["cat", "/proc/meminfo"], timeout=config.timeouts.preflight),
-            node.run(["printenv", "HOME"], timeout=config.timeouts.preflight),
+            node.read_file("/proc/meminfo", timeout=config.timeouts.preflight),
+            node.home(timeout=config.timeouts.preflight),
         )
         facts.docker_version = f"{version.get('Version')} (API {version.get('ApiVersion')})"
-        match = _MEM_AVAILABLE.search(meminfo.stdout)
+        match = _MEM_AVAILABLE.search(meminfo)
         facts.mem_available_gib = int(match[1]) / 1024**2 if match else 0.0
-        total = _MEM_TOTAL.search(meminfo.stdout)
+        total = _MEM_TOTAL.search(meminfo)
         facts.mem_total_gib = int(total[1]) / 1024**2 if total else 0.0
-        facts.home = home.stdout.strip() or "/root"
+        facts.home = home or "/root"
         facts.image_id = await node.docker.image_id(config.container.image)
         info = await node.docker.find_container(config.container.name)
         if info is not None:

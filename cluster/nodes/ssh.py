@@ -78,13 +78,25 @@ class SSHNode(NodeConnection):
             raise
         return _text(data)
 
+    async def home(self, *, timeout: float) -> str:
+        # The SFTP server starts in the login's home directory: asked over the SFTP session the
+        # reads use, it costs a round trip instead of a shell started on the node (~0.2 s).
+        with file_errors(self.name, "the home directory", timeout):
+            async with asyncio.timeout(timeout):
+                async with self._opening:
+                    sftp = await self._sftp_client()
+                return await sftp.realpath(".")
+
+    async def _sftp_client(self) -> asyncssh.SFTPClient:
+        if self._sftp is None:
+            self._sftp = await self.connection.start_sftp_client()
+        return self._sftp
+
     async def _handle(self, path: str) -> asyncssh.SFTPClientFile:
         async with self._opening:
             if path not in self._files:
-                if self._sftp is None:
-                    self._sftp = await self.connection.start_sftp_client()
                 # block_size 0: one READ request of the asked size, not parallel blocks
-                self._files[path] = await self._sftp.open(path, "rb", block_size=0)
+                self._files[path] = await (await self._sftp_client()).open(path, "rb", block_size=0)
             return self._files[path]
 
     async def api_base_url(self, port: int) -> str:
