@@ -8,7 +8,10 @@ reply is lost or reordered and that each refused edit of the parent is followed,
 allows, by an edit showing the latest state. Goal: reply p95 under 500 ms.
 
     .venv/bin/python benchmarks/checkpoint_to_slack.py [--runs 5] [--scenarios ray2,mp2,...]
-        [--quick]        [--where lab|embedded]
+        [--quick]        [--where lab|embedded|lab-real]
+
+`--where lab-real`: the lab's real vLLM and Ray (2 nodes: scenarios ray2, mp2; `lab up
+--engine real` builds the engine the first time, minutes), on real lines.
 
 Prints a table; exits 1 when a goal or a check fails.
 """
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +67,7 @@ class Run:
     reordered: bool = False
     late_s: list[float] = field(default_factory=list)  # next edit after (429 + Retry-After)
     stale: int = 0
+    ready_s: float = 0.0  # from sending `/spark up` to Slack receiving "✅ Ready"
 
 
 def done_count(call: Call) -> int:
@@ -75,8 +81,10 @@ async def one_up(side: SlackSide, config: ClusterConfig, store: Path, limited: b
     async with bot_on(side, config, bot_settings(store), log):
         if limited:
             slack.rate_limit_share(3, JOB_CALLS, retry_after=RETRY_AFTER, per_method=True)
+        sent = time.time()
         mark, parent_ts = await side.up()
-        end = await side.reply(parent_ts, lambda h: h == "✅ Ready" or h.startswith("✘"), 180)
+        end = await side.reply(parent_ts, lambda h: h == "✅ Ready" or h.startswith("✘"), 300)
+        run.ready_s = end.wall_time - sent
         if end.params["blocks"] and header(end).startswith("✘"):
             raise SystemExit(f"the launch failed: {block_text(end)}")
         await side.call(
@@ -159,6 +167,7 @@ def row(name: str, runs: list[Run]) -> tuple[list[object], dict[str, Any]]:
         "reordered": sum(r.reordered for r in runs),
         "late_max_s": round(max(late), 3) if late else None,
         "stale": sum(r.stale for r in runs),
+        "ready_s": [round(r.ready_s, 2) for r in runs],
     }
     cells = [
         name,
@@ -175,6 +184,7 @@ def row(name: str, runs: list[Run]) -> tuple[list[object], dict[str, Any]]:
         f"{figures['lost']}/{figures['reordered']}",
         "-" if not late else f"{max(late):+.2f}",
         figures["stale"],
+        f"{statistics.median(r.ready_s for r in runs):.1f}",
     ]
     return cells, figures
 
@@ -194,6 +204,7 @@ HEADINGS = [
     "lost/reord",
     "late max s",
     "stale",
+    "Ready s",
 ]
 
 
@@ -226,7 +237,8 @@ async def run(where: str, runs: int, scenarios: list[str], json_out: Path | None
         "ms from Docker's timestamp of the checkpoint's log line; bot = the event reached the "
         "bot's job, reply = Slack received the thread reply, parent = Slack received the first "
         "edit of the parent showing it. late max s: the latest an accepted parent edit came "
-        "after a refused one's Retry-After ran out."
+        "after a refused one's Retry-After ran out. Ready s: median, from sending `/spark up` "
+        "to Slack receiving the Ready reply."
     )
     print(
         f"goal: reply p95 < {GOAL_REPLY_P95_S * 1000:.0f} ms; "

@@ -32,7 +32,7 @@ from tests.controller.helpers import collect
 from tests.handlers.doubles import ALICE, CH, settings
 from tests.slack_standin import Call
 
-WHERE = ("lab", "embedded")
+WHERE = ("lab", "embedded", "lab-real")
 
 
 def serve_for(nodes: int, backend: str) -> dict[str, Any]:
@@ -54,7 +54,8 @@ async def cluster_on(
 ) -> AsyncIterator[ClusterConfig]:
     """A cluster of `nodes` with nothing of ours running, as a config; emptied again on exit.
     "lab": the lab of emulated Sparks (root; held exclusively meanwhile); "embedded": the demo's
-    emulated Docker engines on this machine (no root, no SSH: the `local` driver)."""
+    emulated Docker engines on this machine (no root, no SSH: the `local` driver); "lab-real":
+    the lab's 2 nodes with the real vLLM and Ray (configs/lab-real*.yaml; root)."""
     if where == "lab":
         from lab.api import exclusive_use, lab_up
         from tests.controller.helpers import cluster_for
@@ -62,6 +63,18 @@ async def cluster_on(
         with exclusive_use():
             lab = await asyncio.to_thread(lab_up, nodes=nodes)
             config = cluster_for(lab, env=env, serve=serve_for(nodes, backend), timeouts=timeouts)
+            config = config.model_copy(update={"watch": config.watch.model_copy(update=watch)})
+            async with emptied(config):
+                yield config
+    elif where == "lab-real":
+        from lab.api import exclusive_use, lab_up
+        from tests.real.helpers import MP, RAY, real_cluster
+
+        if nodes != 2:
+            raise ValueError("the lab's real engine runs on 2 nodes (configs/lab-real*.yaml)")
+        with exclusive_use():
+            await asyncio.to_thread(lab_up, nodes=2, engine="real")
+            config = real_cluster(RAY if backend == "ray" else MP, env=env, timeouts=timeouts)
             config = config.model_copy(update={"watch": config.watch.model_copy(update=watch)})
             async with emptied(config):
                 yield config
