@@ -178,8 +178,11 @@ class Screen:
         """Indices, in table order, of the patterns worth searching in `text`."""
         found = {index for literal, index in self._exact if literal in text}
         if self._folded:
-            folded = text.lower()
-            found.update(index for literal, index in self._folded if literal in folded)
+            if text.isascii():
+                folded = text.lower()
+                found.update(index for literal, index in self._folded if literal in folded)
+            else:  # re's case folding matches `ſ` to `s`, `K` (Kelvin) to `k`: no screening
+                found.update(index for _, index in self._folded)
         if self._always:
             found |= self._always
         return sorted(found) if len(found) > 1 else list(found)

@@ -107,6 +107,14 @@ def test_screened_tables_agree_with_every_pattern_on_real_logs() -> None:
     assert len(lines) > 100 and hits > 10  # the logs do hold checkpoint and failure lines
 
 
+def test_a_case_blind_pattern_is_not_screened_on_text_beyond_ascii():
+    """re's case folding matches `ſ` (long s) to `s`: lower-casing the text would not."""
+    pattern = re.compile(r"address already in use", re.IGNORECASE)
+    text = "bind: ADDRESS ALREADY IN UſE"
+    assert pattern.search(text) is not None
+    assert Screen([pattern]).search(text) is not None
+
+
 def test_redact_still_masks_every_shape() -> None:
     key = "AKIA" + "ABCDEFGHIJKLMNOP"
     text = f"token xoxb-123456-abcdef and {key} and hf_{'a1B2' * 6} and plain text"
