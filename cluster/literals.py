@@ -181,7 +181,7 @@ class Screen:
             if text.isascii():
                 folded = text.lower()
                 found.update(index for literal, index in self._folded if literal in folded)
-            else:  # re's case folding matches `ſ` to `s`, `K` (Kelvin) to `k`: no screening
+            else:  # re folds U+017F (long s) to `s`, U+212A to `k`: no screening
                 found.update(index for _, index in self._folded)
         if self._always:
             found |= self._always

@@ -108,9 +108,9 @@ def test_screened_tables_agree_with_every_pattern_on_real_logs() -> None:
 
 
 def test_a_case_blind_pattern_is_not_screened_on_text_beyond_ascii():
-    """re's case folding matches `ſ` (long s) to `s`: lower-casing the text would not."""
+    """re's case folding matches U+017F (long s) to `s`: lower-casing the text would not."""
     pattern = re.compile(r"address already in use", re.IGNORECASE)
-    text = "bind: ADDRESS ALREADY IN UſE"
+    text = "bind: ADDRESS ALREADY IN U\u017fE"
     assert pattern.search(text) is not None
     assert Screen([pattern]).search(text) is not None
 
