@@ -13,6 +13,14 @@ READ_LIMIT = 32_768  # bytes of a file read on a node: /proc/meminfo is ~1.5 KB
 
 
 @dataclass(frozen=True)
+class FileBytes:
+    """Some bytes of a file on a node, and the whole file's size (a symlink followed)."""
+
+    data: bytes
+    size: int
+
+
+@dataclass(frozen=True)
 class CommandResult:
     exit_status: int
     stdout: str
@@ -44,6 +52,12 @@ class NodeConnection(ABC):
     async def read_file(self, path: str, *, timeout: float, limit: int = READ_LIMIT) -> str:
         """The first `limit` bytes of a file on the node (not in a container), read afresh on
         each call (for /proc and /sys files) without starting a process on the node.
+        FileUnreadable when it does not exist or may not be read; NodeTimedOut after `timeout`."""
+
+    @abstractmethod
+    async def read_bytes(self, path: str, *, timeout: float, offset: int, length: int) -> FileBytes:
+        """Up to `length` bytes of a file on the node from `offset` (fewer at its end), and its
+        size, without starting a process on the node; the file is opened for this read alone.
         FileUnreadable when it does not exist or may not be read; NodeTimedOut after `timeout`."""
 
     @abstractmethod
