@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from cluster.bench.models import BenchReport
 
-Remedy = Literal["sync-image", "sync-model"]  # the commands a failure may offer (each asks before it runs)
+Remedy = Literal[
+    "sync-image", "sync-model"
+]  # the commands a failure may offer (each asks before it runs)
 
 
 class _Event(BaseModel):

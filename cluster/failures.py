@@ -584,6 +584,14 @@ MODEL_NOT_CACHED = KnownFailure(
         "{model}`; `huggingface-cli download` with older huggingface_hub), then `spark-bot "
         "sync-model --config F` (or the button in Slack) copies it to the other nodes",
 )
+MODEL_CACHE_UNSEEN = KnownFailure(
+    id="model_cache_unseen", role="cause", fatal=True, source="spark-bot sync-model",
+    title="cannot copy {model}: {unseen}",
+    cause="sync-model copies the model within the Hugging Face cache the containers mount, and "
+          "the config mounts none where the model is looked for",
+    fix="mount each node's cache at the container's HF_HOME in container.mounts (e.g. `source: "
+        "~/.cache/huggingface`, `target: /root/.cache/huggingface`), or copy the files by hand",
+)
 MODEL_STILL_INCOMPLETE = KnownFailure(
     id="model_still_incomplete", role="cause", fatal=True, source="spark-bot sync-model",
     title="after the copy, {model} is still incomplete on {nodes}: {defects}",

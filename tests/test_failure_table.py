@@ -48,6 +48,7 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
         "head": "spark-a",
         "cache": "/root/.cache/huggingface",
     },
+    "model_cache_unseen": {"model": "org/m", "unseen": "no container mount holds /models/m"},
     "model_still_incomplete": {"model": "org/m", "nodes": "spark-b", "defects": "m-2 missing"},
     "rsync_failed": {
         "model": "org/m",
