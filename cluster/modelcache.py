@@ -13,10 +13,12 @@ download leaves a shard short. Only the first 8 bytes and the header of each sha
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from cluster.config import ClusterConfig
 from cluster.errors import FileUnreadable
@@ -171,8 +173,8 @@ async def model_on_node(config: ClusterConfig, node: NodeConnection, home: str) 
     return _with(state, shards=tuple(shards))
 
 
-def _with(state: ModelOnNode, **changes: object) -> ModelOnNode:
-    return ModelOnNode(**{**state.__dict__, **changes})  # type: ignore[arg-type]
+def _with(state: ModelOnNode, **changes: Any) -> ModelOnNode:
+    return dataclasses.replace(state, **changes)
 
 
 async def _read(node: NodeConnection, path: str, limit: int, timeout: float) -> bytes | None:

@@ -21,6 +21,7 @@ import re
 from collections.abc import AsyncGenerator
 from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
+from typing import Any
 
 from cluster.checkpoints import SYNC_MODEL
 from cluster.config import ClusterConfig
@@ -32,7 +33,7 @@ from cluster.failures import (
     RSYNC_FAILED,
 )
 from cluster.modelcache import ModelCheck, ModelOnNode, check_model, node_home
-from cluster.nodes import ClusterConnection, NodeConnection
+from cluster.nodes import ClusterConnection, CommandResult, NodeConnection
 from cluster.preflight import model_failure, reachable
 from cluster.reporter import Reporter
 from cluster.steps import Step, run_steps
@@ -139,9 +140,10 @@ class ModelSync:
                 while not progress.empty():
                     yield progress.get_nowait()
         finally:
-            for task in [*copies, *([told] if told else [])]:
+            waiting: list[asyncio.Task[Any]] = [*copies, *([told] if told else [])]
+            for task in waiting:
                 task.cancel()
-            await asyncio.gather(*copies, *([told] if told else []), return_exceptions=True)
+            await asyncio.gather(*waiting, return_exceptions=True)
         self.copied = [t.node for t in targets]
         yield self.reporter.passed(
             _BY_ID["model_copied"], "\n".join(results[t.node] for t in targets)
@@ -178,7 +180,7 @@ class ModelSync:
             return self._rsync_failed(source, target, address, mkdir.exit_status, mkdir.stderr)
         stall = self.config.timeouts.model_stall
         passes = [["--exclude=/refs/"], []] if source.repo else [[]]  # refs/main last
-        copying: asyncio.Task | None = None
+        copying: asyncio.Task[CommandResult] | None = None
         try:
             for extra in passes:
                 argv = [
