@@ -4,14 +4,17 @@ own home; the rsync it runs on the source is the real rsync with the same flags,
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
+from contextlib import aclosing
 from pathlib import Path
 
 import pytest
 
 from cluster.config import Mount, NodeConfig
 from cluster.events import CheckpointPassed, Failed, Progress
+from cluster.modelcache import check_model
 from cluster.modelsync import ModelSync
 from cluster.nodes import ClusterConnection, CommandResult
 from cluster.nodes.local import LocalNode
@@ -28,9 +31,10 @@ SHARD_2 = "model-00002-of-00002.safetensors"
 class Node(LocalNode):
     """A local node with its own home, whose rsync copies on this machine."""
 
-    def __init__(self, name: str, home: Path, rsync_fails: str | None = None):
+    def __init__(self, name: str, home: Path, rsync_fails: str | None = None, bwlimit_kib: int = 0):
         super().__init__(NodeConfig(name=name, driver="local", fabric_ip="127.0.0.1"), None, 0.0)  # type: ignore[arg-type]
         self.home, self.rsync_fails, self.ran = home, rsync_fails, []
+        self.bwlimit_kib = bwlimit_kib
 
     async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
         self.ran.append(list(argv))
@@ -40,6 +44,8 @@ class Node(LocalNode):
             if self.rsync_fails:
                 return CommandResult(255, "", self.rsync_fails)
             local = [a for a in argv[:-1] if not a.startswith("--rsh=")]
+            if self.bwlimit_kib:
+                local.insert(1, f"--bwlimit={self.bwlimit_kib}")
             argv = [*local, argv[-1].partition(":")[2]]
         return await super().run(argv, timeout=timeout)
 
@@ -122,3 +128,45 @@ async def test_rsync_failing_is_the_copys_failure_with_its_words(tmp_path):
         and "rsync exited 255: Host key verification failed." in failed.summary
     )
     assert "`ssh 127.0.0.1` must log in without a password" in failed.fix
+
+
+async def test_a_cancel_mid_copy_leaves_a_worker_that_fails_the_check_and_a_rerun_goes_on(
+    tmp_path,
+):
+    lay_out_model(tmp_path / "head" / "hf", MODEL, shards=2, shard_bytes=2_000_000)
+    config = cluster()
+    head = Node(HEAD, tmp_path / "head", bwlimit_kib=500)  # 4 MB at 500 KiB/s: ~8 s
+    nodes = {HEAD: head, WORKER: Node(WORKER, tmp_path / "worker")}
+    sync = ModelSync(config, ClusterConnection(config, nodes), Reporter(), report_every_s=0.05)
+    async with aclosing(sync.run()) as events:
+        async for event in events:
+            if isinstance(event, Progress) and event.transfer.bytes_done > 500_000:
+                break  # the job's cancel closes the operation here
+    assert not await rsyncs_running(tmp_path), "the copy outlived its cancel"
+    found = await check_model(
+        config,
+        list(nodes.values()),
+        {HEAD: str(tmp_path / "head"), WORKER: str(tmp_path / "worker")},
+    )
+    assert not found.nodes[1].complete and "not in the cache" in found.nodes[1].defects()
+    head.bwlimit_kib = 0
+    events, _, _ = await sync_again(config, nodes)
+    copied = next(e for e in events if getattr(e, "checkpoint", "") == "model_copied")
+    assert isinstance(events[-1], CheckpointPassed), events[-1]
+    [done] = [e for e in events if isinstance(e, Progress) and e.message.endswith("copied")]
+    assert done.transfer.bytes_done < 4_000_000, "the second run went on, it did not start over"
+    assert WORKER in copied.evidence
+
+
+async def sync_again(config, nodes):
+    connection = ClusterConnection(config, nodes)
+    events = [e async for e in ModelSync(config, connection, Reporter(), report_every_s=0.01).run()]
+    return events, nodes[HEAD], nodes[WORKER]
+
+
+async def rsyncs_running(tmp_path: Path) -> bool:
+    ps = await asyncio.create_subprocess_exec(
+        "pgrep", "-f", f"rsync.*{tmp_path}", stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await ps.communicate()
+    return bool(out.strip())
