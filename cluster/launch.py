@@ -29,13 +29,14 @@ from cluster.containers import (
 )
 from cluster.errors import DockerRefused, NodeError
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
-from cluster.failures import API_UNEXPECTED, DOCKER_REFUSED, RAY_INCOMPLETE
+from cluster.failures import API_UNEXPECTED, DOCKER_REFUSED, RAY_INCOMPLETE, for_cluster
 from cluster.fit import MemoryLogged, compare_with_logged
 from cluster.follow import Expectation, LogFollower, must_see
 from cluster.interfaces import NodeInterfaces
 from cluster.inventory import remove_container
 from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection, NodeConnection
+from cluster.postmortem import amend, needs_probe, probe
 from cluster.preflight import Preflight
 from cluster.ray_status import parse_ray_status, shortfall
 from cluster.reporter import Reporter
@@ -78,11 +79,20 @@ class Launch:
         self.started: list[NodeConnection] = []
         self._in_flight: list[asyncio.Future[str]] = []
         self._ids: dict[str, str] = {}  # node -> the container started there
+        self._table, _ = for_cluster(config)
 
     async def run(self) -> AsyncGenerator[Event, None]:
         try:
             async with aclosing(run_steps(self._steps(), self.reporter)) as events:
                 async for event in events:
+                    if (
+                        isinstance(event, Failed)
+                        and self.started
+                        and needs_probe(event, self._table)
+                    ):
+                        # A death the lines do not explain (Ray's "subprocesses exited", a
+                        # silent phase): ask the nodes why before reporting it, as watch does.
+                        event = amend(event, await probe(self.config, self.connection))
                     yield event
         except BaseException:
             # Cancelled or broken mid-launch: leave no container behind, even if cancelled again.
