@@ -9,9 +9,10 @@ leaves no ref, and the model check (cluster/modelcache.py), like vLLM, finds no 
 rather than a half one. A copy goes on from where an earlier one stopped (`--partial
 --append-verify`: a short file is appended to, then its whole checksum compared). Progress is
 the target's bytes, read every `report_every_s` (`du`). A copy stops when no byte arrives for
-`timeouts.model_stall` (rsync's own `--timeout` too) or when cancelled: the SSH channel closes
-and rsync, which prints its progress every second, dies at its next write. The model check runs
-again at the end; a short shard never passes it.
+`timeouts.model_stall` (rsync's own `--timeout` too) or when cancelled: rsync runs on a
+terminal, which sshd hangs up (SIGHUP) when the call's channel closes, so it ends with it (a
+command without one would go on copying). The model check runs again at the end; a short
+shard never passes it.
 """
 
 from __future__ import annotations
@@ -190,13 +191,12 @@ class ModelSync:
                     "--append-verify",
                     "--protect-args",
                     f"--timeout={int(stall)}",
-                    "--info=progress2",  # a line a second: a cancelled copy dies writing it
                     f"--rsh={RSH}",
                     *extra,
                     f"{src}/",
                     f"{address}:{dst}/",
                 ]
-                copying = asyncio.create_task(source_node.run(argv, timeout=COPY_S))
+                copying = asyncio.create_task(source_node.run(argv, timeout=COPY_S, hang_up=True))
                 moved, still_since = before, asyncio.get_running_loop().time()
                 while not copying.done():
                     await asyncio.wait([copying], timeout=self.report_every_s)
@@ -218,9 +218,8 @@ class ModelSync:
                 before = moved
                 result = copying.result()
                 if not result.ok:
-                    return self._rsync_failed(
-                        source, target, address, result.exit_status, result.stderr
-                    )
+                    said = result.stderr + result.stdout  # on a terminal: one stream
+                    return self._rsync_failed(source, target, address, result.exit_status, said)
         finally:
             if copying is not None and not copying.done():
                 copying.cancel()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -83,3 +84,24 @@ def cut_short(snapshot: Path, name: str, keep: int) -> None:
     """Leave only the first `keep` bytes of a file of the snapshot (an interrupted download)."""
     target = (snapshot / name).resolve()
     target.write_bytes(target.read_bytes()[:keep])
+
+
+def lay_out_big_model(cache: Path, model: str, size: int) -> Path:
+    """A single-shard model of `size` bytes of tensor data (random: nothing to compress), written
+    a MiB at a time; returns its snapshot folder."""
+    repo = repo_folder(cache, model)
+    snapshot = repo / "snapshots" / COMMIT
+    for folder in (repo / "blobs", snapshot, repo / "refs"):
+        folder.mkdir(parents=True, exist_ok=True)
+    header = json.dumps({"w": {"dtype": "U8", "shape": [size], "data_offsets": [0, size]}})
+    text = header.encode() + b" " * (-len(header) % 8)
+    chunk = os.urandom(1 << 20)
+    with open(repo / "blobs" / "big", "wb") as blob:
+        blob.write(struct.pack("<Q", len(text)) + text)
+        for start in range(0, size, len(chunk)):
+            blob.write(chunk[: size - start])
+    (snapshot / "config.json").write_text(json.dumps(TINY_CONFIG))
+    (snapshot / "model.safetensors").unlink(missing_ok=True)
+    (snapshot / "model.safetensors").symlink_to("../../blobs/big")
+    (repo / "refs" / "main").write_text(COMMIT)
+    return snapshot

@@ -44,9 +44,14 @@ class NodeConnection(ABC):
         return self.config.name
 
     @abstractmethod
-    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+    async def run(
+        self, argv: Sequence[str], *, timeout: float, hang_up: bool = False
+    ) -> CommandResult:
         """Run a command on the node (not in a container). argv is quoted by the driver.
-        NodeTimedOut after `timeout`; NodeUnreachable when it cannot run at all."""
+        NodeTimedOut after `timeout`; NodeUnreachable when it cannot run at all. `hang_up`: the
+        command ends (SIGHUP) when the call is cancelled or times out, also one that writes
+        nothing (over SSH: it runs on a terminal, and sshd hangs it up when the channel closes;
+        its stderr then comes in stdout)."""
 
     @abstractmethod
     async def read_file(self, path: str, *, timeout: float, limit: int = READ_LIMIT) -> str:

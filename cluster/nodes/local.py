@@ -25,7 +25,9 @@ class LocalNode(NodeConnection):
         )
         return cls(config, docker, time.monotonic() - started)
 
-    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+    async def run(
+        self, argv: Sequence[str], *, timeout: float, hang_up: bool = False
+    ) -> CommandResult:  # a local command never outlives a cancel: it is killed
         env = {**os.environ, **self.config.local_env} if self.config.local_env else None
         with command_errors(self.name, argv, timeout):
             try:

@@ -58,9 +58,16 @@ class SSHNode(NodeConnection):
             raise
         return cls(config, docker, time.monotonic() - started, connection, socket_dir)
 
-    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+    async def run(
+        self, argv: Sequence[str], *, timeout: float, hang_up: bool = False
+    ) -> CommandResult:
         with command_errors(self.name, argv, timeout):
-            result = await self.connection.run(shlex.join(argv), check=False, timeout=timeout)
+            result = await self.connection.run(
+                shlex.join(argv),
+                check=False,
+                timeout=timeout,
+                term_type="dumb" if hang_up else None,
+            )
         return CommandResult(
             result.exit_status if result.exit_status is not None else -1,
             _text(result.stdout),

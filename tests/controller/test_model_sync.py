@@ -36,8 +36,11 @@ class Node(LocalNode):
         self.home, self.rsync_fails, self.ran = home, rsync_fails, []
         self.bwlimit_kib = bwlimit_kib
 
-    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+    async def run(
+        self, argv: Sequence[str], *, timeout: float, hang_up: bool = False
+    ) -> CommandResult:
         self.ran.append(list(argv))
+        self.hang_up = hang_up if argv[0] == "rsync" else getattr(self, "hang_up", False)
         if argv[0] == "printenv":
             return CommandResult(0, f"{self.home}\n", "")
         if argv[0] == "rsync":
@@ -47,7 +50,7 @@ class Node(LocalNode):
             if self.bwlimit_kib:
                 local.insert(1, f"--bwlimit={self.bwlimit_kib}")
             argv = [*local, argv[-1].partition(":")[2]]
-        return await super().run(argv, timeout=timeout)
+        return await super().run(argv, timeout=timeout, hang_up=hang_up)
 
 
 def cluster():
@@ -90,6 +93,7 @@ async def test_a_worker_without_the_model_gets_the_heads_copy_in_the_hub_layout(
         len(rsyncs) == 2 and "--exclude=/refs/" in rsyncs[0] and "--exclude=/refs/" not in rsyncs[1]
     )
     assert {"--partial", "--append-verify", "--protect-args"} <= set(rsyncs[0])
+    assert head.hang_up, "a cancelled copy must not outlive its SSH channel"
     assert rsyncs[0][-1] == f"127.0.0.1:{repo}/"
     assert not [argv for argv in worker.ran if argv[0] == "rsync"]
 
