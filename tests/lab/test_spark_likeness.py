@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from bot.config import load_config
-from cluster.containers import create_body
 from lab import topology as T
 
-from .helpers import docker_over_ssh, exec_detached, exec_out, ssh_to
+from .helpers import bot_container, docker_over_ssh, exec_detached, exec_out, ssh_to
 
 pytestmark = pytest.mark.lab
 
@@ -45,18 +44,6 @@ async def test_a_session_on_each_node_sees_a_spark(lab):
             assert r.exit_status == 0 and len(r.stdout.split()) == 3, r.stdout
 
 
-async def _container(docker, config, index: int, cmd: list[str], env: dict[str, str]):
-    """The container spark-bot creates on the node from configs/lab.yaml (its GPU request too)."""
-    node = config.nodes[index]
-    body = create_body(config, node, "head" if index == 0 else "worker", cmd, env, "/root")
-    name = f"lab-spark-like-{index}"
-    for old in await docker.containers.list(all=True, filters={"name": [name]}):
-        await old.delete(force=True)
-    c = await docker.containers.create(body, name=name)
-    await c.start()
-    return c
-
-
 async def _wait_in_log(container, path: str, pattern: str, timeout: float = 60) -> str:
     deadline = asyncio.get_running_loop().time() + timeout
     text = ""
@@ -85,8 +72,8 @@ async def test_gpu_containers_with_hostnames_and_fabric_nccl_bootstrap(lab):
         docker_over_ssh(hconn, head) as hd,
         docker_over_ssh(wconn, worker) as wd,
     ):
-        hc = await _container(hd, config, 0, ["sleep", "infinity"], env)
-        wc = await _container(wd, config, 1, ["sleep", "infinity"], env)
+        hc = await bot_container(hd, config, 0, ["sleep", "infinity"], env)
+        wc = await bot_container(wd, config, 1, ["sleep", "infinity"], env)
         try:
             for node, c in ((head, hc), (worker, wc)):
                 info = await c.show()
