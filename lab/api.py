@@ -29,6 +29,7 @@ from . import (
     mountns,
     netns,
     preflight,
+    rdma,
     real_engine,
     sshd,
     state,
@@ -240,6 +241,7 @@ def _bring_up_node(node: T.Node, wanted: list[T.Node], isolated: bool) -> bool:
     trust.ensure_key(node)
     trust.write_hosts(node, wanted, isolated)  # before sshd: `ip netns exec` binds it then
     sshd.start(node)
+    rdma.ensure(node)
     if dockerd.start(node):
         dockerd.remove_all_containers(node)  # freshly started: containers are stale
     return relinked
@@ -333,7 +335,9 @@ def stop_sshd(node: int) -> None:
 
 
 def start_sshd(node: int) -> None:
-    sshd.start(_node(node))
+    n = _node(node)
+    sshd.start(n)
+    rdma.ensure(n)
 
 
 def drop_ssh_sessions(node: int) -> int:
@@ -365,6 +369,7 @@ def set_fabric_link(node: int, up: bool) -> None:
     """Set the node's fabric interface (enp1s0f1np1) down, as a pulled cable, or up again."""
     n = _node(node)
     netns.set_link(n.netns, T.FABRIC_IFNAME, up)
+    rdma.refresh(n)  # its sessions' /sys/class/infiniband: the port's state
     if up:
         netns.flush_neighbours([n])
 
