@@ -49,6 +49,7 @@ VERSION = "0.4.2"
 PYTHON_312 = Path("/root/.pyenv/versions/3.12.1/bin/python3.12")  # sparkrun needs 3.12
 CACHE = Path("/var/cache/spark-lab")
 FAULT = "nccl_error"
+FAULT_LINE = "NCCL error: unhandled system error"  # what the fault prints (lab/README.md)
 PREFIX = "sparkrun_"  # every container sparkrun makes is named so
 WITHIN_S = 240.0  # one sparkrun command, at most
 READY_SAID = "Inference ready at"
@@ -190,6 +191,7 @@ class Sparkrun:
         return self.command(["run", str(path), "--hosts", self.hosts, "--offline"])
 
     def keep(self, run: Run, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"{s.at:8.2f} {s.text}\n" for s in run.lines))
 
     def stop(self) -> Run:
@@ -199,7 +201,8 @@ class Sparkrun:
         """Run `sparkrun ARGS`, each output line stamped when it arrives; whatever it leaves
         running in its process group is killed when it ends."""
         started = time.time()
-        process = subprocess.Popen(
+        lines = []
+        with subprocess.Popen(
             [str(self.python), "-m", "sparkrun", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -207,22 +210,21 @@ class Sparkrun:
             env=self.environ(),
             cwd=self.home,
             start_new_session=True,
-        )
-        assert process.stdout is not None
-        timer = threading.Timer(WITHIN_S, process.kill)
-        timer.start()
-        lines = []
-        try:
-            for raw in process.stdout:
-                text = raw.decode(errors="replace").rstrip("\n")
-                lines.append(Said(time.time() - started, text))
-            code = process.wait()
-        finally:
-            timer.cancel()
+        ) as process:
+            assert process.stdout is not None
+            timer = threading.Timer(WITHIN_S, process.kill)
+            timer.start()
             try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+                for raw in process.stdout:
+                    text = raw.decode(errors="replace").rstrip("\n")
+                    lines.append(Said(time.time() - started, text))
+                code = process.wait()
+            finally:
+                timer.cancel()
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         return Run(code, lines)
 
 
@@ -254,7 +256,9 @@ def api_answers(config: ClusterConfig) -> bool:
 def judge_sparkrun(run: Run, what: str, answered: bool) -> Told:
     raw = sum(1 for s in run.lines if not s.own)
     # where its time goes: each step's start
-    steps = {s.text.strip()[:60]: round(s.at, 2) for s in run.lines if s.own and STEP.search(s.text)}
+    steps = {
+        s.text.strip()[:60]: round(s.at, 2) for s in run.lines if s.own and STEP.search(s.text)
+    }
     if what == "Ready":
         ready = run.first(READY_SAID)
         return Told(
@@ -275,7 +279,12 @@ def judge_sparkrun(run: Run, what: str, answered: bool) -> Told:
         cause=any(NAMES_NCCL.search(text) for text in own),
         fix=any(GIVES_FIX.search(text) for text in own),
         raw_lines=raw,
-        extra={"exit": run.code, "steps": steps},
+        extra={
+            "exit": run.code,
+            "steps": steps,
+            # the launch failed of the injected fault, not of something else on the way
+            "fault_shown": any(FAULT_LINE in s.text for s in run.lines),
+        },
     )
 
 
@@ -288,8 +297,9 @@ async def by_sparkrun(
         try:
             run = await asyncio.to_thread(sparkrun.run, env)
             if keep is not None:
-                keep.mkdir(parents=True, exist_ok=True)
-                sparkrun.keep(run, keep / f"sparkrun-{what}-{int(time.time())}.txt")
+                await asyncio.to_thread(
+                    sparkrun.keep, run, keep / f"sparkrun-{what}-{time.time():.0f}.txt"
+                )
             answered = what == "Ready" and await asyncio.to_thread(api_answers, config)
         finally:
             stopped = await asyncio.to_thread(sparkrun.stop)
@@ -304,12 +314,13 @@ async def by_sparkrun(
 
 async def by_spark_bot(config: ClusterConfig, what: str) -> Told:
     started = time.time()
+    outcome: tuple[float, Ready | Failed] | None = None
     async for event in Controller(config, Secrets({})).up():
-        if isinstance(event, Ready | Failed):
-            at = time.time() - started
-            break
-    else:
+        if isinstance(event, Ready | Failed) and outcome is None:
+            outcome = (time.time() - started, event)
+    if outcome is None:
         raise SystemExit("spark-bot up ended without Ready or Failed")
+    at, event = outcome
     await down(config)
     if isinstance(event, Ready):
         said = f"Ready: {event.api_url}"
@@ -389,7 +400,7 @@ async def run(
                 rows.append([what, "ratio sparkrun/spark-bot", ratio, "", ""])
             else:
                 ok = False
-            if what == "failure" and not (ours.cause and ours.fix):
+            if what == "failure" and not (ours.cause and ours.fix and theirs.extra["fault_shown"]):
                 ok = False
             emit_json(
                 json_out,
