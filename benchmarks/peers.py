@@ -22,6 +22,7 @@ import asyncio
 import fcntl
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -361,18 +362,27 @@ async def remove(config: ClusterConfig, left: dict[str, list[str]]) -> None:
 
 
 @contextmanager
-def model_in_caches(config: ClusterConfig) -> Iterator[None]:
+def lab_as_found(config: ClusterConfig) -> Iterator[None]:
     """The served model's files in each node's Hugging Face cache (sparkrun checks them before
-    it launches; the emulator and spark-bot's fit check read them), removed after."""
-    from lab.api import put_model, remove_model
+    it launches; the emulator and spark-bot's fit check read them); after, the model and what
+    sparkrun keeps in the nodes' homes removed."""
+    from lab.api import lab_info, put_model, remove_model
 
     for i in range(len(config.nodes)):
         put_model(i, config.serve.model)
     try:
         yield
     finally:
-        for i in range(len(config.nodes)):
+        for i, node in enumerate(lab_info().nodes[: len(config.nodes)]):
             remove_model(i, config.serve.model)
+            for path in sparkrun_files(Path(node.hf_cache)):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def sparkrun_files(hf_cache: Path) -> list[Path]:
+    """What sparkrun leaves in a node's home: its runtime cache (compile caches per model) and
+    its model-artifact locks beside the Hugging Face cache."""
+    return [hf_cache.parent / "sparkrun", hf_cache / ".sparkrun-model-artifacts"]
 
 
 # --- the benchmark -----------------------------------------------------------------------------
@@ -389,7 +399,7 @@ async def run(
         for _ in range(runs):
             async with cluster_on("lab", 2, env=env) as config:
                 load = os.getloadavg()[0]
-                with model_in_caches(config):
+                with lab_as_found(config):
                     theirs = await by_sparkrun(python, config, env, what, keep)
                     ours = await by_spark_bot(config, what)
             for told in (theirs, ours):

@@ -95,7 +95,8 @@ def test_sparkrun_as_a_new_user_runs_it_reaches_ready_beside_spark_bot_and_leave
 ):
     """sparkrun installed from PyPI into its own venv (cached), set up for the lab by the
     benchmark, launches, reports Ready with the API answering, and is stopped: no sparkrun
-    container, no sparkrun process and no model files of the run stay behind."""
+    container, no sparkrun process, no model files of the run and no sparkrun files in the
+    nodes' homes stay behind."""
     from tests.controller.helpers import cluster_for
 
     out = tmp_path / "figures.jsonl"
@@ -109,6 +110,7 @@ def test_sparkrun_as_a_new_user_runs_it_reaches_ready_beside_spark_bot_and_leave
     assert asyncio.run(peers.leftovers(config)) == {}
     assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if b"-m\0sparkrun" in _read(p)]
     assert not [m for n in lab.nodes for m in (Path(n.hf_cache) / "hub").glob("models--Qwen--*")]
+    assert not [p for n in lab.nodes for p in peers.sparkrun_files(Path(n.hf_cache)) if p.exists()]
 
 
 def _read(path: Path) -> bytes:
