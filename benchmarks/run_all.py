@@ -26,12 +26,13 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "checkpoint_to_slack": ([], ["--quick"]),
     "failure_to_slack": ([], ["--quick"]),
     "old_way": ([], ["--quick"]),
+    "peers": ([], ["--quick"]),
     "overhead": ([], ["--quick"]),
     "command_load": ([], ["--seconds", "5", "--status", "100"]),
     "watch_cost": ([], ["--quick"]),
     "log_pipeline": ([], ["--quick"]),
 }
-LAB_ONLY = {"old_way"}
+LAB_ONLY = {"old_way", "peers"}
 NO_LAB = {"command_load", "log_pipeline"}  # no cluster, or the handler doubles': runs anywhere
 
 
