@@ -125,7 +125,7 @@ def hub_model(config: ClusterConfig) -> bool:
 
 async def node_home(node: NodeConnection, timeout: float) -> str:
     """The SSH user's home on the node: where a mount's `~` points."""
-    return await node.home(timeout=timeout) or "/root"
+    return await node.home_dir(timeout=timeout) or "/root"
 
 
 async def model_on_node(config: ClusterConfig, node: NodeConnection, home: str) -> ModelOnNode:

@@ -59,7 +59,7 @@ class NodeConnection(ABC):
         each call (for /proc and /sys files) without starting a process on the node.
         FileUnreadable when it does not exist or may not be read; NodeTimedOut after `timeout`."""
 
-    async def home(self, *, timeout: float) -> str:
+    async def home_dir(self, *, timeout: float) -> str:
         """The login user's home directory on the node ("" if it has none)."""
         return (await self.run(["printenv", "HOME"], timeout=timeout)).stdout.strip()
 

@@ -85,7 +85,7 @@ class SSHNode(NodeConnection):
             raise
         return _text(data)
 
-    async def home(self, *, timeout: float) -> str:
+    async def home_dir(self, *, timeout: float) -> str:
         # The SFTP server starts in the login's home directory: asked over the SFTP session the
         # reads use, it costs a round trip instead of a shell started on the node (~0.2 s).
         with file_errors(self.name, "the home directory", timeout):
