@@ -106,9 +106,13 @@ async def _running_recipe(cluster: ClusterConfig) -> str | None:
     controller = Controller(cluster, resolve_secrets(cluster, dict(os.environ)))
     async for event in controller.status():
         if isinstance(event, StatusReport):
-            head = next((c for c in event.containers if c.node == cluster.head.name), None)
-            if head is not None and head.running and head.recipe in cluster.recipes:
-                return head.recipe
+            for head in event.containers:  # the launchers' containers are listed too
+                if (
+                    head.node == cluster.head.name
+                    and head.running
+                    and head.recipe in cluster.recipes
+                ):
+                    return head.recipe
     return None
 
 

@@ -265,6 +265,16 @@ class LauncherConfig(_Model):
         500, ge=10, le=20_000, description="the script's last lines kept (bounded, redacted)"
     )
 
+    @field_validator("command", mode="before")
+    @classmethod
+    def _argv(cls, command: object) -> object:
+        if isinstance(command, str):
+            raise ValueError(
+                "an argv list such as [./launch-cluster.sh, -d], never a shell string: each "
+                "word is passed to the script as it is written"
+            )
+        return command
+
 
 class Recipe(_Model):
     """A named, complete model setup: `up RECIPE` runs the cluster with it.

@@ -105,20 +105,22 @@ async def test_a_missing_folder_or_command_is_its_exit_status_with_the_shells_wo
 
 
 async def test_stop_ends_the_whole_process_group_even_a_child_that_ignores_sigterm(tmp_path):
-    marker = tmp_path / "started"
     command = script(
         tmp_path,
-        "sleep 300 &\n"
-        "sh -c 'trap \"\" TERM; touch \"$0\"; while :; do sleep 1; done' "
-        f"{marker} &\n"
-        "echo started; wait\n",
+        "sleep 300 &\nsh -c 'trap \"\" TERM; echo trapped; while :; do sleep 1; done' &\nwait\n",
     )
+    trapped = asyncio.Event()
     async with head_node(tmp_path, command=[command]) as (config, node):
-        launcher = Launcher(config, Secrets({}), node, str(tmp_path))
+        launcher = Launcher(
+            config,
+            Secrets({}),
+            node,
+            str(tmp_path),
+            on_line=lambda line: trapped.set() if line == "trapped" else None,
+        )
         pgid = await launcher.start()
         following = asyncio.create_task(launcher.follow())
-        while not marker.exists():  # the child that ignores SIGTERM is in place
-            await asyncio.sleep(0.02)
+        await asyncio.wait_for(trapped.wait(), 10)  # the child that ignores SIGTERM is in place
         assert alive(pgid)
         done = await launcher.stop()
         assert "SIGKILL" in done, done
