@@ -479,6 +479,7 @@ class Launch:
             status = await self.launcher.follow()
         except NodeError as error:
             return self.reporter.unreachable(error, BY_ID["launcher"])
+        log.info("the launcher ended (exit status %s) at %.1f s", status, self.reporter.elapsed())
         return None if status == 0 else self._launcher_failed(status)
 
     def _launcher_failed(self, status: int | None) -> Failed:

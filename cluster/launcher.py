@@ -14,6 +14,7 @@ import shlex
 from collections import deque
 from collections.abc import Callable
 from contextlib import aclosing
+from secrets import token_hex
 
 from cluster.config import ClusterConfig, LauncherConfig, Secrets
 from cluster.errors import FileUnreadable, NodeError
@@ -24,14 +25,17 @@ from cluster.nodes import NodeConnection
 # Per cluster, under the SSH user's home on the head: `output`, `status` and `pgid`.
 RUN_FOLDER = ".cache/spark-bot/launcher"
 
-# The program the script runs under: fixed text; the run folder, the folder to run in and the
-# script's argv are its positional parameters, never part of the program. It prints its own pid
-# (the id of the new session's process group) before it lets go of the connection.
+# The program the script runs under: fixed text; the run folder, the folder to run in, the end
+# mark and the script's argv are its positional parameters, never part of the program. It prints
+# its own pid (the id of the new session's process group) before it lets go of the connection,
+# and ends the output with the mark and the script's exit status: the follower knows the end at
+# once (waiting for the wrapper's pid to vanish waits for it to be reaped, which a lazy init
+# does seconds later).
 WRAPPER = (
-    'run=$1 cwd=$2; shift 2; mkdir -p "$run" || exit 125; rm -f "$run/status"; '
+    'run=$1 cwd=$2 mark=$3; shift 3; mkdir -p "$run" || exit 125; rm -f "$run/status"; '
     'echo $$ >"$run/pgid"; echo $$; exec >"$run/output" 2>&1 </dev/null; '
-    'cd "$cwd" || { echo 126 >"$run/status"; exit 126; }; '
-    '"$@"; echo $? >"$run/status"; rm -f "$run/pgid"'
+    'if cd "$cwd"; then "$@"; status=$?; else status=126; fi; '
+    'echo $status >"$run/status"; rm -f "$run/pgid"; echo "$mark $status"'
 )
 STOP_POLL_FIRST_S = 0.05
 STOP_POLL_MAX_S = 1.0
@@ -66,6 +70,8 @@ class Launcher:
         self.lines: deque[str] = deque(maxlen=self.settings.output_lines)
         self.total_lines = 0
         self._on_line = on_line
+        self._mark = f"spark-bot-launcher-end-{token_hex(8)}"
+        self._status: int | None = None
 
     @property
     def command_text(self) -> str:
@@ -76,7 +82,7 @@ class Launcher:
 
     async def start(self) -> int:
         """Start the script in its own session; its process group's id."""
-        argv = ["setsid", "-f", "sh", "-c", WRAPPER, "sh", self.run, self.cwd]
+        argv = ["setsid", "-f", "sh", "-c", WRAPPER, "sh", self.run, self.cwd, self._mark]
         result = await self.head.run([*argv, *self.settings.command], timeout=self.timeout)
         printed = result.stdout.strip()
         if not result.ok or not printed.isdigit():
@@ -113,14 +119,28 @@ class Launcher:
                     if cut:  # the rest of a line already kept cut short
                         cut = False
                         continue
+                    if self._ends(line):
+                        return self._status
                     self._keep(line)
                 if len(pending) > READ_LINE_CHARS:
                     if not cut:
                         self._keep(pending[:READ_LINE_CHARS])
                     pending, cut = "", True
-        if pending and not cut:
+        if pending and not cut and not self._ends(pending):
             self._keep(pending)
-        return await self._exit_status()
+        return self._status if self._status is not None else await self._exit_status()
+
+    def _ends(self, line: str) -> bool:
+        """Whether `line` holds the wrapper's end mark (after the script's last words when they
+        ended without a newline): the exit status is taken from it."""
+        at = line.find(self._mark)
+        if at < 0:
+            return False
+        if line[:at]:
+            self._keep(line[:at])
+        status = line[at + len(self._mark) :].strip()
+        self._status = int(status) if status.lstrip("-").isdigit() else None
+        return True
 
     def _keep(self, raw: str) -> None:
         line = self.secrets.redact(clean_line(raw))
