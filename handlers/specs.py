@@ -456,9 +456,9 @@ async def _ask_teardown(d: Dispatcher, command: c.Down) -> Question:
         for name, recipe in launched.items()
     )
     return Question(
-        f"Stop and remove `{d.cluster.container.name}` on every node of `{d.cluster.name}`?",
+        f"Stop and remove `{d.cluster.container.name}` on every node of `{d.cluster.name}`?" + also,
         "Tear down",
-        "The vLLM server stops for everyone." + also,
+        "The vLLM server stops for everyone.",
     )
 
 

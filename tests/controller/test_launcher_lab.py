@@ -8,13 +8,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cluster.checkpoints import launch_plan
 from cluster.config import ClusterConfig, LauncherConfig, Recipe, Secrets
 from cluster.controller import Controller
-from cluster.events import CheckpointPassed, Failed, Progress, Ready, Removed
+from cluster.events import CheckpointPassed, Failed, Progress, Ready, parse_event
 from lab.api import LabInfo
-from tests.controller.helpers import cluster_for, collect
+from tests.controller.helpers import LAB_CONFIG, cluster_for, collect
+from tests.controller.test_cli_lab import spark_bot
 from tests.lab.helpers import ssh_to
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
@@ -87,50 +89,60 @@ def pgid_of(events) -> int:
     return int(evidence.split("process group ")[1].split(";")[0])
 
 
-@pytest.mark.parametrize("detached", [False, True], ids=["foreground", "detached"])
-async def test_a_launcher_script_reaches_ready_with_the_same_checkpoints(clean_launcher, detached):
-    config = script_cluster(clean_launcher, *(["-d"] if detached else []))
-    controller = Controller(config, Secrets({}))
-    events = await collect(controller.up())
+def config_file(lab: LabInfo, folder: Path, *options: str) -> str:
+    """configs/lab.yaml with the launcher recipe in it, as an operator writes it."""
+    data = yaml.safe_load(LAB_CONFIG.read_text())
+    launcher = script_cluster(lab, *options).launcher
+    assert launcher is not None
+    data["cluster"]["timeouts"].update(FAST)
+    data["cluster"]["recipes"] = {
+        RECIPE: {
+            "description": "the operator's own script",
+            "serve": {"model": data["cluster"]["serve"]["model"], "served_model_name": "qwen35"},
+            "launcher": launcher.model_dump(exclude_defaults=True),
+        }
+    }
+    path = folder / "sparks.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+async def test_a_launcher_script_reaches_ready_from_the_cli_with_the_same_checkpoints(
+    clean_launcher, tmp_path
+):
+    """vLLM in the script's foreground: its lines are the script's output, not a container's."""
+    config = config_file(clean_launcher, tmp_path)
+    code, out, _ = await spark_bot("up", "--recipe", RECIPE, "--json", config=config)
+    events = [parse_event(line) for line in out.splitlines()]
     failures = [e for e in events if isinstance(e, Failed)]
-    assert not failures, failures[0].model_dump_json(indent=1)
-    plan = [c.id for c in launch_plan(config)]
-    assert list(passed(events)) == plan and plan[8:10] == ["launcher", "containers"]
+    assert code == 0 and not failures, failures[0].model_dump_json(indent=1)
+    launched = script_cluster(clean_launcher)
+    plan = [c.id for c in launch_plan(launched)]
     by_id = passed(events)
+    assert list(by_id) == plan and plan[8:10] == ["launcher", "containers"]
     assert "launch-pair.sh" in by_id["launcher"].evidence
-    containers = by_id["containers"]
-    assert (
-        containers.evidence.count("vllm_node") == 2
-        and "started by the launcher" in containers.evidence
-    )
+    containers = by_id["containers"].evidence
+    assert containers.count("vllm_node") == 2 and "started by the launcher" in containers
     said = ("Detected head IP", "Starting container", "Starting the Ray", "Ray runtime started.")
-    assert any(line.startswith(said) for line in containers.log_tail), "the script's own lines"
+    assert any(line.startswith(said) for line in by_id["containers"].log_tail), "its own lines"
     assert "2 active node(s)" in by_id["ray_cluster"].evidence
     assert by_id["weights"].evidence.count("Loading weights took") == 2
     assert "Application startup complete." in by_id["api_server"].evidence
     ready = events[-1]
     assert isinstance(ready, Ready) and ready.recipe == RECIPE and ready.model == "qwen35"
-    exited = [e for e in events if isinstance(e, Progress) and e.phase == "launcher"]
+    assert not [e for e in events if isinstance(e, Progress) and e.phase == "launcher"]
     pgid = pgid_of(events)
-    if detached:
-        # its exit 0 is no failure: said when it came before Ready (it usually does), else after
-        assert not exited or "exited 0" in exited[0].message
-        async with ssh_to(clean_launcher, clean_launcher.head) as conn:
-            status = await conn.run(f"cat ~/.cache/spark-bot/launcher/{config.name}/status")
-        assert status.stdout.strip() == "0" and not await group_alive(clean_launcher, pgid)
-    else:
-        assert not exited and await group_alive(clean_launcher, pgid), "it serves on after Ready"
+    assert await group_alive(clean_launcher, pgid), "it serves on in the foreground after Ready"
 
-    verified = await collect(controller.verify())
-    assert not [e for e in verified if isinstance(e, Failed)]
+    code, out, _ = await spark_bot("verify", config=config)  # the recipe found running
+    assert code == 0 and "✔ Containers running on every node" in out, out
+    code, out, _ = await spark_bot("status", config=config)
+    assert out.count("vllm_node running") == 2 and f"(recipe {RECIPE})" in out, out
 
-    removed = await collect(Controller(config, Secrets({})).down())
-    assert [(e.node, e.container) for e in removed if isinstance(e, Removed) and e.removed] == [
-        (n.name, "vllm_node") for n in config.nodes
-    ]
+    code, out, _ = await spark_bot("down", config=config)
+    assert code == 0 and f"stopped the launcher's process group {pgid}" in out, out
+    assert out.count("removed vllm_node") == 2 and "started by the launcher of recipe" in out
     assert not await group_alive(clean_launcher, pgid), "down stops the script"
-    stopped = [e for e in removed if isinstance(e, Progress)]
-    assert bool(stopped) is not detached, stopped
 
 
 async def test_a_launcher_that_fails_gives_its_failure_with_its_lines(clean_launcher):
