@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import selectors
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import TextIO
 
@@ -110,13 +111,33 @@ class ConsoleChat:
         return self
 
 
-async def stdin_lines() -> AsyncIterator[str]:
-    loop = asyncio.get_running_loop()
-    while True:
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line:
-            return
-        yield line
+async def stdin_lines() -> AsyncGenerator[str, None]:
+    """Standard input's lines (without the newline), never blocking the loop: a pipe or a
+    terminal is read through the loop; what the loop cannot poll (a regular file, /dev/null)
+    never blocks a read, so it is read line by line in a thread."""
+    if not _pollable(sys.stdin.fileno()):
+        while line := await asyncio.to_thread(sys.stdin.readline):
+            yield line.rstrip("\n")
+        return
+    reader = asyncio.StreamReader()
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
+    )
+    try:
+        while line_bytes := await reader.readline():
+            yield line_bytes.decode(errors="replace").rstrip("\n")
+    finally:
+        transport.close()
+
+
+def _pollable(fd: int) -> bool:
+    """Whether the event loop can wait on `fd` (epoll refuses regular files and /dev/null)."""
+    with selectors.DefaultSelector() as selector:
+        try:
+            selector.register(fd, selectors.EVENT_READ)
+        except (PermissionError, ValueError):
+            return False
+    return True
 
 
 class Console:

@@ -52,6 +52,7 @@ from cluster.inventory import remove_container
 from cluster.launcher import Launcher
 from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection, NodeConnection
+from cluster.postmortem import amend, needs_probe, probe
 from cluster.preflight import Preflight
 from cluster.ray_status import parse_ray_status, shortfall
 from cluster.reporter import Reporter
@@ -96,6 +97,7 @@ class Launch:
         self._ids: dict[str, str] = {}  # node -> the container started there
         self.launcher: Launcher | None = None  # the operator's script, once started
         self._launcher_end: asyncio.Task[Failed | None] | None = None
+        self._table, _ = for_cluster(config)
 
     async def run(self) -> AsyncGenerator[Event, None]:
         try:
@@ -104,6 +106,14 @@ class Launch:
                 events = self._supervised(events)
             async with aclosing(events) as stream:
                 async for event in stream:
+                    if (
+                        isinstance(event, Failed)
+                        and (self.started or self.launcher is not None)
+                        and needs_probe(event, self._table)
+                    ):
+                        # A death the lines do not explain (Ray's "subprocesses exited", a
+                        # silent phase): ask the nodes why before reporting it, as watch does.
+                        event = amend(event, await probe(self.config, self.connection))
                     yield event
         except BaseException:
             # Cancelled or broken mid-launch: leave no container behind, even if cancelled again.

@@ -209,18 +209,34 @@ async def _is_ours(node: NodeConnection, run: str, pgid: int, timeout: float) ->
 
 
 async def _ended(node: NodeConnection, pgid: int, timeout: float, within_s: float) -> bool:
-    """Whether no process of group `pgid` is left, asked until `within_s` has passed."""
+    """Whether no live process of group `pgid` is left (a zombie waiting for init to reap it
+    is dead), asked until `within_s` has passed."""
     delay = STOP_POLL_FIRST_S
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
     while True:
-        alive = await node.run(["kill", "-0", "--", f"-{pgid}"], timeout=timeout)
-        if not alive.ok:
+        listing = await node.run(["ps", "-A", "-o", "pgid=,stat="], timeout=timeout)
+        if not listing.ok:
+            raise NodeError(
+                node.name,
+                f"`ps` failed (exit {listing.exit_status}): {listing.stderr.strip()[:200]}",
+                f"check that procps is installed on {node.name}",
+            )
+        if not live_in_group(listing.stdout, pgid):
             return True
         if loop.time() + delay > deadline:
             return False
         await asyncio.sleep(delay)
         delay = min(delay * 2, STOP_POLL_MAX_S)
+
+
+def live_in_group(ps_output: str, pgid: int) -> bool:
+    """Whether `ps -A -o pgid=,stat=` lists a process of group `pgid` that is not a zombie."""
+    for line in ps_output.splitlines():
+        group, _, state = line.strip().partition(" ")
+        if group == str(pgid) and not state.strip().startswith("Z"):
+            return True
+    return False
 
 
 def _expand_home(path: str, home: str) -> str:

@@ -7,16 +7,14 @@ exit status is the last command's: 1 when it posted a failure, else 0.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import stat
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
 from pathlib import Path
 from typing import TextIO
 
 from bot.config import SparkBotConfig
-from bot.console import Console, ConsoleChat
+from bot.console import Console, ConsoleChat, stdin_lines
 from cluster.config import Secrets
 from cluster.controller import Controller
 from cluster.events import Event
@@ -89,30 +87,21 @@ async def _listed(commands: Sequence[str], out: TextIO) -> AsyncIterator[str]:
 
 
 async def _stdin(out: TextIO, interactive: bool) -> AsyncIterator[str]:
-    """Lines of standard input without a blocking read on the loop (a regular file is read whole)."""
-    if stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode):
-        for line in sys.stdin.read().splitlines():
-            print(f"\n> {line}", file=out, flush=True)
-            yield line
-        return
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
-    )
+    """Standard input's lines: after a prompt when typed, echoed when piped."""
+    lines = stdin_lines()
     try:
         while True:
             if interactive:
                 print("spark> ", end="", file=out, flush=True)
-            line = await reader.readline()
-            if not line:
+            try:
+                text = await anext(lines)
+            except StopAsyncIteration:
                 return
-            text = line.decode(errors="replace").rstrip("\n")
             if not interactive:
                 print(f"\n> {text}", file=out, flush=True)
             yield text
     finally:
-        transport.close()
+        await lines.aclose()
 
 
 async def _tracking(lines: AsyncIterator[str], chat: DemoChat) -> AsyncIterator[str]:

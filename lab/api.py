@@ -3,6 +3,7 @@
     info = lab_up(nodes=2, isolated_workers=False)   # idempotent, fast when already up
     lab_down(purge=False)
     set_image_variant(node) / restore_image()
+    put_model(node, model, ...) / remove_model(node, model)   # the node's Hugging Face cache
     stop_sshd(node) / start_sshd(node) / stop_dockerd(node) / start_dockerd(node)
     set_fabric_link(node, up) / kill_dockerd(node)
     status() -> dict
@@ -21,7 +22,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import dockerd, image, netns, preflight, real_engine, sshd, state, tools
+from . import (
+    dockerd,
+    hf_cache,
+    image,
+    mountns,
+    netns,
+    preflight,
+    rdma,
+    real_engine,
+    sshd,
+    state,
+    tools,
+    trust,
+)
 from . import topology as T
 from .errors import LabError
 
@@ -33,6 +47,8 @@ __all__ = [
     "lab_down",
     "lab_info",
     "lab_up",
+    "put_model",
+    "remove_model",
     "restore_image",
     "set_fabric_link",
     "set_image_variant",
@@ -57,6 +73,8 @@ class NodeInfo:
     docker_socket: str  # path on the node (reach it by SSH stream forwarding)
     docker_host: str  # unix://<docker_socket>
     bin_dir: str
+    home: str = ""  # host path of the node's home, which the node sees as /root
+    hf_cache: str = ""  # host path of the node's ~/.cache/huggingface
     mgmt_ifname: str = T.MGMT_IFNAME
     fabric_ifname: str = T.FABRIC_IFNAME
 
@@ -145,6 +163,8 @@ def lab_info() -> LabInfo:
                 str(n.docker_sock),
                 n.docker_host,
                 str(n.bin_dir),
+                home=str(n.home),
+                hf_cache=str(n.hf_cache),
             )
         )
     real = st.engine == "real"
@@ -185,6 +205,7 @@ def _remove_node(node: T.Node) -> None:
     sshd.stop(node)
     dockerd.stop(node)
     dockerd.remove_cgroups(node)
+    mountns.remove(node)
     netns.delete_node(node)
     shutil.rmtree(node.netns_etc, ignore_errors=True)
     shutil.rmtree(node.run_dir, ignore_errors=True)
@@ -201,6 +222,7 @@ def lab_down(purge: bool = False) -> None:
         netns.delete_bridges()
         for name in netns.stale_host_links():
             netns.run(["ip", "link", "del", name], check=False)
+        mountns.remove_dir()
         shutil.rmtree(T.RUN_ROOT, ignore_errors=True)
         st = state.load()
         st.nodes = 0
@@ -212,10 +234,14 @@ def lab_down(purge: bool = False) -> None:
 
 
 # --- bring-up ---------------------------------------------------------------
-def _bring_up_node(node: T.Node, isolated: bool) -> bool:
+def _bring_up_node(node: T.Node, wanted: list[T.Node], isolated: bool) -> bool:
     relinked = netns.ensure_node(node, T.has_mgmt(node, isolated))
     tools.ensure(node)
+    mountns.ensure(node)
+    trust.ensure_key(node)
+    trust.write_hosts(node, wanted, isolated)  # before sshd: `ip netns exec` binds it then
     sshd.start(node)
+    rdma.ensure(node)
     if dockerd.start(node):
         dockerd.remove_all_containers(node)  # freshly started: containers are stale
     return relinked
@@ -245,13 +271,15 @@ def lab_up(
         for i in removed:
             _remove_node(T.Node(i))
         netns.ensure_bridges()
+        mountns.ensure_dir()
         sshd.ensure_client_key()
         with ThreadPoolExecutor(max_workers=nodes) as ex:
-            relinked = list(ex.map(lambda n: _bring_up_node(n, isolated_workers), wanted))
+            relinked = list(ex.map(lambda n: _bring_up_node(n, wanted, isolated_workers), wanted))
         if any(relinked) or removed:
             netns.flush_neighbours(wanted)
         sshd.write_known_hosts(wanted, isolated_workers)
         sshd.write_client_config(wanted, isolated_workers)
+        trust.write(wanted, isolated_workers)
         canonical = image.ensure(wanted, variant_node)
         real_image = None
         if engine == "real":
@@ -290,12 +318,26 @@ def restore_image() -> None:
         state.save(st)
 
 
+def put_model(node: int, model: str, **layout) -> hf_cache.CachedModel:
+    """Lay out `model` in the node's Hugging Face cache (~/.cache/huggingface on the node) as the
+    hub's client does, with small real safetensors shards; complete, or partial as a download
+    cut short leaves it (`missing=`, `incomplete=`, `truncated=`: shard numbers from 1). Options:
+    `hf_cache.write_model`. Replaces what the cache held of the model."""
+    return hf_cache.write_model(_node(node).hf_cache, model, **layout)
+
+
+def remove_model(node: int, model: str) -> None:
+    hf_cache.remove_model(_node(node).hf_cache, model)
+
+
 def stop_sshd(node: int) -> None:
     sshd.stop(_node(node))
 
 
 def start_sshd(node: int) -> None:
-    sshd.start(_node(node))
+    n = _node(node)
+    sshd.start(n)
+    rdma.ensure(n)
 
 
 def drop_ssh_sessions(node: int) -> int:
@@ -327,6 +369,7 @@ def set_fabric_link(node: int, up: bool) -> None:
     """Set the node's fabric interface (enp1s0f1np1) down, as a pulled cable, or up again."""
     n = _node(node)
     netns.set_link(n.netns, T.FABRIC_IFNAME, up)
+    rdma.refresh(n)  # its sessions' /sys/class/infiniband: the port's state
     if up:
         netns.flush_neighbours([n])
 
@@ -357,9 +400,15 @@ def status() -> dict:
             "dockerd_version": dockerd.version(n) if engine else None,
             "docker_socket": str(n.docker_sock),
             "image_id": iid,
+            # its sshd and dockerd see the node's home as /root
+            "own_home": all(
+                p is not None and mountns.sees_home(p, n) for p in (sshd.pid(n), dockerd.pid(n))
+            ),
         }
         want_image = iid is not None and (iid == st.canonical_image or st.variant_node == n.index)
-        node_ok = all([entry["network_ok"], entry["sshd_alive"], engine, want_image])
+        node_ok = all(
+            [entry["network_ok"], entry["sshd_alive"], engine, want_image, entry["own_home"]]
+        )
         entry["ok"] = node_ok
         ok = ok and node_ok
         report["nodes"].append(entry)

@@ -1,6 +1,7 @@
 """One Docker engine per node, started inside the node's network namespace with
 `nsenter --net=...` (not `ip netns exec`: that remounts /sys and dockerd then fails
-with "Devices cgroup isn't mounted")."""
+with "Devices cgroup isn't mounted") and in the node's mount namespace (`--mount=...`: a
+container's bind mount of /root/... is the node's home, as a session sees it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from . import mountns
 from . import topology as T
 from .errors import LabError
 from .preflight import tool
@@ -79,10 +81,10 @@ def _environment(p: int) -> dict[str, str]:
 
 
 def _current(node: T.Node, p: int) -> bool:
-    """Started as `start` starts it now: the GPU hook on its PATH and the node's hostname (an
-    engine from an older lab lacks them and is restarted)."""
+    """Started as `start` starts it now: the GPU hook on its PATH, the node's hostname and its
+    home (an engine from an older lab lacks them and is restarted)."""
     path = _environment(p).get("PATH", "").split(":")
-    return str(node.bin_dir) in path and has_own_uts(p)
+    return str(node.bin_dir) in path and has_own_uts(p) and mountns.sees_home(p, node)
 
 
 def cli(
@@ -103,6 +105,7 @@ def _argv(node: T.Node) -> list[str]:
     return [
         tool("nsenter"),
         f"--net={node.netns_path}",
+        f"--mount={node.mount_ns}",
         *as_host(node.name, [tool("dockerd")]),
         "--config-file",
         str(node.dockerd_config),
@@ -127,17 +130,17 @@ def _argv(node: T.Node) -> list[str]:
     ]
 
 
-def _mounts_under(prefixes: list[str]) -> list[str]:
-    found = []
+def _under(mount_points: list[str], prefixes: list[str]) -> list[str]:
+    found = [mp for mp in mount_points if any(mp == p or mp.startswith(p + "/") for p in prefixes)]
+    return sorted(found, key=len, reverse=True)
+
+
+def _host_mount_points() -> list[str]:
     try:
         with open("/proc/self/mountinfo") as f:
-            for line in f:
-                mp = line.split()[4].replace("\\040", " ")
-                if any(mp == p or mp.startswith(p + "/") for p in prefixes):
-                    found.append(mp)
+            return [line.split()[4].replace("\\040", " ") for line in f]
     except OSError:
-        pass
-    return sorted(found, key=len, reverse=True)
+        return []
 
 
 def cleanup_stale(node: T.Node) -> None:
@@ -146,7 +149,10 @@ def cleanup_stale(node: T.Node) -> None:
         terminate(cg_pid, 2)
     for p in pids_with_cmdline(str(node.exec_root)):
         terminate(p, 3)
-    for mp in _mounts_under([str(node.exec_root), str(node.data_root)]):
+    ours = [str(node.exec_root), str(node.data_root)]
+    for mp in _under(mountns.mounts(node), ours):  # the engine's, in the node's namespace
+        run(mountns.enter(node, ["umount", "-l", mp]), check=False)
+    for mp in _under(_host_mount_points(), ours):  # an engine of an older lab made them here
         run(["umount", "-l", mp], check=False)
     node.docker_pidfile.unlink(missing_ok=True)
     node.docker_sock.unlink(missing_ok=True)

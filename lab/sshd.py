@@ -1,5 +1,6 @@
 """One OpenSSH sshd per node namespace: key-only root login, its own host key,
-SetEnv with the node's DOCKER_HOST and PATH; the client key and known_hosts."""
+SetEnv with the node's DOCKER_HOST and PATH; the client key and known_hosts. It runs in the
+node's mount namespace (its own /root and /tmp, see mountns.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import time
 from pathlib import Path
 
+from . import mountns
 from . import topology as T
 from .errors import LabError
 from .preflight import tool
@@ -106,7 +108,7 @@ Port {T.SSH_PORT}
 ListenAddress 0.0.0.0
 HostKey {node.host_key}
 PidFile {node.sshd_pidfile}
-AuthorizedKeysFile {T.AUTHORIZED_KEYS}
+AuthorizedKeysFile .ssh/authorized_keys {T.AUTHORIZED_KEYS}
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
 PasswordAuthentication no
@@ -164,21 +166,26 @@ def start(node: T.Node) -> None:
     if changed:
         node.sshd_config.write_text(text)
     current = pid(node)
-    if current and not changed and has_own_uts(current):
+    if current and not changed and has_own_uts(current) and mountns.sees_home(current, node):
         return
     if current:
         terminate(current, 5)
     node.sshd_pidfile.unlink(missing_ok=True)
     sshd = tool("sshd")
     run([sshd, "-t", "-f", str(node.sshd_config)])
+    # `ip netns exec` makes a mount namespace of its own from the node's (its /sys shows the
+    # node's interfaces; /etc/netns/<ns>/* are bound over /etc), so sessions see the node's /root.
     run(
-        [
-            "ip",
-            "netns",
-            "exec",
-            node.netns,
-            *as_host(node.name, [sshd, "-f", str(node.sshd_config), "-E", str(node.sshd_log)]),
-        ]
+        mountns.enter(
+            node,
+            [
+                "ip",
+                "netns",
+                "exec",
+                node.netns,
+                *as_host(node.name, [sshd, "-f", str(node.sshd_config), "-E", str(node.sshd_log)]),
+            ],
+        )
     )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # pidfile is written after it listens

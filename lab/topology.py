@@ -31,6 +31,10 @@ AUTHORIZED_KEYS = SSH_DIR / "authorized_keys"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
 SSH_CONFIG = SSH_DIR / "config"  # `ssh -F` this: Host spark-lab-<i>
 STATE_FILE = STATE_ROOT / "state.json"
+# Each node's mount namespace (its own /root and /tmp, shared by its sshd and dockerd) is kept
+# alive by a bind mount of its nsfs file here, as `ip netns` keeps network namespaces.
+MOUNT_NS_DIR = RUN_ROOT / "mntns"
+NODE_ROOT_HOME = "/root"  # root's home on every node: the node's own directory bound there
 BASE_TARBALL = CACHE_ROOT / "base-bookworm.tar"  # see image.base_tarball(): named by its packages
 
 # --- images -----------------------------------------------------------------
@@ -122,7 +126,31 @@ class Node:
     def host_key(self) -> Path:
         return self.state_dir / "ssh_host_ed25519_key"
 
+    @property
+    def home(self) -> Path:
+        """Bound over /root in the node's mount namespace: its sessions' and containers' /root."""
+        return self.state_dir / "home"
+
+    @property
+    def tmp(self) -> Path:
+        """Bound over /tmp in the node's mount namespace (emptied when the namespace is made)."""
+        return self.state_dir / "tmp"
+
+    @property
+    def ssh_key(self) -> Path:
+        """The node's own root key (~/.ssh/id_ed25519 on the node), host path."""
+        return self.home / ".ssh" / "id_ed25519"
+
+    @property
+    def hf_cache(self) -> Path:
+        """The node's Hugging Face cache (~/.cache/huggingface on the node), host path."""
+        return self.home / ".cache" / "huggingface"
+
     # per-node runtime (removed by `down`)
+    @property
+    def mount_ns(self) -> Path:
+        return MOUNT_NS_DIR / f"node{self.index}"
+
     @property
     def run_dir(self) -> Path:
         return RUN_ROOT / f"node{self.index}"
@@ -155,6 +183,14 @@ class Node:
     def netns_etc(self) -> Path:
         """Files here are bind-mounted over /etc by `ip netns exec` (sshd's sessions)."""
         return Path("/etc/netns") / self.netns
+
+    def ssh_names(self, isolated_workers: bool) -> list[str]:
+        """What another node or the bot calls this node by: management IP (if it has one),
+        fabric IP, hostname."""
+        return ([self.mgmt_ip] if has_mgmt(self, isolated_workers) else []) + [
+            self.fabric_ip,
+            self.name,
+        ]
 
     @property
     def remote_path(self) -> str:

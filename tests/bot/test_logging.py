@@ -73,20 +73,40 @@ def test_a_json_line_redacts_the_message_the_traceback_and_extra_fields(root_log
     assert not planted_in(line) and "plain-words-secret" not in line
 
 
-async def wait_for_line(lines: list[dict], condition, proc) -> dict:
-    while True:
-        found = next((line for line in lines if condition(line)), None)
-        if found is not None:
-            return found
-        assert proc.returncode is None, "the bot exited"
-        await asyncio.sleep(0.05)
+class JsonLines:
+    """The bot's standard error as it arrives, each line one JSON object (or the test fails)."""
 
+    def __init__(self, stream: asyncio.StreamReader):
+        self.records: list[dict] = []
+        self.raw: list[str] = []
+        self._arrived = asyncio.Condition()
+        self._ended = False
+        self.reader = asyncio.create_task(self._read(stream))
 
-async def read_lines(stream: asyncio.StreamReader, into: list[dict], raw: list[str]) -> None:
-    while line := await stream.readline():
-        text = line.decode()
-        raw.append(text)
-        into.append(json.loads(text))  # every line is one JSON object, or this fails
+    async def _read(self, stream: asyncio.StreamReader) -> None:
+        try:
+            while line := await stream.readline():
+                text = line.decode()
+                self.raw.append(text)
+                self.records.append(json.loads(text))
+                async with self._arrived:
+                    self._arrived.notify_all()
+        finally:
+            self._ended = True
+            async with self._arrived:
+                self._arrived.notify_all()
+
+    async def wait_for(self, condition, timeout: float = 30) -> dict:
+        """The first record `condition` accepts, as soon as it is logged."""
+
+        def found() -> dict | None:
+            return next((r for r in self.records if condition(r)), None)
+
+        async with asyncio.timeout(timeout), self._arrived:
+            await self._arrived.wait_for(lambda: found() is not None or self._ended)
+        record = found()
+        assert record is not None, "the bot's log ended (it exited) first"
+        return record
 
 
 async def run_bot(slack, tmp_path: Path, flags: list[str], env: dict[str, str]):
@@ -112,22 +132,21 @@ async def test_spark_bot_run_logs_json_lines_naming_the_job_at_the_flags_level(s
     # the format from the environment, the level from the flag over the environment's
     env = {"SPARK_BOT_LOG_FORMAT": "json", "SPARK_BOT_LOG_LEVEL": "error"}
     proc = await run_bot(slack, tmp_path, ["--log-level", "debug"], env)
-    lines: list[dict] = []
-    raw: list[str] = []
     assert proc.stderr is not None
-    reader = asyncio.create_task(read_lines(proc.stderr, lines, raw))
+    log = JsonLines(proc.stderr)
     try:
-        await wait_for_line(lines, lambda r: r["message"].startswith("spark-bot on Slack"), proc)
+        await log.wait_for(lambda r: r["message"].startswith("spark-bot on Slack"))
         await slack.wait_for_connection()
         slack.rate_limit("chat.postMessage")  # the job's outbox logs the 429, in the job's name
         await slack.send_slash_command(ALICE, CH, "verify")
-        refused = await wait_for_line(lines, lambda r: "rate limited" in r["message"], proc)
+        refused = await log.wait_for(lambda r: "rate limited" in r["message"])
         await slack.wait_for_calls("chat.postMessage", 2, timeout=20)
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
-        await reader
+        await log.reader
+    lines, raw = log.records, log.raw
     assert refused["level"] == "WARNING" and refused["logger"] == "handlers.outbox"
     assert refused["job_id"] == 1 and refused["cluster"] == "nowhere"
     assert {"time", "level", "logger", "message"} <= set(refused)

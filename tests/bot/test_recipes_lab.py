@@ -1,19 +1,17 @@
 """Recipes and the fit check in the lab: `/spark up RECIPE` for each shipped recipe through Bolt's
 real client on the Slack stand-in (the emulator standing in for each model, small stand-in model
-files in the lab's Hugging Face cache), and a model that cannot fit refused before any container."""
+files in each node's Hugging Face cache), and a model that cannot fit refused before any container."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from cluster.config import ClusterConfig, Secrets
 from cluster.controller import Controller
 from cluster.events import Failed, Progress
+from lab.api import put_model, remove_model
 from tests.bot.helpers import (
     ALICE,
     CH,
@@ -31,7 +29,6 @@ from tests.test_fit import GPT_OSS_120B, HYBRID
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(240)]
 
 FAST = {"stall": 4, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
-HF_CACHE = Path("/var/lib/spark-lab/huggingface")  # configs/lab.yaml mounts it in the containers
 EMULATOR = "spark-lab/vllm-emu:latest"
 MINIMAX_M25 = {  # MiniMax-M2.5's attention: 62 full-attention layers, 8 KV heads of 128
     "num_hidden_layers": 62,
@@ -50,7 +47,7 @@ LLAMA_70B = {
     "torch_dtype": "bfloat16",
     "max_position_embeddings": 131072,
 }
-# model -> (config.json, the index's total_size): small files standing in for the weights
+# model -> (config.json, the index's total_size): small shards standing in for the weights
 MODELS = {
     "Qwen/Qwen3.5-122B-A10B-FP8": (HYBRID, 119_000_000_000),
     "openai/gpt-oss-120b": (GPT_OSS_120B, 65_249_902_592),
@@ -65,23 +62,13 @@ def docker(socket: str, *argv: str) -> None:
 
 @pytest.fixture
 async def recipes_cluster(lab):
-    """The lab config (the shipped recipes beside it), the stand-in model files in the lab's HF
-    cache, and the emulator image under each recipe's image name on every node."""
+    """The lab config (the shipped recipes beside it), the stand-in model files in every node's
+    HF cache (configs/lab.yaml mounts each node's own), and the emulator image under each recipe's
+    image name on every node."""
     config = cluster_for(lab, timeouts=FAST)
-    written = []
-    for model, (model_config, total) in MODELS.items():
-        repo = HF_CACHE / "hub" / ("models--" + model.replace("/", "--"))
-        snapshot = repo / "snapshots" / "0123abcd"
-        snapshot.mkdir(parents=True, exist_ok=True)
-        (repo / "refs").mkdir(exist_ok=True)
-        (repo / "refs" / "main").write_text("0123abcd")
-        (snapshot / "config.json").write_text(json.dumps(model_config))
-        index = {
-            "metadata": {"total_size": total},
-            "weight_map": {"lm_head.weight": "m.safetensors"},
-        }
-        (snapshot / "model.safetensors.index.json").write_text(json.dumps(index))
-        written.append(repo)
+    for node in lab.nodes:
+        for model, (model_config, total) in MODELS.items():
+            put_model(node.index, model, config=model_config, total_size=total)
     images = sorted({r.image for r in config.recipes.values() if r.image})
     for node in config.nodes:
         for image in images:
@@ -94,8 +81,9 @@ async def recipes_cluster(lab):
         for node in config.nodes:
             for image in images:
                 docker(node.docker_socket, "rmi", image)  # the tag only: the emulator stays
-        for repo in written:
-            shutil.rmtree(repo)
+        for node in lab.nodes:
+            for model in MODELS:
+                remove_model(node.index, model)
 
 
 async def test_up_launches_each_shipped_recipe_and_names_it_everywhere(

@@ -10,18 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from cluster.config import (
-    ClusterConfig,
-    ContainerConfig,
-    NodeConfig,
-    Secrets,
-    ServeConfig,
-    Timeouts,
-)
+from cluster.config import ClusterConfig, Secrets, Timeouts
 from cluster.controller import Controller
 from cluster.events import CheckpointPassed, Event, Failed, Progress
 from tests.controller.helpers import collect
 from tests.docker_standin import ImageEngine, docker_standin
+from tests.local_cluster import local_cluster
 
 pytestmark = pytest.mark.timeout(60)
 IMAGE = "spark/vllm:test"
@@ -31,18 +25,13 @@ MiB = 1024 * 1024
 
 
 def two_nodes(sockets: list[Path], *, image_stall: float = 10) -> ClusterConfig:
-    return ClusterConfig(
-        name="pair",
-        nodes=[
-            NodeConfig(
-                name=f"spark-{i}", driver="local", fabric_ip="127.0.0.1", docker_socket=str(s)
-            )
-            for i, s in enumerate(sockets)
-        ],
-        container=ContainerConfig(image=IMAGE, name="vllm_pair", gpus=False, env={}),
-        serve=ServeConfig(
-            model="org/model", served_model_name="model", backend="mp", tensor_parallel_size=2
-        ),
+    return local_cluster(
+        "pair",
+        sockets,
+        names=[f"spark-{i}" for i in range(len(sockets))],
+        fabric_ips=["127.0.0.1"] * len(sockets),
+        image=IMAGE,
+        serve={"served_model_name": "model", "backend": "mp", "tensor_parallel_size": 2},
         timeouts=Timeouts(connect=5, docker=5, image_stall=image_stall),
     )
 

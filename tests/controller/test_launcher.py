@@ -7,32 +7,27 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import subprocess
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from bot.config import load_config
-from cluster.config import ClusterConfig, LauncherConfig, NodeConfig, Secrets
-from cluster.launcher import Launcher, stop_launcher
+from cluster.config import ClusterConfig, LauncherConfig, Secrets, Timeouts
+from cluster.launcher import Launcher, live_in_group, stop_launcher
 from cluster.nodes.local import LocalNode
 from tests.controller.helpers import LAB_CONFIG
 from tests.docker_standin import docker_standin, failing
+from tests.local_cluster import local_cluster
 from tests.secrets import HF_TOKEN
 
 
 def cluster(socket: Path, **launcher) -> ClusterConfig:
-    base = load_config(LAB_CONFIG).cluster
-    head = NodeConfig(
-        name="spark-local", driver="local", fabric_ip="127.0.0.1", docker_socket=str(socket)
-    )
+    """One local node (the head) running a recipe whose launcher is `launcher`."""
+    base = local_cluster("lab", [socket], timeouts=Timeouts(down=4, launcher=10))
     return base.model_copy(
-        update={
-            "nodes": [head],
-            "recipe": "mine",
-            "launcher": LauncherConfig(container="vllm_node", **launcher),
-            "timeouts": base.timeouts.model_copy(update={"down": 4, "launcher": 10}),
-        }
+        update={"recipe": "mine", "launcher": LauncherConfig(container="vllm_node", **launcher)}
     )
 
 
@@ -55,11 +50,9 @@ async def head_node(tmp_path: Path, **launcher):
 
 
 def alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """Whether a process of group `pgid` lives (a zombie not yet reaped by init does not)."""
+    listing = subprocess.run(["ps", "-A", "-o", "pgid=,stat="], capture_output=True, text=True)
+    return live_in_group(listing.stdout, pgid)
 
 
 async def test_output_is_followed_kept_bounded_and_redacted_and_the_exit_status_read(tmp_path):

@@ -14,6 +14,7 @@ from cluster.checkpoints import launch_plan
 from cluster.config import ClusterConfig, LauncherConfig, Recipe, Secrets
 from cluster.controller import Controller
 from cluster.events import CheckpointPassed, Failed, Progress, Ready, parse_event
+from cluster.launcher import live_in_group
 from lab.api import LabInfo
 from tests.controller.helpers import LAB_CONFIG, cluster_for, collect
 from tests.controller.test_cli_lab import spark_bot
@@ -35,9 +36,7 @@ def script_cluster(lab: LabInfo, *options: str, serve_flags: tuple[str, ...] = (
     command = [
         str(LAUNCH_PAIR),
         "--worker",
-        worker.fabric_ip,
-        "--worker-docker-host",
-        worker.docker_host,
+        worker.fabric_ip,  # reached with `ssh` from the head, as on a Spark pair
         "-t",
         base.container.image,
         "--name",
@@ -75,9 +74,11 @@ async def clean_launcher(lab):
 
 
 async def group_alive(lab: LabInfo, pgid: int) -> bool:
+    """Whether a process of group `pgid` lives on the head (a zombie the lab's lazy init has
+    not reaped yet does not)."""
     async with ssh_to(lab, lab.head) as conn:
-        result = await conn.run(f"kill -0 -- -{pgid}", check=False)
-    return result.exit_status == 0
+        result = await conn.run("ps -A -o pgid=,stat=", check=True)
+    return live_in_group(str(result.stdout), pgid)
 
 
 def passed(events) -> dict[str, CheckpointPassed]:

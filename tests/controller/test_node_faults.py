@@ -11,7 +11,7 @@ import contextlib
 import pytest
 
 from cluster.config import WatchConfig
-from cluster.events import Failed, Progress, Ready, StatusReport
+from cluster.events import CheckpointPassed, Failed, Progress, Ready, StatusReport
 from lab import api as lab_api
 from tests.controller.helpers import collect, controller_for
 from tests.controller.test_faults import lab_docker_kill
@@ -219,3 +219,41 @@ async def test_a_workers_fabric_link_down_while_serving_is_reported_with_that_ca
     assert "sudo ip link set enp1s0f1np1 up" in failed.fix
     assert "signature" not in failed.fix, "no advice to edit the bot's source"
     assert f"enp1s0f1np1 on {clean.nodes[0].name} is up" in failed.evidence
+
+
+async def test_a_workers_fabric_link_dropped_mid_launch_is_reported_then_a_relaunch_succeeds(clean):
+    """The cable pulled after Ray has every node, while the weights load: the worker's raylet
+    loses the head and the launch fails on a line that says only that something died; the nodes
+    are probed before it is reported, so the failure names the link. With the link restored,
+    `down` leaves no container and the next `up` reaches Ready."""
+    controller = controller_for(clean)
+    assert controller.config.serve.backend == "ray"
+    name = controller.config.container.name
+    worker = clean.nodes[1].name
+    events: list = []
+    try:
+        async with contextlib.aclosing(controller.up()) as launch:
+            async for event in launch:
+                events.append(event)
+                if isinstance(event, CheckpointPassed) and event.checkpoint == "ray_cluster":
+                    await asyncio.to_thread(lab_api.set_fabric_link, 1, False)
+    finally:
+        await asyncio.to_thread(lab_api.set_fabric_link, 1, True)
+    failed = events[-1]
+    assert isinstance(failed, Failed), failed
+    assert any(isinstance(e, CheckpointPassed) and e.checkpoint == "ray_cluster" for e in events), (
+        "the link went down after Ray had every node"
+    )
+    assert not any(isinstance(e, Ready) for e in events)
+    assert failed.signature == "fabric_link_down", (failed.signature, failed.summary)
+    assert f"the fabric link enp1s0f1np1 on {worker} is down" in failed.summary, failed.summary
+    assert "probed after the failure" in failed.evidence, failed.evidence
+    assert "sudo ip link set enp1s0f1np1 up" in failed.fix
+
+    removed = await collect(controller.down())
+    assert any(r.removed for r in removed), "the failed launch's containers are down's to remove"
+    [status] = await collect(controller.status())
+    assert not any(c.present for c in status.containers), f"no orphan {name} after down"
+    assert isinstance((await collect(controller.up()))[-1], Ready), (
+        "relaunched on the restored link"
+    )

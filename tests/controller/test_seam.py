@@ -12,14 +12,7 @@ import aiodocker
 import aiohttp
 import pytest
 
-from cluster.config import (
-    ClusterConfig,
-    ContainerConfig,
-    NodeConfig,
-    Secrets,
-    ServeConfig,
-    Timeouts,
-)
+from cluster.config import ClusterConfig, Secrets, Timeouts
 from cluster.controller import Controller
 from cluster.errors import (
     ContainerMissing,
@@ -34,6 +27,7 @@ from cluster.nodes.local import LocalNode
 from cluster.nodes.seam import command_error, docker_error
 from tests.controller.helpers import collect
 from tests.docker_standin import docker_standin, hanging
+from tests.local_cluster import local_cluster
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,31 +120,18 @@ def test_no_library_error_is_caught_outside_the_seam():
 
 
 def hung_cluster(socket: Path) -> ClusterConfig:
-    return ClusterConfig(
-        name="hung",
-        nodes=[
-            NodeConfig(
-                name="spark-a", driver="local", fabric_ip="127.0.0.1", docker_socket=str(socket)
-            )
-        ],
-        container=ContainerConfig(
-            image="vllm:test",
-            name="vllm_hung",
-            privileged=False,
-            gpus=False,
-            shm_size=None,
-            ulimits={},
-            env={},
-        ),
-        serve=ServeConfig(
-            model="org/model",
-            served_model_name="model",
-            backend="mp",
-            tensor_parallel_size=1,
-            max_model_len=8192,
-            port=18000,
-            master_port=29500,
-        ),
+    return local_cluster(
+        "hung",
+        [socket],
+        fabric_ips=["127.0.0.1"],
+        serve={
+            "served_model_name": "model",
+            "backend": "mp",
+            "tensor_parallel_size": 1,
+            "max_model_len": 8192,
+            "port": 18000,
+            "master_port": 29500,
+        },
         timeouts=Timeouts(connect=5, docker=CALL_TIMEOUT, down=5),
     )
 

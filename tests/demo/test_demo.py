@@ -106,6 +106,17 @@ def test_commands_from_standard_input_exit_with_the_last_commands_status():
     assert_nothing_left(run.stdout)
 
 
+def test_an_empty_standard_input_ends_the_demo():
+    """`< /dev/null` (a service, a CI step): the loop cannot poll /dev/null; it once waited forever."""
+    with open("/dev/null") as devnull:
+        run = subprocess.run(
+            [*SPARK_BOT, "demo"], stdin=devnull, capture_output=True, text=True, timeout=60
+        )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert_nothing_left(run.stdout)
+
+
 def test_ctrl_c_while_serving_cleans_up_everything():
     process = subprocess.Popen(
         [*SPARK_BOT, "demo"],

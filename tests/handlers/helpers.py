@@ -6,36 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.config import SparkBotConfig
-from cluster.config import ClusterConfig, ContainerConfig, NodeConfig, ServeConfig
+from tests.local_cluster import local_cluster
 
 
 def bot_config(tmp_path: Path, overrides: dict | None = None) -> SparkBotConfig:
-    cluster = ClusterConfig(
-        name="nowhere",
-        nodes=[
-            NodeConfig(
-                name="spark-a",
-                driver="local",
-                fabric_ip="10.0.0.1",
-                docker_socket=str(tmp_path / "a.sock"),
-            ),
-            NodeConfig(
-                name="spark-b",
-                driver="local",
-                fabric_ip="10.0.0.2",
-                docker_socket=str(tmp_path / "b.sock"),
-            ),
-        ],
-        container=ContainerConfig(
-            image="vllm:test",
-            name="vllm_test",
-            privileged=False,
-            gpus=False,
-            shm_size=None,
-            ulimits={},
-        ),
-        serve=ServeConfig(model="org/model"),
-    )
+    cluster = local_cluster("nowhere", [tmp_path / "a.sock", tmp_path / "b.sock"])
     return SparkBotConfig.model_validate(
         {
             "cluster": cluster.model_dump(),

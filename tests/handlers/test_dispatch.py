@@ -17,7 +17,7 @@ import pytest
 
 from bot.console import render_message
 from bot.slack import SlackChat, make_client
-from cluster.config import ClusterConfig, ContainerConfig, NodeConfig, Secrets, ServeConfig
+from cluster.config import ClusterConfig, Secrets
 from cluster.controller import Controller
 from cluster.events import Failed
 from demo.cluster import embedded_cluster
@@ -27,6 +27,7 @@ from handlers.settings import JobsConfig
 from tests.bot.helpers import block_text
 from tests.docker_standin import docker_standin, failing
 from tests.handlers.doubles import ALICE, CH, running_dispatcher, settings
+from tests.local_cluster import local_cluster
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -42,38 +43,18 @@ async def broken_engine(tmp_path):
 
 def broken_cluster(engine: Path, tmp_path: Path) -> ClusterConfig:
     """head: an engine that fails every call; worker: no engine at all (unreachable)."""
-    return ClusterConfig(
-        name="broken",
-        nodes=[
-            NodeConfig(
-                name="spark-a", driver="local", fabric_ip="10.0.0.1", docker_socket=str(engine)
-            ),
-            NodeConfig(
-                name="spark-b",
-                driver="local",
-                fabric_ip="10.0.0.2",
-                docker_socket=str(tmp_path / "missing.sock"),
-            ),
-        ],
-        container=ContainerConfig(
-            image="vllm:test",
-            name="vllm_broken",
-            privileged=False,
-            gpus=False,
-            shm_size=None,
-            ulimits={},
-            env={},
-        ),
-        serve=ServeConfig(
-            model="org/model",
-            served_model_name="model",
-            backend="ray",
-            tensor_parallel_size=2,
-            max_model_len=8192,
-            port=18000,
-            ray_port=16379,
-            master_port=29500,
-        ),
+    return local_cluster(
+        "broken",
+        [engine, tmp_path / "missing.sock"],
+        serve={
+            "served_model_name": "model",
+            "backend": "ray",
+            "tensor_parallel_size": 2,
+            "max_model_len": 8192,
+            "port": 18000,
+            "ray_port": 16379,
+            "master_port": 29500,
+        },
     )
 
 

@@ -11,6 +11,7 @@ import tempfile
 import aiodocker
 import asyncssh
 
+from cluster.containers import create_body
 from lab.api import LabInfo, NodeInfo
 
 EMULATOR_READY = all(
@@ -137,3 +138,23 @@ async def exec_out(
 async def exec_detached(container, cmd: list[str], env: dict | None = None) -> None:
     exe = await container.exec(cmd, stdout=True, stderr=True, environment=env)
     await exe.start(detach=True)
+
+
+async def bot_container(
+    docker: aiodocker.Docker,
+    config,
+    index: int,
+    cmd: list[str],
+    env: dict[str, str],
+    name: str = "lab-spark-like",
+):
+    """The container spark-bot creates on the node from a config (configs/lab.yaml: its GPU
+    request and mounts too), as `<name>-<index>`."""
+    node = config.nodes[index]
+    body = create_body(config, node, "head" if index == 0 else "worker", cmd, env, "/root")
+    name = f"{name}-{index}"
+    for old in await docker.containers.list(all=True, filters={"name": [name]}):
+        await old.delete(force=True)
+    c = await docker.containers.create(body, name=name)
+    await c.start()
+    return c

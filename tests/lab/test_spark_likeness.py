@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from bot.config import load_config
-from cluster.containers import create_body
+from lab import api
 from lab import topology as T
 
-from .helpers import docker_over_ssh, exec_detached, exec_out, ssh_to
+from .helpers import bot_container, docker_over_ssh, exec_detached, exec_out, ssh_to
 
 pytestmark = pytest.mark.lab
 
@@ -45,18 +45,6 @@ async def test_a_session_on_each_node_sees_a_spark(lab):
             assert r.exit_status == 0 and len(r.stdout.split()) == 3, r.stdout
 
 
-async def _container(docker, config, index: int, cmd: list[str], env: dict[str, str]):
-    """The container spark-bot creates on the node from configs/lab.yaml (its GPU request too)."""
-    node = config.nodes[index]
-    body = create_body(config, node, "head" if index == 0 else "worker", cmd, env, "/root")
-    name = f"lab-spark-like-{index}"
-    for old in await docker.containers.list(all=True, filters={"name": [name]}):
-        await old.delete(force=True)
-    c = await docker.containers.create(body, name=name)
-    await c.start()
-    return c
-
-
 async def _wait_in_log(container, path: str, pattern: str, timeout: float = 60) -> str:
     deadline = asyncio.get_running_loop().time() + timeout
     text = ""
@@ -85,8 +73,8 @@ async def test_gpu_containers_with_hostnames_and_fabric_nccl_bootstrap(lab):
         docker_over_ssh(hconn, head) as hd,
         docker_over_ssh(wconn, worker) as wd,
     ):
-        hc = await _container(hd, config, 0, ["sleep", "infinity"], env)
-        wc = await _container(wd, config, 1, ["sleep", "infinity"], env)
+        hc = await bot_container(hd, config, 0, ["sleep", "infinity"], env)
+        wc = await bot_container(wd, config, 1, ["sleep", "infinity"], env)
         try:
             for node, c in ((head, hc), (worker, wc)):
                 info = await c.show()
@@ -113,3 +101,53 @@ async def test_gpu_containers_with_hostnames_and_fabric_nccl_bootstrap(lab):
         finally:
             await hc.delete(force=True)
             await wc.delete(force=True)
+
+
+async def test_sessions_find_the_roce_devices_in_sys_class_infiniband(lab):
+    """As sparkrun's detection reads them: port 1's state, the backing netdev, the RoCE v2 GID
+    index; consistent with ibdev2netdev, following the cable; the rest of /sys/class as before."""
+    detect = (
+        "for d in /sys/class/infiniband/*; do echo $(basename $d) $(cat $d/ports/1/state)"
+        " $(cat $d/ports/1/link_layer) $(ls $d/device/net) $(cat $d/ports/1/gid_attrs/types/3"
+        " 2>/dev/null | tr ' ' _) $(cat $d/ports/1/gids/3 2>/dev/null); done"
+    )
+    worker = lab.nodes[1]
+    for node in lab.nodes:
+        async with ssh_to(lab, node) as conn:
+            r = await conn.run(detect, check=True)
+            octets = node.fabric_ip.split(".")
+            gid = "0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}".format(
+                *map(int, octets)
+            )
+            assert sorted(r.stdout.splitlines()) == sorted(
+                [
+                    "rocep1s0f0 1: DOWN Ethernet enp1s0f0np0",
+                    f"rocep1s0f1 4: ACTIVE Ethernet enp1s0f1np1 RoCE_v2 {gid}",
+                    "roceP2p1s0f0 1: DOWN Ethernet enP2p1s0f0np0",
+                    "roceP2p1s0f1 4: ACTIVE Ethernet enP2p1s0f1np1",
+                ]
+            ), r.stdout
+            r = await conn.run(
+                f"cat /sys/class/net/{T.FABRIC_IFNAME}/operstate; ls /sys/class/block | wc -l;"
+                " ls /sys/class/net",
+                check=True,
+            )
+            operstate, block_devices, *netdevs = r.stdout.split()
+            assert operstate == "up" and int(block_devices) > 0, r.stdout
+            assert sorted(netdevs) == sorted([T.MGMT_IFNAME, T.FABRIC_IFNAME, "lo"]), r.stdout
+    api.set_fabric_link(worker.index, False)
+    try:
+        async with ssh_to(lab, worker) as conn:
+            r = await conn.run(
+                "cat /sys/class/infiniband/rocep1s0f1/ports/1/state; ibdev2netdev", check=True
+            )
+            assert r.stdout.splitlines()[:3] == [
+                "1: DOWN",
+                "rocep1s0f0 port 1 ==> enp1s0f0np0 (Down)",
+                "rocep1s0f1 port 1 ==> enp1s0f1np1 (Down)",
+            ], r.stdout
+    finally:
+        api.set_fabric_link(worker.index, True)
+    async with ssh_to(lab, worker) as conn:
+        r = await conn.run("cat /sys/class/infiniband/rocep1s0f1/ports/1/state", check=True)
+        assert r.stdout == "4: ACTIVE\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,8 @@ def test_down_leaves_nothing_then_up_again(lab):
         assert not proc.pids_with_cmdline(str(T.RUN_ROOT))  # no dockerd/sshd/shims
         assert not proc.pids_with_cmdline(str(T.STATE_ROOT) + "/node")
         assert not T.RUN_ROOT.exists()
+        mounts = Path("/proc/self/mountinfo").read_text()
+        assert str(T.RUN_ROOT) not in mounts  # the nodes' mount namespaces are let go
         assert not api.netns.forwarding_ok()
         rules = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
         assert "spark-lab" not in rules
