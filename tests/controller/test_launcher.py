@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bot.config import load_config
 from cluster.config import ClusterConfig, LauncherConfig, Secrets, Timeouts
@@ -153,8 +154,6 @@ async def test_down_stops_a_launcher_still_running_and_leaves_another_groups_id_
     ],
 )
 def test_a_bad_launcher_is_refused_naming_the_recipe_and_the_field(tmp_path, launcher, problem):
-    import yaml
-
     data = yaml.safe_load(LAB_CONFIG.read_text())
     serve = {"model": "org/m", "served_model_name": "m"}
     data["cluster"]["recipes"] = {"mine": {"serve": serve, "launcher": launcher}}
@@ -167,8 +166,6 @@ def test_a_bad_launcher_is_refused_naming_the_recipe_and_the_field(tmp_path, lau
 
 
 def test_a_launcher_recipe_names_its_container_and_down_knows_it(tmp_path):
-    import yaml
-
     data = yaml.safe_load(LAB_CONFIG.read_text())
     data["cluster"]["recipes"] = {
         "mine": {
@@ -183,3 +180,20 @@ def test_a_launcher_recipe_names_its_container_and_down_knows_it(tmp_path):
     assert base.launcher is None and base.container.name == "vllm_lab"
     assert mine.launcher is not None and mine.container.name == "vllm_node"
     assert base.launcher_containers == {"vllm_node": "mine"}
+
+
+def test_the_readmes_example_launcher_recipe_loads(tmp_path):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("```yaml\n# configs/recipes/minimax-m2.5-script.yaml")
+    example = readme[start + len("```yaml\n") : readme.index("```", start + 8)]
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "minimax-m2.5-script.yaml").write_text(example)
+    (tmp_path / "sparks.yaml").write_text(LAB_CONFIG.read_text())
+    config = load_config(tmp_path / "sparks.yaml").cluster.with_recipe("minimax-m2.5-script")
+    assert config.launcher is not None and config.launcher.command[:4] == [
+        "./launch-cluster.sh",
+        "-t",
+        "vllm-node",
+        "--ray",
+    ]
+    assert config.container.name == "vllm_node" and config.serve.served_model_name == "minimax-m2.5"
