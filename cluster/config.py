@@ -273,6 +273,14 @@ class LauncherConfig(_Model):
                 "an argv list such as [./launch-cluster.sh, -d], never a shell string: each "
                 "word is passed to the script as it is written"
             )
+        if isinstance(command, list) and any(
+            isinstance(a, str) and looks_secret(a) for a in command
+        ):
+            raise ValueError(
+                "an argument looks like a secret (a token, a key): it would be shown in every "
+                "launch's evidence and in `ps` on the head; let the script read it from its own "
+                "environment or file on the head (its .env)"
+            )
         return command
 
 

@@ -151,6 +151,7 @@ async def test_down_stops_a_launcher_still_running_and_leaves_another_groups_id_
         ({"command": ["./launch.sh"]}, "launcher.container"),
         ({"command": ["./launch.sh"], "container": "x", "cwd": "rel/dir"}, "launcher.cwd"),
         ({"command": ["./launch.sh"], "container": "x", "shell": True}, "launcher.shell"),
+        ({"command": ["./l.sh", "-e", f"HF_TOKEN={HF_TOKEN}"], "container": "x"}, "secret"),
     ],
 )
 def test_a_bad_launcher_is_refused_naming_the_recipe_and_the_field(tmp_path, launcher, problem):
@@ -163,6 +164,7 @@ def test_a_bad_launcher_is_refused_naming_the_recipe_and_the_field(tmp_path, lau
         load_config(path)
     assert "recipe mine" in str(caught.value) or "recipes.mine" in str(caught.value)
     assert problem in str(caught.value), str(caught.value)
+    assert HF_TOKEN not in str(caught.value)
 
 
 def test_a_launcher_recipe_names_its_container_and_down_knows_it(tmp_path):

@@ -137,6 +137,8 @@ async def test_a_launcher_script_reaches_ready_from_the_cli_with_the_same_checkp
 
     code, out, _ = await spark_bot("verify", config=config)  # the recipe found running
     assert code == 0 and "✔ Containers running on every node" in out, out
+    code, out, _ = await spark_bot("recipes", config=config)
+    assert code == 0 and f"running: {RECIPE}" in out, out
     code, out, _ = await spark_bot("status", config=config)
     assert out.count("vllm_node running") == 2 and f"(recipe {RECIPE})" in out, out
 
