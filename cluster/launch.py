@@ -17,12 +17,7 @@ import httpx
 from cluster import api
 from cluster.aio import finish_uncancelled
 from cluster.bench.stream import sample_completion
-from cluster.checkpoints import (
-    BY_ID,
-    RAY_RUNTIME_STARTED,
-    launch_plan,
-    spellings_for,
-)
+from cluster.checkpoints import BY_ID, RAY_RUNTIME_STARTED, launch_plan, spellings_for
 from cluster.config import ClusterConfig, Secrets
 from cluster.containers import (
     Role,
