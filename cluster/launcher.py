@@ -143,7 +143,7 @@ class Launcher:
         return True
 
     def _keep(self, raw: str) -> None:
-        line = self.secrets.redact(clean_line(raw))
+        line = self.secrets.redact(clean_line(raw.removesuffix("\r")))
         self.lines.append(line)
         self.total_lines += 1
         self._on_line(line)

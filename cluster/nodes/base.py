@@ -56,10 +56,10 @@ class NodeConnection(ABC):
 
     @abstractmethod
     def stream(self, argv: Sequence[str], *, timeout: float) -> AsyncGenerator[str, None]:
-        """What a long-running command on the node (not in a container) prints on stdout, as it
-        prints it, in chunks, until it exits; stderr is discarded. `timeout` bounds starting it;
-        the command is stopped when the reader stops. NodeUnreachable when it cannot run or the
-        connection breaks."""
+        """What a long-running command on the node (not in a container) prints, as it prints it,
+        in chunks, until it exits (over SSH on a terminal: stderr comes in stdout, lines may end
+        in \\r\\n). `timeout` bounds starting it; the command is stopped when the reader stops.
+        NodeUnreachable when it cannot run or the connection breaks."""
 
     @abstractmethod
     async def read_file(self, path: str, *, timeout: float, limit: int = READ_LIMIT) -> str:

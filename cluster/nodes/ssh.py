@@ -83,8 +83,10 @@ class SSHNode(NodeConnection):
     async def stream(self, argv: Sequence[str], *, timeout: float) -> AsyncGenerator[str, None]:
         with command_errors(self.name, argv, timeout):
             async with asyncio.timeout(timeout):
+                # On a terminal: sshd hangs the command up when the reader closes the channel
+                # (without one, a quiet command would outlive it until it next writes).
                 process = await self.connection.create_process(
-                    shlex.join(argv), stderr=asyncssh.DEVNULL, errors="replace"
+                    shlex.join(argv), term_type="dumb", errors="replace"
                 )
         try:
             with command_errors(self.name, argv, timeout):

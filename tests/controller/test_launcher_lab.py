@@ -135,6 +135,9 @@ async def test_a_launcher_script_reaches_ready_from_the_cli_with_the_same_checkp
     assert not [e for e in events if isinstance(e, Progress) and e.phase == "launcher"]
     pgid = pgid_of(events)
     assert await group_alive(clean_launcher, pgid), "it serves on in the foreground after Ready"
+    async with ssh_to(clean_launcher, clean_launcher.head) as conn:
+        processes = str((await conn.run("ps -A -o args=", check=True)).stdout)
+    assert f"launcher/{launched.name}/output" not in processes, "its follower ended with `up`"
 
     code, out, _ = await spark_bot("verify", config=config)  # the recipe found running
     assert code == 0 and "✔ Containers running on every node" in out, out
