@@ -28,7 +28,7 @@ from cluster.containers import (
     ray_worker_command,
     serve_command,
 )
-from cluster.diagnosis import diagnose
+from cluster.diagnosis import diagnose, explained_by
 from cluster.errors import DockerRefused, NodeError
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
 from cluster.failures import (
@@ -513,15 +513,7 @@ class Launch:
         explained = diagnose(lines, *for_cluster(self.config))
         if explained is None or not explained.fatal:
             return failed
-        return failed.model_copy(
-            update={
-                "evidence": explained.evidence,
-                "context": explained.context,
-                "cause": explained.cause,
-                "fix": explained.fix,
-                "signature": explained.signature_id,
-            }
-        )
+        return explained_by(failed, explained, with_lines=True)
 
     async def _launcher_containers(self) -> AsyncGenerator[Event, None]:
         """The containers the launcher starts, running on every node: asked of each engine
