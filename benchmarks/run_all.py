@@ -26,11 +26,12 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "checkpoint_to_slack": ([], ["--quick"]),
     "failure_to_slack": ([], ["--quick"]),
     "old_way": ([], ["--quick"]),
+    "peers": ([], ["--quick"]),
     "overhead": ([], ["--quick"]),
     "command_load": ([], ["--seconds", "5", "--status", "100"]),
     "watch_cost": ([], ["--quick"]),
 }
-LAB_ONLY = {"old_way"}
+LAB_ONLY = {"old_way", "peers"}
 NO_LAB = {"command_load"}  # the handler doubles' cluster: runs anywhere
 
 

@@ -58,6 +58,7 @@ EXAMPLES = {
     "watch": "watch --config configs/sparks.yaml",
     "preflight": "preflight --config configs/sparks.yaml",
     "sync-image": "sync-image --config configs/sparks.yaml",
+    "sync-model": "sync-model --config configs/sparks.yaml",
     "bench": "bench --config configs/sparks.yaml --concurrency 1,2,4 --max-tokens 256",
     "run": "run --config configs/sparks.yaml",
     "console": "console --config configs/sparks.yaml",
@@ -86,7 +87,7 @@ def check_config(args: argparse.Namespace) -> int:
 
 # What runs a model takes its recipe (--recipe, else the config's own `recipe`); what looks at
 # or removes the containers (status, logs, down, recipes) works on every node of the cluster.
-_RECIPE_COMMANDS = ("up", "verify", "watch", "preflight", "bench", "sync-image")
+_RECIPE_COMMANDS = ("up", "verify", "watch", "preflight", "bench", "sync-image", "sync-model")
 # What looks at a running server without --recipe: the recipe its head container was started with
 _FOLLOWS_THE_RUNNING_RECIPE = ("verify", "watch", "bench")
 
@@ -369,6 +370,7 @@ def _parser() -> _Parser:
         ("watch", "follow a running cluster until something fails"),
         ("preflight", "check every node without starting anything"),
         ("sync-image", SPECS["sync-image"].summary),
+        ("sync-model", SPECS["sync-model"].summary),
     ]:
         sub = command(name, _operation(name), help_text)
         sub.add_argument("--config", required=True, help="path to the YAML config")

@@ -112,6 +112,7 @@ CHECKPOINTS: tuple[Checkpoint, ...] = (
     Checkpoint("image", "Same image on every node", "preflight"),
     Checkpoint("interfaces", "RoCE and fabric interfaces", "preflight"),
     Checkpoint("memory", "Free memory for the model", "preflight"),
+    Checkpoint("model", "The model complete on every node", "preflight"),
     Checkpoint("fit", "The model fits (weights, KV cache, overhead)", "preflight"),
     Checkpoint("no_stale_container", "No leftover container", "preflight"),
     Checkpoint("api_port", "API and cluster ports free on the head", "preflight"),
@@ -172,6 +173,14 @@ SYNC_IMAGE: tuple[Checkpoint, ...] = (
     Checkpoint("image_source", "The head has the image", "sync"),
     Checkpoint("image_copied", "Image streamed to the nodes that differ", "sync"),
     Checkpoint("image_synced", "Same image ID on every node", "sync"),
+)
+
+# What `sync-model` reports against: the model copied from a node that has it complete.
+SYNC_MODEL: tuple[Checkpoint, ...] = (
+    BY_ID["ssh"],
+    Checkpoint("model_source", "A node has the model complete", "sync"),
+    Checkpoint("model_copied", "Model copied to the nodes that lack it", "sync"),
+    Checkpoint("model_synced", "The model complete on every node", "sync"),
 )
 
 

@@ -324,6 +324,11 @@ class Timeouts(_Model):
         description="`sync-image`: no byte of the image moved for this long fails the copy "
         "(a copy of many GB has no overall bound)",
     )
+    model_stall: Seconds = Field(
+        120,
+        description="`sync-model`: no byte of the model arriving for this long fails the copy "
+        "(rsync's --timeout too; a copy of many GB has no overall bound)",
+    )
     down: Seconds = 60
 
 

@@ -27,6 +27,7 @@ from cluster.inventory import (
 )
 from cluster.launch import Launch, api_base_url
 from cluster.memory import nodes_memory
+from cluster.modelsync import ModelSync
 from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster
 from cluster.preflight import Preflight
 from cluster.recipes import recipes_report
@@ -84,6 +85,17 @@ class Controller:
         async with connect_cluster(self.config) as connection:
             sync = ImageSync(self.config, connection, Reporter(), report_every_s=report_every_s)
             # Closed before the connections are: a cancel aborts the streams over them.
+            async with aclosing(sync.run()) as events:
+                async for event in events:
+                    yield event
+
+    async def sync_model(self, *, report_every_s: float = 1.0) -> AsyncGenerator[Event, None]:
+        """Copy the model from a node that has it complete to every node that does not (rsync
+        over the fabric, resumable), then check every node again; progress at most every
+        `report_every_s`."""
+        async with connect_cluster(self.config) as connection:
+            sync = ModelSync(self.config, connection, Reporter(), report_every_s=report_every_s)
+            # Closed before the connections are: a cancel ends the copies over them.
             async with aclosing(sync.run()) as events:
                 async for event in events:
                     yield event

@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from cluster.bench.models import BenchReport
 
-Remedy = Literal["sync-image"]  # the commands a failure may offer (each asks before it runs)
+Remedy = Literal[
+    "sync-image", "sync-model"
+]  # the commands a failure may offer (each asks before it runs)
 
 
 class _Event(BaseModel):
@@ -36,7 +38,7 @@ class CheckpointPassed(_Event):
 
 
 class Transfer(BaseModel):
-    """A copy's figures at one moment (`sync-image`'s image stream)."""
+    """A copy's figures at one moment (`sync-image`'s image stream, `sync-model`'s copy)."""
 
     model_config = ConfigDict(frozen=True)
 

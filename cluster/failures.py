@@ -564,6 +564,51 @@ IMAGE_STILL_DIFFERS = KnownFailure(
     fix="compare `docker info -f '{{.Driver}}'` and `docker image inspect -f '{{.Id}}' {image}` on "
         "the nodes; use the same image store on every node, then run sync-image again",
 )
+MODEL_INCOMPLETE = KnownFailure(
+    id="model_incomplete", role="cause", fatal=True, source="spark-bot preflight (cluster/modelcache.py)",
+    title="{model} is missing or incomplete on {nodes}: {defects}",
+    cause="that node's Hugging Face cache lacks some of the model's files, or holds a shard "
+          "shorter than its safetensors header says (an interrupted download); vLLM would start, "
+          "then fail reading it after minutes, or download it again from the hub",
+    fix="copy it from {source}, which has it complete, with `sync-model` (`spark-bot sync-model "
+        "--config F`, or the button in Slack): rsync from {source} over the fabric, resumable, "
+        "never from the hub",
+    remedy="sync-model",
+)
+MODEL_NOT_CACHED = KnownFailure(
+    id="model_not_cached", role="cause", fatal=True, source="spark-bot preflight and sync-model",
+    title="{model} is complete on no node: {defects}",
+    cause="the model was never downloaded completely into a node's Hugging Face cache (the one "
+          "the containers mount), so there is nothing to copy and every node would download it",
+    fix="download it once on {head} into the mounted cache (`HF_HOME={cache} hf download "
+        "{model}`; `huggingface-cli download` with older huggingface_hub), then `spark-bot "
+        "sync-model --config F` (or the button in Slack) copies it to the other nodes",
+)
+MODEL_CACHE_UNSEEN = KnownFailure(
+    id="model_cache_unseen", role="cause", fatal=True, source="spark-bot sync-model",
+    title="cannot copy {model}: {unseen}",
+    cause="sync-model copies the model within the Hugging Face cache the containers mount, and "
+          "the config mounts none where the model is looked for",
+    fix="mount each node's cache at the container's HF_HOME in container.mounts (e.g. `source: "
+        "~/.cache/huggingface`, `target: /root/.cache/huggingface`), or copy the files by hand",
+)
+MODEL_STILL_INCOMPLETE = KnownFailure(
+    id="model_still_incomplete", role="cause", fatal=True, source="spark-bot sync-model",
+    title="after the copy, {model} is still incomplete on {nodes}: {defects}",
+    cause="the copy ended but the files are not all there at full size (the disk filled up, or "
+          "the source changed meanwhile)",
+    fix="check `df -h` on {nodes} and the source's cache, then run sync-model again: it goes on "
+        "from where the copy stopped",
+)
+RSYNC_FAILED = KnownFailure(
+    id="rsync_failed", role="cause", fatal=True, source="spark-bot sync-model (rsync's exit status)",
+    title="copying {model} from {source} to {node} failed: rsync exited {status}: {stderr}",
+    cause="rsync on {source} could not copy to {node} over SSH (rsync missing on a node, the "
+          "source cannot ssh to the node's fabric address, or a disk is full)",
+    fix="on {source}: `ssh {target}` must log in without a password (node-to-node SSH trust, the "
+        "node's host key known) and `rsync --version` must work on both; then run sync-model "
+        "again: it goes on from where it stopped",
+)
 INTERFACES_UNEXPECTED = KnownFailure(
     id="interfaces_unexpected", role="cause", fatal=True, source="spark-bot preflight",
     title="interfaces on {node}: {problem}",

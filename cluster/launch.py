@@ -162,6 +162,8 @@ class Launch:
         facts = self.preflight.facts[node.name]
         assert facts.interfaces is not None
         env = node_environment(self.config, facts.interfaces, self.secrets)
+        if self.preflight.model is not None:
+            env.update(self.preflight.model.hub_offline())  # every node has the model
         body = create_body(self.config, node.config, role, command, env, facts.home)
         return await node.docker.create_and_start(body, self.config.container.name)
 

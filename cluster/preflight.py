@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-from cluster.checkpoints import BY_ID
+from cluster.checkpoints import BY_ID, Checkpoint
 from cluster.config import ClusterConfig
 from cluster.containers import LABEL_CLUSTER
 from cluster.errors import InterfaceProblem
@@ -21,6 +21,8 @@ from cluster.failures import (
     INTERFACES_UNEXPECTED,
     MEMORY_SHORT,
     MODEL_DOES_NOT_FIT,
+    MODEL_INCOMPLETE,
+    MODEL_NOT_CACHED,
     PORT_TAKEN,
     SS_FAILED,
     STALE_CONTAINER,
@@ -32,9 +34,11 @@ from cluster.fit import (
     Fit,
     ModelFilesProblem,
     estimate,
+    hf_home,
     read_model_facts,
 )
 from cluster.interfaces import NodeInterfaces, resolve_interfaces
+from cluster.modelcache import ModelCheck, check_model, node_home
 from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.reporter import Reporter
 from cluster.steps import Step, run_steps
@@ -79,6 +83,7 @@ class Preflight:
     replace_foreign: frozenset[str] = frozenset()
     facts: dict[str, NodeFacts] = field(default_factory=dict)
     fit: Fit | None = None  # the estimate, when the model's files allowed one
+    model: ModelCheck | None = None  # the model's files on every node
 
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None) -> CheckpointPassed:
         return self.reporter.passed(BY_ID[checkpoint], evidence, node=node)
@@ -102,6 +107,7 @@ class Preflight:
             Step(BY_ID["image"], self._same_image),
             Step(BY_ID["interfaces"], self._interfaces),
             Step(BY_ID["memory"], self._memory),
+            Step(BY_ID["model"], self._model),
             Step(BY_ID["fit"], self._fits),
             Step(BY_ID["no_stale_container"], self._no_stale_container),
             Step(BY_ID["api_port"], self._ports_free),
@@ -208,6 +214,26 @@ class Preflight:
             )
             return
         yield self._passed("memory", memory + (f" (need {need:g} GiB)" if need else ""))
+
+    async def _model(self) -> AsyncGenerator[Event, None]:
+        """The model's files complete on every node that serves it, before a load that would
+        fail on a missing or short shard after minutes."""
+        found = self.model = await check_model(
+            self.config, self._nodes, {name: facts.home for name, facts in self.facts.items()}
+        )
+        failure = model_failure(found, self.reporter, BY_ID["model"], self.connection.head.name)
+        if failure is not None:
+            yield failure
+            return
+        unseen = [m for m in found.nodes if m.unseen is not None]
+        yield self.reporter.passed(
+            BY_ID["model"],
+            f"{found.evidence()}\n{found.offline_note()}",
+            warning=f"the model's files are not checked on {', '.join(m.node for m in unseen)}: "
+            f"{unseen[0].unseen}"
+            if unseen
+            else None,
+        )
 
     def _memory_gib(self, node: NodeConnection) -> float:
         return node.config.memory_gib or self.facts[node.name].mem_total_gib
@@ -347,14 +373,14 @@ class Preflight:
         version, meminfo, home = await asyncio.gather(
             node.docker.version(),
             node.run(["cat", "/proc/meminfo"], timeout=config.timeouts.preflight),
-            node.run(["printenv", "HOME"], timeout=config.timeouts.preflight),
+            node_home(node, config.timeouts.preflight),
         )
         facts.docker_version = f"{version.get('Version')} (API {version.get('ApiVersion')})"
         match = _MEM_AVAILABLE.search(meminfo.stdout)
         facts.mem_available_gib = int(match[1]) / 1024**2 if match else 0.0
         total = _MEM_TOTAL.search(meminfo.stdout)
         facts.mem_total_gib = int(total[1]) / 1024**2 if total else 0.0
-        facts.home = home.stdout.strip() or "/root"
+        facts.home = home
         facts.image_id = await node.docker.image_id(config.container.image)
         info = await node.docker.find_container(config.container.name)
         if info is not None:
@@ -365,6 +391,29 @@ class Preflight:
                 "" if facts.stale_is_ours else ", not started by spark-bot"
             )
         return facts
+
+
+def model_failure(
+    found: ModelCheck, reporter: Reporter, checkpoint: Checkpoint, head: str
+) -> Failed | None:
+    """The failure of a node missing the model, or None: offers `sync-model` when a node has it
+    complete to copy from, else says to download it once."""
+    incomplete = found.incomplete
+    if not incomplete:
+        return None
+    config = found.config
+    defects = "; ".join(f"{m.node}: {m.defects()}" for m in incomplete)
+    values = {"model": config.serve.model, "defects": defects}
+    source = found.source
+    if source is None:
+        values |= {"head": head, "cache": hf_home(config)}
+        return reporter.known(
+            checkpoint, MODEL_NOT_CACHED, values, node=incomplete[0].node, evidence=found.evidence()
+        )
+    values |= {"nodes": ", ".join(m.node for m in incomplete), "source": source.node}
+    return reporter.known(
+        checkpoint, MODEL_INCOMPLETE, values, node=incomplete[0].node, evidence=found.evidence()
+    )
 
 
 def _remedy(fit: Fit, config: ClusterConfig) -> str:

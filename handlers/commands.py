@@ -204,11 +204,28 @@ class SyncImage(BaseCommand):
     name: ClassVar[str] = "sync-image"
 
 
+class SyncModel(BaseCommand):
+    name: ClassVar[str] = "sync-model"
+
+
 class Help(BaseCommand):
     name: ClassVar[str] = "help"
 
 
-Command = Up | Verify | Bench | Status | Recipes | Logs | Diag | Down | SyncImage | Cancel | Help
+Command = (
+    Up
+    | Verify
+    | Bench
+    | Status
+    | Recipes
+    | Logs
+    | Diag
+    | Down
+    | SyncImage
+    | SyncModel
+    | Cancel
+    | Help
+)
 CHAT_MAX_RUNS = 20  # a chat bench stays short: more runs from the CLI
 
 

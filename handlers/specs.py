@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from cluster.checkpoints import BENCH, SYNC_IMAGE, launch_plan, verify_plan
+from cluster.checkpoints import BENCH, SYNC_IMAGE, SYNC_MODEL, launch_plan, verify_plan
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
 from cluster.events import (
@@ -497,6 +497,29 @@ async def _sync_image(
     )
 
 
+async def _ask_sync_model(d: Dispatcher, command: c.SyncModel) -> Question:
+    model = d.cluster.serve.model
+    return Question(
+        f"Copy `{escape(model)}` from a node of `{d.cluster.name}` that has it complete (the head "
+        "when it does) to every node where it is missing or incomplete? rsync on that node copies "
+        "its Hugging Face cache entry over the fabric, going on from any partial copy, never "
+        "from the hub; every node is checked again after.",
+        "Sync model",
+        "Many GB may cross the fabric; files already complete on a node are kept.",
+    )
+
+
+async def _sync_model(
+    d: Dispatcher, command: c.SyncModel, record: JobRecord, consent: Consent | None
+) -> JobPlan:
+    return JobPlan(
+        title=f"📦 Sync model `{escape(d.cluster.serve.model)}` on `{d.cluster.name}`",
+        checkpoints=list(SYNC_MODEL),
+        events=d.controller_for(d.cluster).sync_model(),
+        success_footer=lambda job: "The model complete on every node",
+    )
+
+
 # -- the registry -----------------------------------------------------------------------------
 
 SPECS: dict[str, CommandSpec] = {
@@ -567,6 +590,14 @@ SPECS: dict[str, CommandSpec] = {
             level="operate",
             job=_sync_image,
             confirmation=Confirmation("asks for confirmation", _ask_sync_image),
+        ),
+        CommandSpec(
+            c.SyncModel,
+            summary="copy the model from a node that has it complete to every node where it is "
+            "missing or incomplete (rsync over the fabric, resumable, never from the hub)",
+            level="operate",
+            job=_sync_model,
+            confirmation=Confirmation("asks for confirmation", _ask_sync_model),
         ),
         CommandSpec(
             c.Cancel, summary="stop the running job and clean up", level="operate", reply=_cancel

@@ -47,6 +47,7 @@ __all__ = [
     "lab_down",
     "lab_info",
     "lab_up",
+    "put_lab_model",
     "put_model",
     "remove_model",
     "restore_image",
@@ -248,6 +249,32 @@ def _bring_up_node(node: T.Node, wanted: list[T.Node], isolated: bool) -> bool:
 
 
 ENGINES = ("emulated", "real")
+# configs/lab.yaml's model, laid out by `lab up` on every node whose cache lacks it (preflight
+# wants it complete everywhere): Qwen3.5-122B-A10B's attention in config.json and its weights'
+# size in the index (the fit check's figures), small real shards.
+LAB_MODEL = "Qwen/Qwen3.5-122B-A10B-FP8"
+LAB_MODEL_CONFIG = {
+    "text_config": {
+        "num_hidden_layers": 48,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "full_attention_interval": 4,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 64,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 262144,
+    }
+}
+LAB_MODEL_BYTES = 119_000_000_000
+
+
+def put_lab_model(node: int) -> hf_cache.CachedModel:
+    """configs/lab.yaml's model, complete, in the node's cache (as `lab up` leaves it)."""
+    return put_model(node, LAB_MODEL, config=LAB_MODEL_CONFIG, total_size=LAB_MODEL_BYTES)
 
 
 def lab_up(
@@ -281,6 +308,11 @@ def lab_up(
         sshd.write_client_config(wanted, isolated_workers)
         trust.write(wanted, isolated_workers)
         canonical = image.ensure(wanted, variant_node)
+        for n in wanted:
+            if not (hf_cache.repo_dir(n.hf_cache, LAB_MODEL) / "refs" / "main").exists():
+                hf_cache.write_model(
+                    n.hf_cache, LAB_MODEL, config=LAB_MODEL_CONFIG, total_size=LAB_MODEL_BYTES
+                )
         real_image = None
         if engine == "real":
             venv, _ = real_engine.ensure()

@@ -36,6 +36,28 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "image_not_on_head": {"image": "vllm:1", "head": "spark-a"},
     "image_still_differs": {"image": "vllm:1", "listing": "spark-a: sha256:1; spark-b: sha256:2"},
     "interfaces_unexpected": {"node": "spark-b", "problem": "no interface has 10.0.0.2"},
+    "model_incomplete": {
+        "model": "org/m",
+        "nodes": "spark-b",
+        "defects": "spark-b: shards 1/2 complete: m-2.safetensors missing",
+        "source": "spark-a",
+    },
+    "model_not_cached": {
+        "model": "org/m",
+        "defects": "spark-a: not in the cache",
+        "head": "spark-a",
+        "cache": "/root/.cache/huggingface",
+    },
+    "model_cache_unseen": {"model": "org/m", "unseen": "no container mount holds /models/m"},
+    "model_still_incomplete": {"model": "org/m", "nodes": "spark-b", "defects": "m-2 missing"},
+    "rsync_failed": {
+        "model": "org/m",
+        "source": "spark-a",
+        "node": "spark-b",
+        "target": "root@10.0.0.2",
+        "status": "255",
+        "stderr": "Host key verification failed.",
+    },
     "memory_short": {"short": "spark-a", "memory": "spark-a: MemAvailable 3.0 GiB", "need": "80"},
     "model_does_not_fit": {
         "model": "org/m",

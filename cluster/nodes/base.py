@@ -13,6 +13,14 @@ READ_LIMIT = 32_768  # bytes of a file read on a node: /proc/meminfo is ~1.5 KB
 
 
 @dataclass(frozen=True)
+class FileBytes:
+    """Some bytes of a file on a node, and the whole file's size (a symlink followed)."""
+
+    data: bytes
+    size: int
+
+
+@dataclass(frozen=True)
 class CommandResult:
     exit_status: int
     stdout: str
@@ -36,14 +44,25 @@ class NodeConnection(ABC):
         return self.config.name
 
     @abstractmethod
-    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+    async def run(
+        self, argv: Sequence[str], *, timeout: float, hang_up: bool = False
+    ) -> CommandResult:
         """Run a command on the node (not in a container). argv is quoted by the driver.
-        NodeTimedOut after `timeout`; NodeUnreachable when it cannot run at all."""
+        NodeTimedOut after `timeout`; NodeUnreachable when it cannot run at all. `hang_up`: the
+        command ends (SIGHUP) when the call is cancelled or times out, also one that writes
+        nothing (over SSH: it runs on a terminal, and sshd hangs it up when the channel closes;
+        its stderr then comes in stdout)."""
 
     @abstractmethod
     async def read_file(self, path: str, *, timeout: float, limit: int = READ_LIMIT) -> str:
         """The first `limit` bytes of a file on the node (not in a container), read afresh on
         each call (for /proc and /sys files) without starting a process on the node.
+        FileUnreadable when it does not exist or may not be read; NodeTimedOut after `timeout`."""
+
+    @abstractmethod
+    async def read_bytes(self, path: str, *, timeout: float, offset: int, length: int) -> FileBytes:
+        """Up to `length` bytes of a file on the node from `offset` (fewer at its end), and its
+        size, without starting a process on the node; the file is opened for this read alone.
         FileUnreadable when it does not exist or may not be read; NodeTimedOut after `timeout`."""
 
     @abstractmethod

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 
 from cluster.config import NodeConfig
-from cluster.nodes.base import READ_LIMIT, CommandResult, NodeConnection
+from cluster.nodes.base import READ_LIMIT, CommandResult, FileBytes, NodeConnection
 from cluster.nodes.docker_engine import DockerEngine
 from cluster.nodes.seam import command_errors, file_errors
 
@@ -25,7 +25,9 @@ class LocalNode(NodeConnection):
         )
         return cls(config, docker, time.monotonic() - started)
 
-    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+    async def run(
+        self, argv: Sequence[str], *, timeout: float, hang_up: bool = False
+    ) -> CommandResult:  # a local command never outlives a cancel: it is killed
         env = {**os.environ, **self.config.local_env} if self.config.local_env else None
         with command_errors(self.name, argv, timeout):
             try:
@@ -53,6 +55,11 @@ class LocalNode(NodeConnection):
                 data = await asyncio.to_thread(_read, path, limit)
         return data.decode(errors="replace")
 
+    async def read_bytes(self, path: str, *, timeout: float, offset: int, length: int) -> FileBytes:
+        with file_errors(self.name, path, timeout):
+            async with asyncio.timeout(timeout):
+                return await asyncio.to_thread(_read_range, path, offset, length)
+
     async def api_base_url(self, port: int) -> str:
         return f"http://127.0.0.1:{port}"
 
@@ -63,3 +70,9 @@ class LocalNode(NodeConnection):
 def _read(path: str, limit: int) -> bytes:
     with open(path, "rb") as file:
         return file.read(limit)
+
+
+def _read_range(path: str, offset: int, length: int) -> FileBytes:
+    with open(path, "rb") as file:
+        file.seek(offset)
+        return FileBytes(file.read(length), os.fstat(file.fileno()).st_size)

@@ -13,7 +13,7 @@ import asyncssh
 
 from cluster.config import NodeConfig
 from cluster.errors import NodeError
-from cluster.nodes.base import READ_LIMIT, CommandResult, NodeConnection
+from cluster.nodes.base import READ_LIMIT, CommandResult, FileBytes, NodeConnection
 from cluster.nodes.docker_engine import DockerEngine
 from cluster.nodes.seam import command_errors, file_errors, ssh_login_errors
 
@@ -58,9 +58,16 @@ class SSHNode(NodeConnection):
             raise
         return cls(config, docker, time.monotonic() - started, connection, socket_dir)
 
-    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+    async def run(
+        self, argv: Sequence[str], *, timeout: float, hang_up: bool = False
+    ) -> CommandResult:
         with command_errors(self.name, argv, timeout):
-            result = await self.connection.run(shlex.join(argv), check=False, timeout=timeout)
+            result = await self.connection.run(
+                shlex.join(argv),
+                check=False,
+                timeout=timeout,
+                term_type="dumb" if hang_up else None,
+            )
         return CommandResult(
             result.exit_status if result.exit_status is not None else -1,
             _text(result.stdout),
@@ -78,13 +85,28 @@ class SSHNode(NodeConnection):
             raise
         return _text(data)
 
+    async def read_bytes(self, path: str, *, timeout: float, offset: int, length: int) -> FileBytes:
+        with file_errors(self.name, path, timeout):
+            async with asyncio.timeout(timeout):
+                sftp = await self._sftp_client()
+                # the default block size: a long read is split into parallel requests
+                async with sftp.open(path, "rb") as handle:
+                    attrs = await handle.stat()
+                    data = await handle.read(length, offset) if length else b""
+        return FileBytes(data if isinstance(data, bytes) else data.encode(), attrs.size or 0)
+
+    async def _sftp_client(self) -> asyncssh.SFTPClient:
+        async with self._opening:
+            if self._sftp is None:
+                self._sftp = await self.connection.start_sftp_client()
+            return self._sftp
+
     async def _handle(self, path: str) -> asyncssh.SFTPClientFile:
+        sftp = await self._sftp_client()
         async with self._opening:
             if path not in self._files:
-                if self._sftp is None:
-                    self._sftp = await self.connection.start_sftp_client()
                 # block_size 0: one READ request of the asked size, not parallel blocks
-                self._files[path] = await self._sftp.open(path, "rb", block_size=0)
+                self._files[path] = await sftp.open(path, "rb", block_size=0)
             return self._files[path]
 
     async def api_base_url(self, port: int) -> str:

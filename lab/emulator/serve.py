@@ -349,6 +349,9 @@ class Serve:
             nd["model_tag"] = args.model_tag
         self.say(self.a, "version_line")
         self.a("INFO", "utils.py:233", "non-default args: %r" % nd)
+        if model_files.not_cached(self.model):
+            raw(self.fill(model_files.NOT_CACHED_TB))
+            return 1
         # reserve the API port early (vLLM creates the server socket before the engine)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -628,6 +631,7 @@ class Serve:
                 "Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER']"
             ),
         )
+        self.weights_readable()
         w = P.weights_gib(self.profile, self.tp, self.pp)
         if w > self.args.gpu_memory_utilization * P.GPU_TOTAL_GIB:
             self.sleep("load_weights", 0.8)
@@ -654,6 +658,26 @@ class Serve:
         self.sleep("load_weights")
         self.loaded_lines(w)
         self.sleep("post_load")
+
+    def weights_readable(self):
+        """A shard missing (offline) or not its header's size in this container's cache ends the
+        load as vLLM's does, a little into it."""
+        found = model_files.problem(self.model)
+        if found is None:
+            return
+        self.sleep("load_weights", 0.1)
+        self.fatal(
+            [
+                (
+                    "engine",
+                    "ERROR",
+                    "core.py:708",
+                    "EngineCore failed to start.\n"
+                    + F.ENGINE_CORE_TB_HEAD
+                    + model_files.load_error(found),
+                )
+            ]
+        )
 
     def loaded_lines(self, gib):
         """Each rank's lines once its weights are in (as the dialect words them)."""
@@ -1433,6 +1457,7 @@ class Serve:
                 "gpu_model_runner.py:2602",
                 lambda rk: "Starting to load model %s..." % self.model,
             )
+            self.weights_readable()
             if self.fault and self.fault.get("phase") == "load_weights":
                 self.sleep("load_weights", 0.4)
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -5,6 +5,7 @@ are the benchmarks' own business (docs/performance.md), not asserted here."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from benchmarks import (
     failure_to_slack,
     old_way,
     overhead,
+    peers,
     run_all,
     watch_cost,
 )
@@ -84,3 +86,35 @@ def test_the_old_way_and_spark_bot_both_learn_of_ready_and_of_the_failure(lab, t
             learned, happened = row[who]["learned_s"], row[who]["happened_s"]
             assert learned is not None and happened is not None
             assert learned > happened - 0.05, "nobody learns of a line before Docker stamps it"
+
+
+@pytest.mark.lab
+@pytest.mark.timeout(300)
+def test_sparkrun_as_a_new_user_runs_it_reaches_ready_beside_spark_bot_and_leaves_nothing(
+    lab, tmp_path
+):
+    """sparkrun installed from PyPI into its own venv (cached), set up for the lab by the
+    benchmark, launches, reports Ready with the API answering, and is stopped: no sparkrun
+    container, no sparkrun process, no model files of the run and no sparkrun files in the
+    nodes' homes stay behind."""
+    from tests.controller.helpers import cluster_for
+
+    out = tmp_path / "figures.jsonl"
+    assert peers.main(["--quick", "--json", str(out)]) == 0
+    [row] = figures(out, "peers")
+    theirs, ours = row["sparkrun"], row["spark_bot"]
+    assert row["what"] == "Ready" and theirs["extra"]["api_answered"]
+    assert theirs["reported_s"] > ours["reported_s"] > 0
+    assert "Planning:" in " ".join(theirs["extra"]["steps"]), "its steps are stamped"
+    config = cluster_for(lab)
+    assert asyncio.run(peers.leftovers(config)) == {}
+    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if b"-m\0sparkrun" in _read(p)]
+    assert not [m for n in lab.nodes for m in (Path(n.hf_cache) / "hub").glob("models--Qwen--*")]
+    assert not [p for n in lab.nodes for p in peers.sparkrun_files(Path(n.hf_cache)) if p.exists()]
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""

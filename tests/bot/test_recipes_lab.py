@@ -11,7 +11,7 @@ import pytest
 from cluster.config import ClusterConfig, Secrets
 from cluster.controller import Controller
 from cluster.events import Failed, Progress
-from lab.api import put_model, remove_model
+from lab.api import LAB_MODEL, put_model, remove_model
 from tests.bot.helpers import (
     ALICE,
     CH,
@@ -83,7 +83,8 @@ async def recipes_cluster(lab):
                 docker(node.docker_socket, "rmi", image)  # the tag only: the emulator stays
         for node in lab.nodes:
             for model in MODELS:
-                remove_model(node.index, model)
+                if model != LAB_MODEL:  # `lab up`'s own, the same files: every test needs it
+                    remove_model(node.index, model)
 
 
 async def test_up_launches_each_shipped_recipe_and_names_it_everywhere(

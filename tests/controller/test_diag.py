@@ -70,6 +70,9 @@ class ScriptedNode(NodeConnection):
     async def read_file(self, path: str, *, timeout: float, limit: int = READ_LIMIT) -> str:
         raise FileUnreadable(self.name, f"cannot read {path}", "the double reads no file")
 
+    async def read_bytes(self, path: str, *, timeout: float, offset: int, length: int):
+        raise FileUnreadable(self.name, f"cannot read {path}", "the double reads no file")
+
     async def api_base_url(self, port: int) -> str:
         return "http://127.0.0.1:9"  # nothing answers: the version comes from the container
 

@@ -28,7 +28,7 @@ from cluster.memory import (
     parse_oom_kills,
 )
 from cluster.monitor import ClusterMonitor, ContainerExited, LogLine
-from cluster.nodes import ClusterConnection, CommandResult, NodeConnection
+from cluster.nodes import ClusterConnection, CommandResult, FileBytes, NodeConnection
 from cluster.postmortem import Finding, ProbeReport, amend, needs_probe, probe
 from cluster.reporter import Reporter
 from tests.controller.helpers import LAB_CONFIG
@@ -286,6 +286,10 @@ class FakeNode(NodeConnection):
         if path not in self.files:
             raise FileUnreadable(self.name, f"cannot read {path}", "check it")
         return self.files[path]
+
+    async def read_bytes(self, path: str, *, timeout: float, offset: int, length: int):
+        text = (await self.read_file(path, timeout=timeout)).encode()
+        return FileBytes(text[offset : offset + length], len(text))
 
     async def api_base_url(self, port: int) -> str:
         return "http://api"

@@ -132,7 +132,7 @@ def test_ctrl_c_while_serving_cleans_up_everything():
         seen = []
         for line in process.stdout:  # synchronise on the output itself: Ready means serving
             seen.append(line)
-            if "18/18 done  ✔ Ready" in line:  # the outcome line, after the Ready reply
+            if "19/19 done  ✔ Ready" in line:  # the outcome line, after the Ready reply
                 break
         output = "".join(seen)
         assert "✅ Ready" in output, output[-3000:]

@@ -294,6 +294,9 @@ class ScriptedController:
     def sync_image(self, **options: Any) -> AsyncIterator[Event]:
         return self.scripts.play("sync_image", self.config, options)
 
+    def sync_model(self, **options: Any) -> AsyncIterator[Event]:
+        return self.scripts.play("sync_model", self.config, options)
+
     def status(self) -> AsyncIterator[Event]:
         return self.scripts.play("status", self.config, {})
 
