@@ -875,6 +875,12 @@ ENGINE_BUSY = KnownFailure(
 )
 # fmt: on
 
+# The rows no log line matches (spark-bot's own findings: preflight, the API checks, the probe,
+# the watch), by id: what a Failed's signature names when it is not in the log table.
+ROWS_WITHOUT_A_LOG_LINE: dict[str, KnownFailure] = {
+    row.id: row for row in list(globals().values()) if type(row) is KnownFailure
+}
+
 
 def _render(text: str, values: Mapping[str, str | None]) -> str:
     """Fill `{name}` from values; names without a value (absent, or a group that did not take

@@ -137,7 +137,9 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
 
 
 def _rows_without_a_log_line() -> list[KnownFailure]:
-    return [v for v in vars(failures).values() if type(v) is KnownFailure]
+    rows = [v for v in vars(failures).values() if type(v) is KnownFailure]
+    assert {row.id: row for row in rows} == failures.ROWS_WITHOUT_A_LOG_LINE
+    return rows
 
 
 def test_ids_are_unique_across_the_whole_table():
