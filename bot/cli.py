@@ -103,13 +103,13 @@ def _controller(args: argparse.Namespace) -> Controller:
 
 
 async def _running_recipe(cluster: ClusterConfig) -> str | None:
-    """The recipe label of the head's running container, if it names one of the config's."""
+    """The recipe of the head's running container (its label, or the recipe whose launcher
+    names it), if it is one of the config's."""
     controller = Controller(cluster, resolve_secrets(cluster, dict(os.environ)))
-    async for event in controller.status():
-        if isinstance(event, StatusReport):
-            head = next((c for c in event.containers if c.node == cluster.head.name), None)
-            if head is not None and head.running and head.recipe in cluster.recipes:
-                return head.recipe
+    reports = [e async for e in controller.status() if isinstance(e, StatusReport)]
+    for head in (c for report in reports for c in report.containers):
+        if head.node == cluster.head.name and head.running and head.recipe in cluster.recipes:
+            return head.recipe
     return None
 
 

@@ -46,6 +46,7 @@ class Checkpoint:
     per_rank: bool = False
     backends: frozenset[Backend] = frozenset({"ray", "mp"})
     needs_nccl_debug: bool = False
+    launcher_only: bool = False  # reported only when the operator's launcher starts the cluster
 
     @property
     def logged(self) -> bool:
@@ -116,6 +117,9 @@ CHECKPOINTS: tuple[Checkpoint, ...] = (
     Checkpoint("fit", "The model fits (weights, KV cache, overhead)", "preflight"),
     Checkpoint("no_stale_container", "No leftover container", "preflight"),
     Checkpoint("api_port", "API and cluster ports free on the head", "preflight"),
+    Checkpoint(
+        "launcher", "The operator's launcher runs on the head", "containers", launcher_only=True
+    ),
     Checkpoint("containers", "Containers started", "containers"),
     Checkpoint("ray_cluster", "Ray sees every node and GPU", "ray", backends=frozenset({"ray"})),
     Checkpoint(
@@ -199,6 +203,8 @@ def spellings_for(checkpoint: Checkpoint, knowledge: Knowledge) -> tuple[Spellin
 
 def _applies(checkpoint: Checkpoint, config: ClusterConfig) -> bool:
     if config.serve.backend not in checkpoint.backends:
+        return False
+    if checkpoint.launcher_only and config.launcher is None:
         return False
     if checkpoint.needs_nccl_debug:
         return config.container.env.get("NCCL_DEBUG", "").upper() == "INFO"

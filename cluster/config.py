@@ -239,6 +239,51 @@ INHERITED_SERVE = (
 )
 
 
+# An argument of the operator's launcher: any text but control characters (a NUL cannot be
+# passed, a newline has no place in an argv); each is quoted on its way to the head.
+LauncherArg = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+
+class LauncherConfig(_Model):
+    """The operator's own launch script, run on the head instead of spark-bot's containers: `up`
+    runs `command` (an argv, never a shell string) in `cwd`, supervises it, then proves the
+    launch from the container it starts on every node of the recipe (`container`)."""
+
+    command: list[LauncherArg] = Field(
+        min_length=1, max_length=256, description="the argv run on the head, e.g. [./launch.sh, -d]"
+    )
+    cwd: str | None = Field(
+        None,
+        pattern=r"^[~/][A-Za-z0-9._/-]*$",
+        description="the folder it runs in, on the head (`~` is the SSH user's home); default: home",
+    )
+    container: Name = Field(
+        description="the name the script gives its container on every node (eugr's "
+        "launch-cluster.sh: vllm_node, its --name); `down` removes it there"
+    )
+    output_lines: int = Field(
+        500, ge=10, le=20_000, description="the script's last lines kept (bounded, redacted)"
+    )
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _argv(cls, command: object) -> object:
+        if isinstance(command, str):
+            raise ValueError(
+                "an argv list such as [./launch-cluster.sh, -d], never a shell string: each "
+                "word is passed to the script as it is written"
+            )
+        if isinstance(command, list) and any(
+            isinstance(a, str) and looks_secret(a) for a in command
+        ):
+            raise ValueError(
+                "an argument looks like a secret (a token, a key): it would be shown in every "
+                "launch's evidence and in `ps` on the head; let the script read it from its own "
+                "environment or file on the head (its .env)"
+            )
+        return command
+
+
 class Recipe(_Model):
     """A named, complete model setup: `up RECIPE` runs the cluster with it.
 
@@ -257,6 +302,11 @@ class Recipe(_Model):
     env: dict[EnvName, str] = Field(default_factory=dict)
     mounts: list[Mount] = Field(default_factory=list)
     serve: ServeConfig
+    launcher: LauncherConfig | None = Field(
+        None,
+        description="the operator's own launch script: it starts the containers, spark-bot "
+        "supervises it and proves the launch (its `serve` must say what the script serves)",
+    )
 
     @field_validator("env")
     @classmethod
@@ -330,6 +380,11 @@ class Timeouts(_Model):
         "(rsync's --timeout too; a copy of many GB has no overall bound)",
     )
     down: Seconds = 60
+    launcher: Seconds = Field(
+        30,
+        description="bound on each command that starts, reads or signals the operator's "
+        "launcher on the head (the script itself runs as long as the launch phases allow)",
+    )
 
 
 class WatchConfig(_Model):
@@ -404,6 +459,9 @@ class ClusterConfig(_Model):
         description="the recipe this config runs: in YAML, the one `up` launches when none is "
         "named; set by `up RECIPE`",
     )
+    launcher: LauncherConfig | None = Field(
+        None, description="set by the recipe that runs the operator's own launcher (not in YAML)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -444,6 +502,8 @@ class ClusterConfig(_Model):
                 f"api: access 'direct' cannot reach an API bound to {self.api.bind}; "
                 "use access: ssh_forward, or bind: 0.0.0.0"
             )
+        if self.launcher is not None and self.recipe is None:
+            raise ValueError("launcher: belongs in a recipe (recipes.NAME.launcher)")
         if self.recipe is not None and self.recipe not in self.recipes:
             raise ValueError(f"recipe {self.recipe!r} is not one of the recipes ({self._known()})")
         for name, recipe in self.recipes.items():
@@ -471,6 +531,8 @@ class ClusterConfig(_Model):
         targets = {mount.target for mount in recipe.mounts}
         container = self.container.model_copy(
             update={
+                # the operator's launcher names its own containers
+                "name": recipe.launcher.container if recipe.launcher else self.container.name,
                 "image": recipe.image or self.container.image,
                 "env": {**self.container.env, **recipe.env},
                 "mounts": [m for m in self.container.mounts if m.target not in targets]
@@ -479,8 +541,24 @@ class ClusterConfig(_Model):
         )
         nodes = [self.head] if recipe.nodes == "head" else self.nodes
         return self.model_copy(
-            update={"container": container, "serve": recipe.serve, "nodes": nodes, "recipe": chosen}
+            update={
+                "container": container,
+                "serve": recipe.serve,
+                "nodes": nodes,
+                "recipe": chosen,
+                "launcher": recipe.launcher,
+            }
         )
+
+    @property
+    def launcher_containers(self) -> dict[str, str]:
+        """The containers the recipes' launchers start, by name -> the recipe naming it: not
+        labelled by spark-bot, removed by `down` because a recipe names them."""
+        return {
+            recipe.launcher.container: name
+            for name, recipe in self.recipes.items()
+            if recipe.launcher is not None
+        }
 
     @property
     def head(self) -> NodeConfig:

@@ -26,6 +26,7 @@ from cluster.inventory import (
     remove_container,
 )
 from cluster.launch import Launch, api_base_url
+from cluster.launcher import stop_launcher
 from cluster.memory import nodes_memory
 from cluster.modelsync import ModelSync
 from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster
@@ -121,6 +122,13 @@ class Controller:
         reporter = Reporter()
         async with connect_cluster(self.config) as connection:
             states = await container_states(connection.ordered(), self.config.container.name)
+            for name, recipe in self.config.launcher_containers.items():
+                if name != self.config.container.name:  # a launcher's, present: shown too
+                    states += [
+                        state.model_copy(update={"recipe": recipe})
+                        for state in await container_states(connection.ordered(), name)
+                        if state.present
+                    ]
             healthy, detail = (
                 None,
                 "not asked: the head is unreachable or its container is not running",
@@ -253,9 +261,15 @@ class Controller:
         )
 
     async def down(self) -> AsyncGenerator[Event, None]:
-        """Stop and remove our container on every node; idempotent."""
+        """Stop and remove our container on every node, and those the recipes' launchers start
+        (a recipe naming them is the operator's say-so; they carry no label of ours), a
+        launcher still running first; idempotent."""
         reporter = Reporter()
         name = self.config.container.name
+        launched = self.config.launcher_containers
+        # container -> the owner whose label it must carry (None: any, a recipe names it)
+        owners: dict[str, str | None] = {name: None if name in launched else self.config.name}
+        owners.update(dict.fromkeys(launched))
         async with connect_cluster(self.config) as connection:
             for unreachable, error in connection.errors.items():
                 yield Removed(
@@ -265,26 +279,41 @@ class Controller:
                     removed=False,
                     detail=f"not reachable, nothing removed: {error}",
                 )
+            head = connection.nodes.get(self.config.head.name)
+            if launched and head is not None:
+                home = await head.run(["printenv", "HOME"], timeout=self.config.timeouts.launcher)
+                stopped = await stop_launcher(self.config, head, home.stdout.strip() or "/root")
+                if stopped is not None:
+                    yield Progress(
+                        elapsed_s=reporter.elapsed(),
+                        phase="launcher",
+                        node=head.name,
+                        message=stopped,
+                    )
+            targets = [(n, c) for c in owners for n in connection.ordered()]
             results = await asyncio.gather(
                 *(
-                    remove_container(
-                        n, name, owner=self.config.name, timeout=self.config.timeouts.down
-                    )
-                    for n in connection.ordered()
+                    remove_container(n, c, owner=owners[c], timeout=self.config.timeouts.down)
+                    for n, c in targets
                 ),
                 return_exceptions=True,
             )
-            for node, result in zip(connection.ordered(), results, strict=True):
+            for (node, container), result in zip(targets, results, strict=True):
+                if container != name and isinstance(result, tuple) and not result[0]:
+                    continue  # no such launcher container there: nothing to say
                 if isinstance(result, BaseException):
                     if not isinstance(result, Exception):
                         raise result
-                    removed, detail = False, f"could not remove {name} from {node.name}: {result}"
+                    removed = False
+                    detail = f"could not remove {container} from {node.name}: {result}"
                 else:
                     removed, detail = result
+                    if removed and container in launched:
+                        detail += f" (started by the launcher of recipe {launched[container]})"
                 yield Removed(
                     elapsed_s=reporter.elapsed(),
                     node=node.name,
-                    container=name,
+                    container=container,
                     removed=removed,
                     detail=detail,
                 )

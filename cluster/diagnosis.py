@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cluster.events import Failed
 from cluster.failures import (
     GROUP_FORMED,
     NCCL_INIT_HANG,
@@ -281,6 +282,19 @@ class LogDiagnoser:
             before = [c for _, c, _ in recent[:-1][-CONTEXT_LINES:]]
             return diagnosis_of(STALLED, cleaned, last, before, values)
         return diagnosis_of(STALLED, "(no output at all)", None, [], values)
+
+
+def explained_by(failed: Failed, diagnosis: Diagnosis, *, with_lines: bool = False) -> Failed:
+    """`failed` with the cause, fix and row of `diagnosis`, the log line that says why (its
+    summary stays what was seen); `with_lines`: the diagnosis's evidence and context too."""
+    update: dict[str, object] = {
+        "cause": diagnosis.cause,
+        "fix": diagnosis.fix,
+        "signature": diagnosis.signature_id,
+    }
+    if with_lines:
+        update |= {"evidence": diagnosis.evidence, "context": diagnosis.context}
+    return failed.model_copy(update=update)
 
 
 def diagnose(

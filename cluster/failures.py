@@ -668,6 +668,34 @@ DOCKER_REFUSED = KnownFailure(
     fix="check the container section of the config (devices, GPU request, mounts, ulimits) "
         "against the node (`docker info`; NVIDIA container toolkit for gpus: true)",
 )
+LAUNCHER_FAILED = KnownFailure(
+    id="launcher_failed", role="cause", fatal=True,
+    source="spark-bot launch (the operator's launcher's exit status)",
+    title="the launcher `{command}` exited with status {status} on {node} before the server was ready",
+    cause="the operator's launch script failed: its last lines (attached) say why",
+    fix="run it by hand on {node} (`cd {cwd} && {command}`) to see the error, correct the script "
+        "or its arguments (recipe launcher.command), then `up` again; `down` removes what it "
+        "left ({container} on every node)",
+)
+LAUNCHER_KILLED = KnownFailure(
+    id="launcher_killed", role="cause", fatal=True,
+    source="spark-bot launch (the operator's launcher's exit status)",
+    title="the launcher `{command}` was killed on {node} before the server was ready",
+    cause="the script ended without an exit status: a signal killed it (someone or something "
+          "on {node}: `kill`, the OOM killer, a reboot)",
+    fix="look on {node} for who stopped it (`journalctl`, `dmesg` for the OOM killer); `up` "
+        "again; `down` removes what it left ({container} on every node)",
+)
+LAUNCHER_CONTAINERS_MISSING = KnownFailure(
+    id="launcher_containers_missing", role="cause", fatal=True,
+    source="spark-bot launch (Docker's inspect of the launcher's containers)",
+    title="the launcher did not start {container} on {missing} within {limit} s",
+    cause="the script started no container of that name there (another name, another node, "
+          "or it failed before; its exit status: {status})",
+    fix="make recipe launcher.container the name the script gives its containers (its "
+        "`docker run --name`), on every node of the recipe; read the launcher's last lines "
+        "(attached); if it is merely slow, raise timeouts.containers",
+)
 RAY_INCOMPLETE = KnownFailure(
     id="ray_incomplete", role="cause", fatal=True, source="ray status, during spark-bot launch",
     title="Ray shows {active_nodes}/{want_nodes} nodes and {ray_gpus}/{want_gpus} GPUs",
@@ -846,6 +874,12 @@ ENGINE_BUSY = KnownFailure(
     fix="wait until the other requests finish, or pass --allow-busy to measure anyway",
 )
 # fmt: on
+
+# The rows no log line matches (spark-bot's own findings: preflight, the API checks, the probe,
+# the watch), by id: what a Failed's signature names when it is not in the log table.
+ROWS_WITHOUT_A_LOG_LINE: dict[str, KnownFailure] = {
+    row.id: row for row in list(globals().values()) if type(row) is KnownFailure
+}
 
 
 def _render(text: str, values: Mapping[str, str | None]) -> str:

@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Collection
 from contextlib import aclosing
+from typing import Any
 
 import httpx
 
@@ -27,13 +28,23 @@ from cluster.containers import (
     ray_worker_command,
     serve_command,
 )
+from cluster.diagnosis import diagnose, explained_by
 from cluster.errors import DockerRefused, NodeError
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
-from cluster.failures import API_UNEXPECTED, DOCKER_REFUSED, RAY_INCOMPLETE, for_cluster
+from cluster.failures import (
+    API_UNEXPECTED,
+    DOCKER_REFUSED,
+    LAUNCHER_CONTAINERS_MISSING,
+    LAUNCHER_FAILED,
+    LAUNCHER_KILLED,
+    RAY_INCOMPLETE,
+    for_cluster,
+)
 from cluster.fit import MemoryLogged, compare_with_logged
 from cluster.follow import Expectation, LogFollower, must_see
 from cluster.interfaces import NodeInterfaces
 from cluster.inventory import remove_container
+from cluster.launcher import Launcher
 from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.postmortem import amend, needs_probe, probe
@@ -77,17 +88,22 @@ class Launch:
         )
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []
-        self._in_flight: list[asyncio.Future[str]] = []
+        self._in_flight: list[asyncio.Future[Any]] = []
         self._ids: dict[str, str] = {}  # node -> the container started there
+        self.launcher: Launcher | None = None  # the operator's script, once started
+        self._launcher_end: asyncio.Task[Failed | None] | None = None
         self._table, _ = for_cluster(config)
 
     async def run(self) -> AsyncGenerator[Event, None]:
         try:
-            async with aclosing(run_steps(self._steps(), self.reporter)) as events:
-                async for event in events:
+            events = run_steps(self._steps(), self.reporter)
+            if self.config.launcher is not None:
+                events = self._supervised(events)
+            async with aclosing(events) as stream:
+                async for event in stream:
                     if (
                         isinstance(event, Failed)
-                        and self.started
+                        and (self.started or self.launcher is not None)
                         and needs_probe(event, self._table)
                     ):
                         # A death the lines do not explain (Ray's "subprocesses exited", a
@@ -99,10 +115,20 @@ class Launch:
             await finish_uncancelled(self._remove_started())
             raise
         finally:
+            if self._launcher_end is not None:
+                self._launcher_end.cancel()
+                await asyncio.gather(self._launcher_end, return_exceptions=True)
             await self.monitor.aclose()
 
     def _steps(self) -> list[Step]:
-        if self.config.serve.backend == "ray":
+        if self.config.launcher is not None:
+            containers = [
+                Step(BY_ID["launcher"], self._start_launcher),
+                Step(RAY_STARTED, self._launcher_containers),
+            ]
+            if self.config.serve.backend == "ray":
+                containers.append(Step(BY_ID["ray_cluster"], self._ray_cluster))
+        elif self.config.serve.backend == "ray":
             containers = [
                 Step(RAY_STARTED, self._ray_head),
                 Step(RAY_STARTED, self._ray_workers),
@@ -365,6 +391,200 @@ class Launch:
             log_tail=self.monitor.tail(head.name),
         )
 
+    # -- the operator's launcher --------------------------------------------------------------
+
+    async def _supervised(self, steps: AsyncGenerator[Event, None]) -> AsyncGenerator[Event, None]:
+        """The steps' events, while the launcher is watched: its non-zero exit (or its death)
+        before Ready ends the launch with its failure, whatever step was waiting; its exit 0 is
+        said and nothing more (a script that starts its containers in the background and
+        returns is normal)."""
+        queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=1)
+
+        async def produce() -> None:
+            # One task runs every step, as without a launcher; the queue keeps it at our pace.
+            async with aclosing(steps):
+                async for event in steps:
+                    await queue.put(event)
+            await queue.put(None)
+
+        producer = asyncio.create_task(produce())
+        plan = [c.id for c in launch_plan(self.config)]
+        passed: set[str] = set()
+        exit_said = False
+        getting: asyncio.Future[Event | None] | None = None
+        try:
+            while True:
+                getting = getting or asyncio.ensure_future(queue.get())
+                waits: set[asyncio.Future[Any]] = {getting}
+                if not producer.done():
+                    waits.add(producer)
+                end = self._launcher_end
+                if end is not None and not exit_said:
+                    waits.add(end)
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if getting.done():
+                    event = getting.result()
+                    getting = None
+                    if event is None:
+                        return
+                    if isinstance(event, CheckpointPassed):
+                        passed.add(event.checkpoint)
+                    yield event
+                    if isinstance(event, Failed):
+                        return
+                elif end is not None and end.done() and not exit_said:
+                    exit_said = True
+                    failure = end.result()
+                    if failure is not None:
+                        pending = next((c for c in plan if c not in passed), plan[-1])
+                        yield failure.model_copy(
+                            update={"checkpoint": pending, "title": BY_ID[pending].title}
+                        )
+                        return
+                    assert self.launcher is not None
+                    yield Progress(
+                        elapsed_s=self.reporter.elapsed(),
+                        phase="launcher",
+                        node=self.config.head.name,
+                        message=f"the launcher exited 0 after {self.launcher.total_lines} lines "
+                        "of output: what it started runs on",
+                    )
+                elif producer.done():
+                    producer.result()  # its error, if it failed; else its last event is queued
+        finally:
+            if getting is not None:
+                getting.cancel()
+            producer.cancel()
+            await asyncio.gather(producer, return_exceptions=True)
+
+    async def _start_launcher(self) -> AsyncGenerator[Event, None]:
+        head = self.connection.head
+        self.launcher = Launcher(
+            self.config,
+            self.secrets,
+            head,
+            self.preflight.facts[head.name].home,
+            on_line=lambda line: self.monitor.publish_output(head.name, line),
+        )
+        # Started shielded: a cancel meanwhile waits for its process group's id, then stops it.
+        starting = asyncio.ensure_future(self.launcher.start())
+        self._in_flight.append(starting)
+        pgid = await asyncio.shield(starting)
+        self._launcher_end = asyncio.create_task(self._launcher_ended())
+        launcher = self.launcher
+        yield self.reporter.passed(
+            BY_ID["launcher"],
+            f"`{launcher.command_text}` in {launcher.cwd} on {head.name}: its own session, "
+            f"process group {pgid}; its output is followed in {launcher.run}/output",
+            node=head.name,
+        )
+
+    async def _launcher_ended(self) -> Failed | None:
+        """Follow the launcher to its end: None when it exited 0, else its failure."""
+        assert self.launcher is not None
+        try:
+            status = await self.launcher.follow()
+        except NodeError as error:
+            return self.reporter.unreachable(error, BY_ID["launcher"])
+        log.info("the launcher ended (exit status %s) at %.1f s", status, self.reporter.elapsed())
+        return None if status == 0 else self._launcher_failed(status)
+
+    def _launcher_failed(self, status: int | None) -> Failed:
+        """The launcher's failure: its last lines are the evidence; a row of the failure table
+        that explains them gives the cause and the fix."""
+        launcher = self.launcher
+        assert launcher is not None
+        head = self.config.head.name
+        lines = list(launcher.lines)
+        failed = self.reporter.known(
+            BY_ID["launcher"],
+            LAUNCHER_FAILED if status is not None else LAUNCHER_KILLED,
+            {
+                "command": launcher.command_text,
+                "status": str(status),
+                "node": head,
+                "cwd": launcher.cwd,
+                "container": self.config.container.name,
+            },
+            node=head,
+            evidence=next((line for line in reversed(lines) if line.strip()), "(no output)"),
+            log_tail=lines,
+        )
+        explained = diagnose(lines, *for_cluster(self.config))
+        if explained is None or not explained.fatal:
+            return failed
+        return explained_by(failed, explained, with_lines=True)
+
+    async def _launcher_containers(self) -> AsyncGenerator[Event, None]:
+        """The containers the launcher starts, running on every node: asked of each engine
+        with a growing interval (Docker has no event for a name not created yet), the script's
+        newest line said meanwhile; then followed as spark-bot's own are."""
+        launcher = self.launcher
+        assert launcher is not None
+        name, nodes, head = self.config.container.name, self.connection.ordered(), self.config.head
+        limit = self.config.timeouts.containers
+        deadline, delay, said = time.monotonic() + limit, 0.2, 0
+        while True:
+            found = await asyncio.gather(*(n.docker.find_container(name) for n in nodes))
+            infos = dict(zip([n.name for n in nodes], found, strict=True))
+            waiting = [
+                n for n, info in infos.items() if not (info and info["State"].get("Running"))
+            ]
+            if not waiting:
+                break
+            if launcher.total_lines > said:
+                said = launcher.total_lines
+                yield Progress(
+                    elapsed_s=self.reporter.elapsed(),
+                    phase="containers",
+                    node=head.name,
+                    message=f"launcher: {launcher.tail(1)[0][:200]}",
+                )
+            if time.monotonic() + delay > deadline:
+                ended = self._launcher_end
+                status = "still running" if ended is None or not ended.done() else "exited 0"
+                states = "; ".join(f"{n}: {_state(infos[n])}" for n in waiting)
+                yield self.reporter.known(
+                    RAY_STARTED,
+                    LAUNCHER_CONTAINERS_MISSING,
+                    {
+                        "container": name,
+                        "missing": ", ".join(waiting),
+                        "limit": f"{limit:g}",
+                        "status": status,
+                    },
+                    node=waiting[0],
+                    evidence=states,
+                    log_tail=launcher.tail(self.config.log_tail_lines),
+                )
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        for node in nodes:
+            self.monitor.follow(node)
+        checked = self.preflight.facts[head.name].image_id
+        others = {
+            n: info["Image"] for n, info in infos.items() if info and info["Image"] != checked
+        }
+        warning = (
+            "the launcher's containers run another image than the recipe's "
+            f"{self.config.container.image} ({checked and checked[:19]}), which preflight "
+            "checked on every node: "
+            + "; ".join(f"{n}: {image[:19]}" for n, image in others.items())
+            if others
+            else None
+        )
+        yield self.reporter.passed(
+            RAY_STARTED,
+            "\n".join(
+                f"{n}: {name} {info['Id'][:12]} running (image {info['Image'][:19]}), started by the launcher"
+                for n, info in infos.items()
+                if info
+            ),
+            log_tail=launcher.tail(self.config.log_tail_lines),
+            warning=warning,
+        )
+
     # -- API --------------------------------------------------------------------------------
 
     async def _api_checks(self) -> AsyncGenerator[Event, None]:
@@ -431,6 +651,9 @@ class Launch:
         timeout = self.config.timeouts.down
         async with asyncio.timeout(timeout):
             await asyncio.gather(*self._in_flight, return_exceptions=True)
+        if self.launcher is not None:
+            await self._stop_launcher()
+            return
         name = self.config.container.name
         results = await asyncio.gather(
             *(
@@ -447,6 +670,31 @@ class Launch:
                     node.name,
                     result,
                 )
+
+    async def _stop_launcher(self) -> None:
+        """The launcher's process group stopped first (it would start more), then what it
+        started removed on every node: the recipe names those containers."""
+        assert self.launcher is not None
+        try:
+            log.info("%s", await self.launcher.stop())
+        except NodeError as error:
+            log.warning("could not stop the launcher after the launch stopped: %s", error)
+        name = self.config.container.name
+        nodes = self.connection.ordered()
+        results = await asyncio.gather(
+            *(
+                remove_container(n, name, owner=None, timeout=self.config.timeouts.down)
+                for n in nodes
+            ),
+            return_exceptions=True,
+        )
+        for node, result in zip(nodes, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("could not remove %s from %s: %r", name, node.name, result)
+
+
+def _state(info: dict[str, Any] | None) -> str:
+    return "no such container" if info is None else str(info["State"].get("Status"))
 
 
 async def api_base_url(config: ClusterConfig, head: NodeConnection) -> str:

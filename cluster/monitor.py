@@ -168,6 +168,12 @@ class ClusterMonitor:
     def publish(self, item: MonitorItem) -> None:
         self._queue.put(item)
 
+    def publish_output(self, node: str, text: str) -> None:
+        """A line `node` printed outside any container (the operator's launcher, cleaned and
+        redacted by its reader): read, diagnosed and kept in the node's tail as its log is."""
+        self._tails.setdefault(node, deque(maxlen=max(self._tail_lines, 200))).append(text)
+        self._queue.put(LogLine(node, text))
+
     async def next(self, timeout: float | None) -> MonitorItem:
         """The next item; TimeoutError when nothing arrives for `timeout` seconds."""
         async with asyncio.timeout(timeout):

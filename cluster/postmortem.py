@@ -30,6 +30,7 @@ from cluster.failures import (
     KERNEL_OOM_KILL,
     NODE_ENGINE_GONE,
     RAY_NODES_MISSING,
+    ROWS_WITHOUT_A_LOG_LINE,
     SERVING_HUNG,
     STALLED,
     UNRECOGNISED,
@@ -100,7 +101,11 @@ def needs_probe(failed: Failed, table: tuple[FailureSignature, ...]) -> bool:
     """Whether `failed` says only that something died (a symptom, or no signature at all)."""
     if failed.signature in _UNEXPLAINED:
         return True
-    return any(row.id == failed.signature and row.role == "symptom" for row in table)
+    if failed.signature is None:
+        return False
+    row: KnownFailure | None = next((r for r in table if r.id == failed.signature), None)
+    row = row or ROWS_WITHOUT_A_LOG_LINE.get(failed.signature)
+    return row is not None and row.role == "symptom"
 
 
 def amend(failed: Failed, report: ProbeReport) -> Failed:

@@ -386,9 +386,9 @@ class Preflight:
         facts.image_id = await node.docker.image_id(config.container.image)
         info = await node.docker.find_container(config.container.name)
         if info is not None:
-            facts.stale_is_ours = (info["Config"].get("Labels") or {}).get(
-                LABEL_CLUSTER
-            ) == config.name
+            labelled = (info["Config"].get("Labels") or {}).get(LABEL_CLUSTER) == config.name
+            # the operator's launcher's container: its recipe names it, that is the say-so
+            facts.stale_is_ours = labelled or config.launcher is not None
             facts.stale_container = info["State"]["Status"] + (
                 "" if facts.stale_is_ours else ", not started by spark-bot"
             )

@@ -66,6 +66,9 @@ async def recipes_report(config: ClusterConfig, connection: ClusterConnection) -
         memory = {n.name: size for n, size in zip(nodes, sizes, strict=True)}
         home = home_run.stdout.strip() or home
         running = state.recipe if state.running else None
+        for container, launched in config.launcher_containers.items():  # no label: its name
+            if running is None and (await container_state(head, container)).running:
+                running = launched
     chosen = {name: config.with_recipe(name) for name in config.recipes}
     if head is not None:
         needs = await asyncio.gather(

@@ -13,7 +13,7 @@ from cluster import api
 from cluster.bench.stream import sample_completion
 from cluster.checkpoints import verify_plan
 from cluster.config import ClusterConfig, Secrets
-from cluster.diagnosis import Diagnosis, diagnose
+from cluster.diagnosis import Diagnosis, diagnose, explained_by
 from cluster.events import CheckpointPassed, ContainerState, Event, Failed
 from cluster.failures import (
     API_NOT_ANSWERING,
@@ -95,15 +95,7 @@ class Verify:
         failed = self.reporter.known(
             self.plan[checkpoint], failure, values, node=node, evidence=evidence, log_tail=tail
         )
-        if explained is None:
-            return failed
-        return failed.model_copy(
-            update={
-                "cause": explained.cause,
-                "fix": explained.fix,
-                "signature": explained.signature_id,
-            }
-        )
+        return failed if explained is None else explained_by(failed, explained)
 
     async def _containers(self) -> AsyncGenerator[Event, None]:
         for error in self.connection.errors.values():

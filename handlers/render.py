@@ -217,7 +217,7 @@ class JobView:
             await self.reply(ready_message(event))
         elif isinstance(event, Removed):
             state = "done" if event.removed else "skipped"
-            self.items[f"removed:{event.node}"] = ChecklistItem(
+            self.items[f"removed:{event.node}:{event.container}"] = ChecklistItem(
                 title=escape(event.node),
                 state=state,
                 elapsed_s=event.elapsed_s,

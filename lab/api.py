@@ -239,7 +239,7 @@ def _bring_up_node(node: T.Node, wanted: list[T.Node], isolated: bool) -> bool:
     relinked = netns.ensure_node(node, T.has_mgmt(node, isolated))
     tools.ensure(node)
     mountns.ensure(node)
-    trust.ensure_key(node)
+    sshd.ensure_key(node.ssh_key, f"root@{node.name}")
     trust.write_hosts(node, wanted, isolated)  # before sshd: `ip netns exec` binds it then
     sshd.start(node)
     rdma.ensure(node)

@@ -17,26 +17,22 @@ from .preflight import tool
 from .proc import as_host, has_own_uts, live_pid, run, terminate
 
 
+def ensure_key(path: Path, comment: str) -> None:
+    """An ed25519 key pair without a passphrase at `path` (+ .pub), made once: kept across
+    `down`, so the lab's host keys and trust stay what known_hosts files recorded."""
+    pub = path.with_suffix(".pub")
+    if path.exists() and pub.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    pub.unlink(missing_ok=True)
+    run([tool("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+
+
 def ensure_client_key() -> None:
     T.SSH_DIR.mkdir(parents=True, exist_ok=True)
     os.chmod(T.SSH_DIR, 0o700)
-    if not T.CLIENT_KEY.exists() or not T.CLIENT_KEY.with_suffix(".pub").exists():
-        for p in (T.CLIENT_KEY, T.CLIENT_KEY.with_suffix(".pub")):
-            p.unlink(missing_ok=True)
-        run(
-            [
-                tool("ssh-keygen"),
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                "spark-lab",
-                "-f",
-                str(T.CLIENT_KEY),
-            ]
-        )
+    ensure_key(T.CLIENT_KEY, "spark-lab")
     pub = T.CLIENT_KEY.with_suffix(".pub").read_text()
     if not T.AUTHORIZED_KEYS.exists() or T.AUTHORIZED_KEYS.read_text() != pub:
         T.AUTHORIZED_KEYS.write_text(pub)
@@ -45,23 +41,7 @@ def ensure_client_key() -> None:
 
 def ensure_host_key(node: T.Node) -> None:
     node.state_dir.mkdir(parents=True, exist_ok=True)
-    if not node.host_key.exists() or not node.host_key.with_suffix(".pub").exists():
-        node.host_key.unlink(missing_ok=True)
-        node.host_key.with_suffix(".pub").unlink(missing_ok=True)
-        run(
-            [
-                tool("ssh-keygen"),
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                node.name,
-                "-f",
-                str(node.host_key),
-            ]
-        )
+    ensure_key(node.host_key, node.name)
 
 
 def host_pubkey(node: T.Node) -> str:

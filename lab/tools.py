@@ -1,5 +1,6 @@
 """Each node's tool dir (/var/lib/spark-lab/node<i>/bin): nvidia-smi and ibdev2netdev
-run the emulator from this repo; `docker` points at the node's own engine; the stand-in
+run the emulator from this repo (a copy in the node's state dir: the repo may be under /tmp,
+which a node has of its own); `docker` points at the node's own engine; the stand-in
 NVIDIA container runtime hook lets the node's dockerd accept GPU requests."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ def _emulator_wrapper(node: T.Node, name: str) -> str:
     return f"""#!/bin/sh
 # spark-lab {node.name}: emulated {name}
 export SPARK_LAB_NODE={node.index}
-export PYTHONPATH="{REPO_LAB_DIR}${{PYTHONPATH:+:$PYTHONPATH}}"
+export PYTHONPATH="{node.lib_dir}${{PYTHONPATH:+:$PYTHONPATH}}"
 exec python3 -m emulator {name} "$@"
 """
 
@@ -43,7 +44,21 @@ exit 0
 """
 
 
+def _copy_emulator(node: T.Node) -> None:
+    source, target = REPO_LAB_DIR / "emulator", node.lib_dir / "emulator"
+    target.mkdir(parents=True, exist_ok=True)
+    wanted = {p.name: p.read_bytes() for p in source.glob("*.py")}
+    for old in target.glob("*.py"):
+        if old.name not in wanted:
+            old.unlink()
+    for name, data in wanted.items():
+        p = target / name
+        if not p.exists() or p.read_bytes() != data:
+            p.write_bytes(data)
+
+
 def ensure(node: T.Node) -> None:
+    _copy_emulator(node)
     node.bin_dir.mkdir(parents=True, exist_ok=True)
     files = {name: _emulator_wrapper(node, name) for name in T.EMULATED_TOOLS}
     files["docker"] = _docker_wrapper(node)

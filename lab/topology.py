@@ -103,6 +103,11 @@ class Node:
         return self.state_dir / "bin"
 
     @property
+    def lib_dir(self) -> Path:
+        """The emulator package the bin dir's tools run (a copy of the repo's)."""
+        return self.state_dir / "lib"
+
+    @property
     def data_root(self) -> Path:
         return self.state_dir / "docker"
 

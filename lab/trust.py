@@ -9,33 +9,7 @@ import os
 from pathlib import Path
 
 from . import topology as T
-from .preflight import tool
-from .proc import run
 from .sshd import host_pubkey
-
-
-def ensure_key(node: T.Node) -> None:
-    """The node's root key, made once (kept across `down`, like its host key)."""
-    pub = node.ssh_key.with_suffix(".pub")
-    if node.ssh_key.exists() and pub.exists():
-        return
-    node.ssh_key.parent.mkdir(parents=True, exist_ok=True)
-    node.ssh_key.unlink(missing_ok=True)
-    pub.unlink(missing_ok=True)
-    run(
-        [
-            tool("ssh-keygen"),
-            "-q",
-            "-t",
-            "ed25519",
-            "-N",
-            "",
-            "-C",
-            f"root@{node.name}",
-            "-f",
-            str(node.ssh_key),
-        ]
-    )
 
 
 def _public(path: Path) -> str:

@@ -77,6 +77,20 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "ss_failed": {"node": "spark-a", "status": "127", "stderr": ""},
     "port_taken": {"ports": "8000, 6379", "node": "spark-a"},
     "docker_refused": {"node": "spark-a", "message": "could not select device driver"},
+    "launcher_failed": {
+        "command": "./launch.sh -d",
+        "status": "1",
+        "node": "spark-a",
+        "cwd": "/home/op/spark-vllm-docker",
+        "container": "vllm_node",
+    },
+    "launcher_killed": {"command": "./launch.sh", "node": "spark-a", "container": "vllm_node"},
+    "launcher_containers_missing": {
+        "container": "vllm_node",
+        "missing": "spark-b",
+        "limit": "180",
+        "status": "0",
+    },
     "ray_incomplete": {"active_nodes": "1", "want_nodes": "2", "ray_gpus": "1", "want_gpus": "2"},
     "api_unexpected": {"checkpoint": "API healthy", "evidence": "GET /health -> 503"},
     "phase_timeout": {"phase": "weights", "checkpoint": "Weights loaded", "limit": "1800"},
@@ -123,7 +137,9 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
 
 
 def _rows_without_a_log_line() -> list[KnownFailure]:
-    return [v for v in vars(failures).values() if type(v) is KnownFailure]
+    rows = [v for v in vars(failures).values() if type(v) is KnownFailure]
+    assert {row.id: row for row in rows} == failures.ROWS_WITHOUT_A_LOG_LINE
+    return rows
 
 
 def test_ids_are_unique_across_the_whole_table():

@@ -20,6 +20,7 @@ from cluster.fit import (
 )
 from cluster.monitor import LogLine
 from cluster.nodes.local import LocalNode
+from lab.api import LAB_MODEL_CONFIG
 from tests.handlers.doubles import CLUSTER
 
 GIB = 2**30
@@ -48,23 +49,9 @@ GPT_OSS_120B = {
     "torch_dtype": "bfloat16",
     "max_position_embeddings": 131072,
 }
-# a Qwen3-Next-shaped hybrid (under text_config, as Qwen3.5's multimodal config has it)
-HYBRID = {
-    "text_config": {
-        "num_hidden_layers": 48,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 2,
-        "head_dim": 256,
-        "full_attention_interval": 4,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 64,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4,
-        "torch_dtype": "bfloat16",
-        "max_position_embeddings": 262144,
-    }
-}
+# a Qwen3-Next-shaped hybrid (under text_config, as Qwen3.5's multimodal config has it): the
+# lab's own model
+HYBRID = LAB_MODEL_CONFIG
 # DeepSeek-V2-Lite: multi-head latent attention
 MLA = {
     "num_hidden_layers": 27,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
 from cluster.config import NodeConfig
 from cluster.nodes.docker_engine import DockerEngine
 
 READ_LIMIT = 32_768  # bytes of a file read on a node: /proc/meminfo is ~1.5 KB
+STREAM_CHUNK = 65_536  # at most this much of a streamed command's output is read at a time
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,13 @@ class NodeConnection(ABC):
         command ends (SIGHUP) when the call is cancelled or times out, also one that writes
         nothing (over SSH: it runs on a terminal, and sshd hangs it up when the channel closes;
         its stderr then comes in stdout)."""
+
+    @abstractmethod
+    def stream(self, argv: Sequence[str], *, timeout: float) -> AsyncGenerator[str, None]:
+        """What a long-running command on the node (not in a container) prints, as it prints it,
+        in chunks, until it exits (over SSH on a terminal: stderr comes in stdout, lines may end
+        in \\r\\n). `timeout` bounds starting it; the command is stopped when the reader stops.
+        NodeUnreachable when it cannot run or the connection breaks."""
 
     @abstractmethod
     async def read_file(self, path: str, *, timeout: float, limit: int = READ_LIMIT) -> str:

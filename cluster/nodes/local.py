@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 from cluster.config import NodeConfig
-from cluster.nodes.base import READ_LIMIT, CommandResult, FileBytes, NodeConnection
+from cluster.nodes.base import (
+    READ_LIMIT,
+    STREAM_CHUNK,
+    CommandResult,
+    FileBytes,
+    NodeConnection,
+)
 from cluster.nodes.docker_engine import DockerEngine
 from cluster.nodes.seam import command_errors, file_errors
 
@@ -48,6 +55,27 @@ class LocalNode(NodeConnection):
             stdout.decode(errors="replace"),
             stderr.decode(errors="replace"),
         )
+
+    async def stream(self, argv: Sequence[str], *, timeout: float) -> AsyncGenerator[str, None]:
+        env = {**os.environ, **self.config.local_env} if self.config.local_env else None
+        with command_errors(self.name, argv, timeout):
+            async with asyncio.timeout(timeout):
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.DEVNULL,
+                    env=env,
+                )
+        assert process.stdout is not None
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        try:
+            while chunk := await process.stdout.read(STREAM_CHUNK):
+                yield decoder.decode(chunk)
+            await process.wait()
+        finally:
+            if process.returncode is None:  # the reader stopped first: so does the command
+                process.kill()
+                await process.wait()
 
     async def read_file(self, path: str, *, timeout: float, limit: int = READ_LIMIT) -> str:
         with file_errors(self.name, path, timeout):

@@ -7,13 +7,19 @@ import os
 import shlex
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 import asyncssh
 
 from cluster.config import NodeConfig
 from cluster.errors import NodeError
-from cluster.nodes.base import READ_LIMIT, CommandResult, FileBytes, NodeConnection
+from cluster.nodes.base import (
+    READ_LIMIT,
+    STREAM_CHUNK,
+    CommandResult,
+    FileBytes,
+    NodeConnection,
+)
 from cluster.nodes.docker_engine import DockerEngine
 from cluster.nodes.seam import command_errors, file_errors, ssh_login_errors
 
@@ -73,6 +79,21 @@ class SSHNode(NodeConnection):
             _text(result.stdout),
             _text(result.stderr),
         )
+
+    async def stream(self, argv: Sequence[str], *, timeout: float) -> AsyncGenerator[str, None]:
+        with command_errors(self.name, argv, timeout):
+            async with asyncio.timeout(timeout):
+                # On a terminal: sshd hangs the command up when the reader closes the channel
+                # (without one, a quiet command would outlive it until it next writes).
+                process = await self.connection.create_process(
+                    shlex.join(argv), term_type="dumb", errors="replace"
+                )
+        try:
+            with command_errors(self.name, argv, timeout):
+                while chunk := await process.stdout.read(STREAM_CHUNK):
+                    yield chunk
+        finally:
+            process.close()
 
     async def read_file(self, path: str, *, timeout: float, limit: int = READ_LIMIT) -> str:
         try:

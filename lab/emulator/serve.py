@@ -635,21 +635,12 @@ class Serve:
         w = P.weights_gib(self.profile, self.tp, self.pp)
         if w > self.args.gpu_memory_utilization * P.GPU_TOTAL_GIB:
             self.sleep("load_weights", 0.8)
-            self.fatal(
-                [
-                    (
-                        "engine",
-                        "ERROR",
-                        "core.py:708",
-                        "EngineCore failed to start.\n"
-                        + F.ENGINE_CORE_TB_HEAD
-                        + '\n  File "$py/vllm/model_executor/model_loader/default_loader.py", line 269, in load_weights\n'
-                        "    loaded_weights = model.load_weights(self.get_all_weights(model_config, model))\n"
-                        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total "
-                        "capacity of $total_gib GiB of which 0.81 GiB is free. Including non-PyTorch memory, this process "
-                        "has 116.95 GiB memory in use.",
-                    )
-                ]
+            self.engine_core_failed(
+                '\n  File "$py/vllm/model_executor/model_loader/default_loader.py", line 269, in load_weights\n'
+                "    loaded_weights = model.load_weights(self.get_all_weights(model_config, model))\n"
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total "
+                "capacity of $total_gib GiB of which 0.81 GiB is free. Including non-PyTorch memory, this process "
+                "has 116.95 GiB memory in use.",
             )
         if self.fault and self.fault.get("phase") == "load_weights":
             self.sleep("load_weights", 0.4)
@@ -659,6 +650,19 @@ class Serve:
         self.loaded_lines(w)
         self.sleep("post_load")
 
+    def engine_core_failed(self, traceback_tail):
+        """EngineCore's own start-up failure: its traceback from the top, then `traceback_tail`."""
+        self.fatal(
+            [
+                (
+                    "engine",
+                    "ERROR",
+                    "core.py:708",
+                    "EngineCore failed to start.\n" + F.ENGINE_CORE_TB_HEAD + traceback_tail,
+                )
+            ]
+        )
+
     def weights_readable(self):
         """A shard missing (offline) or not its header's size in this container's cache ends the
         load as vLLM's does, a little into it."""
@@ -666,17 +670,8 @@ class Serve:
         if found is None:
             return
         self.sleep("load_weights", 0.1)
-        self.fatal(
-            [
-                (
-                    "engine",
-                    "ERROR",
-                    "core.py:708",
-                    "EngineCore failed to start.\n"
-                    + F.ENGINE_CORE_TB_HEAD
-                    + model_files.load_error(found),
-                )
-            ]
+        self.engine_core_failed(
+            model_files.load_error(found),
         )
 
     def loaded_lines(self, gib):
@@ -724,18 +719,9 @@ class Serve:
             per_token_bytes=self.kv_per_token,
         )
         if kv_tokens <= 0:
-            self.fatal(
-                [
-                    (
-                        "engine",
-                        "ERROR",
-                        "core.py:708",
-                        "EngineCore failed to start.\n"
-                        + F.ENGINE_CORE_TB_HEAD
-                        + "\nValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-                        "when initializing the engine.",
-                    )
-                ]
+            self.engine_core_failed(
+                "\nValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+                "when initializing the engine.",
             )
         self.each(
             "INFO", "gpu_worker.py:298", lambda rk: "Available KV cache memory: %.2f GiB" % kv_gib
@@ -749,19 +735,10 @@ class Serve:
                 concurrency=kv_tokens / float(self.mml),
             )
         if self.mml > kv_tokens:
-            self.fatal(
-                [
-                    (
-                        "engine",
-                        "ERROR",
-                        "core.py:708",
-                        "EngineCore failed to start.\n"
-                        + F.ENGINE_CORE_TB_HEAD
-                        + "\nValueError: The model's max seq len (%d) is larger than the maximum number of tokens that can "
-                        "be stored in KV cache (%d). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
-                        "when initializing the engine." % (self.mml, kv_tokens),
-                    )
-                ]
+            self.engine_core_failed(
+                "\nValueError: The model's max seq len (%d) is larger than the maximum number of tokens that can "
+                "be stored in KV cache (%d). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                "when initializing the engine." % (self.mml, kv_tokens),
             )
         self.kv_tokens = kv_tokens
         t_init += self.nominal("profile")
@@ -890,18 +867,9 @@ class Serve:
             except (OSError, ValueError):
                 info = None
         if info is None:
-            self.fatal(
-                [
-                    (
-                        "engine",
-                        "ERROR",
-                        "core.py:708",
-                        "EngineCore failed to start.\n"
-                        + F.ENGINE_CORE_TB_HEAD
-                        + '\n  File "$py/vllm/v1/executor/ray_utils.py", line 310, in initialize_ray_cluster\n'
-                        "    ray.init(address=ray_address)\n" + R.NO_CLUSTER,
-                    )
-                ]
+            self.engine_core_failed(
+                '\n  File "$py/vllm/v1/executor/ray_utils.py", line 310, in initialize_ray_cluster\n'
+                "    ray.init(address=ray_address)\n" + R.NO_CLUSTER,
             )
         self.gcs_addr = addr
         t = time.time()
@@ -991,25 +959,16 @@ class Serve:
             time.sleep(0.05)
         if not alloc:
             self.remove_pg()
-            self.fatal(
-                [
-                    (
-                        "engine",
-                        "ERROR",
-                        "core.py:708",
-                        "EngineCore failed to start.\n"
-                        + F.ENGINE_CORE_TB_HEAD
-                        + '\n  File "$py/vllm/v1/executor/ray_distributed_executor.py", line 91, in _init_executor\n'
-                        "    initialize_ray_cluster(self.parallel_config)\n"
-                        '  File "$py/vllm/v1/executor/ray_utils.py", line 418, in initialize_ray_cluster\n'
-                        "    _wait_until_pg_ready(current_placement_group)\n"
-                        '  File "$py/vllm/v1/executor/ray_utils.py", line 244, in _wait_until_pg_ready\n'
-                        "    raise ValueError(\n"
-                        "ValueError: Cannot provide a placement group of placement_group_specs=%s within %d seconds. See "
-                        "`ray status` and `ray list nodes` to make sure the cluster has enough resources."
-                        % (specs, RAY_PG_TIMEOUT),
-                    )
-                ]
+            self.engine_core_failed(
+                '\n  File "$py/vllm/v1/executor/ray_distributed_executor.py", line 91, in _init_executor\n'
+                "    initialize_ray_cluster(self.parallel_config)\n"
+                '  File "$py/vllm/v1/executor/ray_utils.py", line 418, in initialize_ray_cluster\n'
+                "    _wait_until_pg_ready(current_placement_group)\n"
+                '  File "$py/vllm/v1/executor/ray_utils.py", line 244, in _wait_until_pg_ready\n'
+                "    raise ValueError(\n"
+                "ValueError: Cannot provide a placement group of placement_group_specs=%s within %d seconds. See "
+                "`ray status` and `ray list nodes` to make sure the cluster has enough resources."
+                % (specs, RAY_PG_TIMEOUT),
             )
         gpu_alloc = {}
         for nid, _ in alloc:
@@ -1212,19 +1171,10 @@ class Serve:
         try:
             srv.bind(("", args.master_port))
         except OSError as exc:
-            self.fatal(
-                [
-                    (
-                        "engine",
-                        "ERROR",
-                        "core.py:708",
-                        "EngineCore failed to start.\n"
-                        + F.ENGINE_CORE_TB_HEAD
-                        + "\ntorch.distributed.DistNetworkError: The server socket has failed to listen on any local "
-                        "network address. port: %d, useIpv6: false, code: -98, name: EADDRINUSE, message: %s"
-                        % (args.master_port, exc.strerror),
-                    )
-                ]
+            self.engine_core_failed(
+                "\ntorch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+                "network address. port: %d, useIpv6: false, code: -98, name: EADDRINUSE, message: %s"
+                % (args.master_port, exc.strerror),
             )
         srv.listen(16)
         srv.settimeout(0.2)
@@ -1232,22 +1182,13 @@ class Serve:
         deadline = time.monotonic() + STORE_TIMEOUT * self.scale
         while len(self.peers) < args.nnodes - 1:
             if time.monotonic() > deadline:
-                self.fatal(
-                    [
-                        (
-                            "engine",
-                            "ERROR",
-                            "core.py:708",
-                            "EngineCore failed to start.\n"
-                            + F.ENGINE_CORE_TB_HEAD
-                            + '\n  File "$py/vllm/distributed/parallel_state.py", line 1003, in init_distributed_environment\n'
-                            "    torch.distributed.init_process_group(\n"
-                            '  File "$py/torch/distributed/rendezvous.py", line 189, in _create_c10d_store\n'
-                            "    return TCPStore(\n"
-                            "torch.distributed.DistStoreError: Timed out after %d seconds waiting for clients. %d/%d clients joined."
-                            % (STORE_TIMEOUT + 1, len(self.peers) + 1, args.nnodes),
-                        )
-                    ]
+                self.engine_core_failed(
+                    '\n  File "$py/vllm/distributed/parallel_state.py", line 1003, in init_distributed_environment\n'
+                    "    torch.distributed.init_process_group(\n"
+                    '  File "$py/torch/distributed/rendezvous.py", line 189, in _create_c10d_store\n'
+                    "    return TCPStore(\n"
+                    "torch.distributed.DistStoreError: Timed out after %d seconds waiting for clients. %d/%d clients joined."
+                    % (STORE_TIMEOUT + 1, len(self.peers) + 1, args.nnodes),
                 )
             try:
                 conn, addr = srv.accept()

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.lab
 CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "lab.yaml")
 
 
-async def spark_bot(*args: str) -> tuple[int, str, str]:
+async def spark_bot(*args: str, config: str = CONFIG) -> tuple[int, str, str]:
     """The CLI in Python's development mode (asyncio's debug mode, ResourceWarnings shown): it
     must leave nothing unclosed for Python or aiohttp to warn about."""
     process = await asyncio.create_subprocess_exec(
@@ -25,7 +25,7 @@ async def spark_bot(*args: str) -> tuple[int, str, str]:
         "bot.cli",
         *args,
         "--config",
-        CONFIG,
+        config,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

@@ -76,6 +76,10 @@ class ScriptedNode(NodeConnection):
     async def api_base_url(self, port: int) -> str:
         return "http://127.0.0.1:9"  # nothing answers: the version comes from the container
 
+    async def stream(self, argv: Sequence[str], *, timeout: float):
+        raise AssertionError("the double streams no command")
+        yield ""
+
     async def aclose(self) -> None:
         pass
 

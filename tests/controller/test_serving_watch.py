@@ -294,6 +294,10 @@ class FakeNode(NodeConnection):
     async def api_base_url(self, port: int) -> str:
         return "http://api"
 
+    async def stream(self, argv: Sequence[str], *, timeout: float):
+        raise AssertionError("the double streams no command")
+        yield ""
+
     async def aclose(self) -> None:
         return None
 

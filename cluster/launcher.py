@@ -1,0 +1,243 @@
+"""The operator's own launch script, supervised on the head.
+
+It runs in a session of its own, detached from the bot's SSH connection (it outlives the bot's
+session as its containers do, and a `down` stops it later), with its output in a file on the
+head that the bot follows (`tail -F`), its exit status written beside it, and its process
+group's id recorded so that a cancel or a `down` stops the script and everything it started
+that is still in its group (an `ssh worker ...`, a `sleep`, a foreground `docker exec`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from collections import deque
+from collections.abc import Callable
+from contextlib import aclosing
+from secrets import token_hex
+
+from cluster.config import ClusterConfig, LauncherConfig, Secrets
+from cluster.errors import FileUnreadable, NodeError
+from cluster.logtext import clean_line
+from cluster.monitor import READ_LINE_CHARS
+from cluster.nodes import NodeConnection
+
+# Per cluster, under the SSH user's home on the head: `output`, `status` and `pgid`.
+RUN_FOLDER = ".cache/spark-bot/launcher"
+
+# The program the script runs under: fixed text; the run folder, the folder to run in, the end
+# mark and the script's argv are its positional parameters, never part of the program. It prints
+# its own pid (the id of the new session's process group) before it lets go of the connection,
+# and ends the output with the mark and the script's exit status: the follower knows the end at
+# once (waiting for the wrapper's pid to vanish waits for it to be reaped, which a lazy init
+# does seconds later).
+WRAPPER = (
+    'run=$1 cwd=$2 mark=$3; shift 3; mkdir -p "$run" || exit 125; rm -f "$run/status"; '
+    'echo $$ >"$run/pgid"; echo $$; exec >"$run/output" 2>&1 </dev/null; '
+    'if cd "$cwd"; then "$@"; status=$?; else status=126; fi; '
+    'echo $status >"$run/status"; rm -f "$run/pgid"; echo "$mark $status"'
+)
+STOP_POLL_FIRST_S = 0.05
+STOP_POLL_MAX_S = 1.0
+
+
+def run_folder(config: ClusterConfig, home: str) -> str:
+    return f"{home.rstrip('/')}/{RUN_FOLDER}/{config.name}"
+
+
+class Launcher:
+    """One run of the script: start it, follow its output to its end, stop its process group."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        secrets: Secrets,
+        head: NodeConnection,
+        home: str,
+        *,
+        on_line: Callable[[str], None] = lambda line: None,
+    ):
+        assert config.launcher is not None
+        self.settings: LauncherConfig = config.launcher
+        self.timeout = config.timeouts.launcher
+        self.grace_s = config.timeouts.down / 2
+        self.secrets = secrets
+        self.head = head
+        self.home = home
+        self.run = run_folder(config, home)
+        self.cwd = _expand_home(self.settings.cwd or "~", home)
+        self.pgid: int | None = None
+        self.lines: deque[str] = deque(maxlen=self.settings.output_lines)
+        self.total_lines = 0
+        self._on_line = on_line
+        self._mark = f"spark-bot-launcher-end-{token_hex(8)}"
+        self._status: int | None = None
+
+    @property
+    def command_text(self) -> str:
+        return shlex.join(self.settings.command)
+
+    def tail(self, lines: int) -> list[str]:
+        return list(self.lines)[-lines:]
+
+    async def start(self) -> int:
+        """Start the script in its own session; its process group's id."""
+        argv = ["setsid", "-f", "sh", "-c", WRAPPER, "sh", self.run, self.cwd, self._mark]
+        result = await self.head.run([*argv, *self.settings.command], timeout=self.timeout)
+        printed = result.stdout.strip()
+        if not result.ok or not printed.isdigit():
+            raise NodeError(
+                self.head.name,
+                f"the launcher could not be started (exit {result.exit_status}: "
+                f"{self.secrets.redact((result.stderr or printed).strip()[:300])})",
+                "check that `setsid`, `sh` and `tail` exist on the head and that the SSH user "
+                f"may write {self.run}",
+            )
+        self.pgid = int(printed)
+        return self.pgid
+
+    async def follow(self) -> int | None:
+        """Read the script's output as it is written, until the script ends; its exit status
+        (None: it was killed before it could say)."""
+        assert self.pgid is not None
+        follow = [
+            "tail",
+            "-n",
+            "+1",
+            "-s",
+            "0.2",
+            f"--pid={self.pgid}",
+            "-F",
+            f"{self.run}/output",
+        ]
+        pending, cut = "", False
+        async with aclosing(self.head.stream(follow, timeout=self.timeout)) as chunks:
+            async for chunk in chunks:
+                pending += chunk
+                *complete, pending = pending.split("\n")
+                for line in complete:
+                    if cut:  # the rest of a line already kept cut short
+                        cut = False
+                        continue
+                    if self._ends(line):
+                        return self._status
+                    self._keep(line)
+                if len(pending) > READ_LINE_CHARS:
+                    if not cut:
+                        self._keep(pending[:READ_LINE_CHARS])
+                    pending, cut = "", True
+        if pending and not cut and not self._ends(pending):
+            self._keep(pending)
+        return self._status if self._status is not None else await self._exit_status()
+
+    def _ends(self, line: str) -> bool:
+        """Whether `line` holds the wrapper's end mark (after the script's last words when they
+        ended without a newline): the exit status is taken from it."""
+        at = line.find(self._mark)
+        if at < 0:
+            return False
+        if line[:at]:
+            self._keep(line[:at])
+        status = line[at + len(self._mark) :].strip()
+        self._status = int(status) if status.lstrip("-").isdigit() else None
+        return True
+
+    def _keep(self, raw: str) -> None:
+        line = self.secrets.redact(clean_line(raw.removesuffix("\r")))
+        self.lines.append(line)
+        self.total_lines += 1
+        self._on_line(line)
+
+    async def _exit_status(self) -> int | None:
+        try:
+            text = await self.head.read_file(f"{self.run}/status", timeout=self.timeout)
+        except FileUnreadable:
+            return None
+        return int(text.strip()) if text.strip().lstrip("-").isdigit() else None
+
+    async def stop(self) -> str:
+        """Stop the script's process group (SIGTERM, SIGKILL after the grace); what was done."""
+        if self.pgid is None:
+            return "the launcher was not started"
+        done = await stop_group(self.head, self.run, self.pgid, self.timeout, self.grace_s)
+        return done or f"the launcher's process group {self.pgid} had already ended"
+
+
+async def stop_launcher(config: ClusterConfig, head: NodeConnection, home: str) -> str | None:
+    """Stop a launcher of this cluster still running on the head (`down`); what was done, or
+    None when none runs."""
+    run = run_folder(config, home)
+    timeout = config.timeouts.launcher
+    try:
+        text = await head.read_file(f"{run}/pgid", timeout=timeout)
+    except FileUnreadable:
+        return None
+    if not text.strip().isdigit():
+        return None
+    return await stop_group(head, run, int(text.strip()), timeout, config.timeouts.down / 2)
+
+
+async def stop_group(
+    node: NodeConnection, run: str, pgid: int, timeout: float, grace_s: float
+) -> str | None:
+    """SIGTERM to process group `pgid` if its leader is still our wrapper of `run` (a recorded id
+    the system gave to another process since is left alone), SIGKILL to what is left after
+    `grace_s`; what was done, None when it had already ended."""
+    if not await _is_ours(node, run, pgid, timeout):
+        return None
+    await node.run(["kill", "-TERM", "--", f"-{pgid}"], timeout=timeout)
+    how = "SIGTERM"
+    if not await _ended(node, pgid, timeout, grace_s):
+        await node.run(["kill", "-KILL", "--", f"-{pgid}"], timeout=timeout)
+        how = f"SIGTERM, then SIGKILL after {grace_s:g} s"
+        if not await _ended(node, pgid, timeout, grace_s):
+            raise NodeError(
+                node.name,
+                f"the launcher's process group {pgid} outlived SIGKILL",
+                f"look for it with `ps -o pid,stat,args -g {pgid}` on {node.name}",
+            )
+    await node.run(["rm", "-f", f"{run}/pgid"], timeout=timeout)
+    return f"stopped the launcher's process group {pgid} on {node.name} ({how})"
+
+
+async def _is_ours(node: NodeConnection, run: str, pgid: int, timeout: float) -> bool:
+    try:
+        cmdline = await node.read_file(f"/proc/{pgid}/cmdline", timeout=timeout)
+    except FileUnreadable:
+        return False
+    return run in cmdline.split("\x00")
+
+
+async def _ended(node: NodeConnection, pgid: int, timeout: float, within_s: float) -> bool:
+    """Whether no live process of group `pgid` is left (a zombie waiting for init to reap it
+    is dead), asked until `within_s` has passed."""
+    delay = STOP_POLL_FIRST_S
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        listing = await node.run(["ps", "-A", "-o", "pgid=,stat="], timeout=timeout)
+        if not listing.ok:
+            raise NodeError(
+                node.name,
+                f"`ps` failed (exit {listing.exit_status}): {listing.stderr.strip()[:200]}",
+                f"check that procps is installed on {node.name}",
+            )
+        if not live_in_group(listing.stdout, pgid):
+            return True
+        if loop.time() + delay > deadline:
+            return False
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, STOP_POLL_MAX_S)
+
+
+def live_in_group(ps_output: str, pgid: int) -> bool:
+    """Whether `ps -A -o pgid=,stat=` lists a process of group `pgid` that is not a zombie."""
+    for line in ps_output.splitlines():
+        group, _, state = line.strip().partition(" ")
+        if group == str(pgid) and not state.strip().startswith("Z"):
+            return True
+    return False
+
+
+def _expand_home(path: str, home: str) -> str:
+    return home.rstrip("/") + path[1:] if path.startswith("~") else path

@@ -1,0 +1,81 @@
+"""`/spark up RECIPE` with the operator's own launcher, through Bolt's real client on the Slack
+stand-in: the same checklist and a reply per checkpoint as spark-bot's own launch, then a `down`
+whose question says it removes what the script started."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.checkpoints import launch_plan
+from cluster.config import Secrets
+from cluster.controller import Controller
+from tests.bot.helpers import (
+    ALICE,
+    CH,
+    attachment_text,
+    block_text,
+    checkpoint_header,
+    containers_present,
+    header,
+    settings,
+    slack_bot,
+)
+from tests.controller.helpers import collect
+from tests.controller.test_launcher_lab import RECIPE, script_cluster
+
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
+
+
+async def test_a_launcher_recipe_through_slack_same_checkpoints_then_down_says_what_it_removes(
+    slack, lab, tmp_path
+):
+    """vLLM started detached by the script, its output in the container's log; the script
+    exits 0 while vLLM loads (no failure)."""
+    launched = script_cluster(lab, "-d")
+    cluster = launched.model_copy(  # the config as the bot holds it: the recipe not yet chosen
+        update={
+            "recipe": None,
+            "launcher": None,
+            "container": launched.container.model_copy(update={"name": "vllm_lab"}),
+        }
+    )
+    await collect(Controller(cluster, Secrets({})).down())
+    plan = launch_plan(launched)
+    try:
+        async with slack_bot(slack, cluster, settings(tmp_path)):
+            await slack.send_slash_command(ALICE, CH, f"up {RECIPE}")
+            ready = await slack.wait_for(
+                lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 90
+            )
+            parent_ts = ready.params["thread_ts"]
+            await slack.wait_until(
+                lambda: "Ready" in attachment_text(slack.message(CH, parent_ts)), 10
+            )
+            replies = [
+                c for c in slack.calls("chat.postMessage") if c.params.get("thread_ts") == parent_ts
+            ]
+            assert [checkpoint_header(r) for r in replies] == [f"✔ {c.title}" for c in plan] + [
+                "✅ Ready"
+            ]
+            parent = slack.message(CH, parent_ts)
+            assert RECIPE in block_text(parent) + attachment_text(parent)
+            titles = [checkpoint_header(r) for r in replies]
+            launcher = replies[titles.index("✔ The operator's launcher runs on the head")]
+            assert "launch-pair.sh" in block_text(launcher)
+            containers = replies[titles.index("✔ Containers started")]
+            assert "started by the launcher" in block_text(containers)
+            assert "```" in block_text(containers), "the script's lines as its log tail"
+
+            await slack.send_slash_command(ALICE, CH, "down")
+            question = await slack.wait_for_call("chat.postEphemeral", 10)
+            asked = block_text(question)
+            assert f"recipe `{RECIPE}`'s launcher" in asked and "`vllm_node` on every node" in asked
+            assert "spark-bot did not start it" in asked
+            ephemeral = slack.ephemerals(ALICE)[-1]
+            await slack.click_button(ALICE, CH, ephemeral["ts"], "spark_confirm")
+            await slack.wait_for(
+                lambda c: c.method == "chat.update" and "Removed 2" in str(c.params), 30
+            )
+        assert await containers_present(launched) == []
+    finally:
+        await collect(Controller(cluster, Secrets({})).down())

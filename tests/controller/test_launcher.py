@@ -1,0 +1,201 @@
+"""The operator's launcher supervised (cluster/launcher.py), on the `local` driver: real
+processes in a real session of their own, a stand-in Docker engine (no container is asked for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import subprocess
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bot.config import load_config
+from cluster.config import ClusterConfig, LauncherConfig, Secrets, Timeouts
+from cluster.launcher import Launcher, live_in_group, stop_launcher
+from cluster.nodes.local import LocalNode
+from tests.controller.helpers import LAB_CONFIG
+from tests.docker_standin import docker_standin, failing
+from tests.local_cluster import local_cluster
+from tests.secrets import HF_TOKEN
+
+
+def cluster(socket: Path, **launcher) -> ClusterConfig:
+    """One local node (the head) running a recipe whose launcher is `launcher`."""
+    base = local_cluster("lab", [socket], timeouts=Timeouts(down=4, launcher=10))
+    return base.model_copy(
+        update={"recipe": "mine", "launcher": LauncherConfig(container="vllm_node", **launcher)}
+    )
+
+
+def script(folder: Path, body: str) -> str:
+    path = folder / "launch.sh"
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@asynccontextmanager
+async def head_node(tmp_path: Path, **launcher):
+    async with docker_standin(tmp_path / "docker.sock", failing) as socket:
+        config = cluster(socket, **launcher)
+        node = await LocalNode.connect(config.head, timeout=5, call_timeout=5)
+        try:
+            yield config, node
+        finally:
+            await node.aclose()
+
+
+def alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` lives (a zombie not yet reaped by init does not)."""
+    listing = subprocess.run(["ps", "-A", "-o", "pgid=,stat="], capture_output=True, text=True)
+    return live_in_group(listing.stdout, pgid)
+
+
+async def test_output_is_followed_kept_bounded_and_redacted_and_the_exit_status_read(tmp_path):
+    command = script(
+        tmp_path,
+        f'echo "in $(pwd) with {{$1}}"\necho "token {HF_TOKEN}"\n'
+        "i=0; while [ $i -lt 50 ]; do echo line $i; i=$((i+1)); done\n"
+        "printf 'no newline at the end'\nexit 3\n",
+    )
+    seen: list[str] = []
+    async with head_node(
+        tmp_path, command=[command, "two words; $(rm -rf /)"], cwd=str(tmp_path), output_lines=10
+    ) as (config, node):
+        launcher = Launcher(
+            config, Secrets({"HF_TOKEN": HF_TOKEN}), node, str(tmp_path), on_line=seen.append
+        )
+        pgid = await launcher.start()
+        assert pgid > 1 and pgid != os.getpgid(0), "a process group of its own"
+        status = await launcher.follow()
+    assert status == 3
+    assert seen[0] == f"in {tmp_path} with {{two words; $(rm -rf /)}}", "one argv word, unquoted"
+    assert HF_TOKEN not in "\n".join(seen) and "token" in seen[1], "redacted as it is read"
+    assert launcher.total_lines == 53 and len(launcher.lines) == 10, "kept: the last 10"
+    assert list(launcher.lines)[-1] == "no newline at the end"
+    run = Path(launcher.run)
+    assert run == tmp_path / ".cache/spark-bot/launcher" / config.name
+    assert (run / "status").read_text().strip() == "3" and not (run / "pgid").exists()
+
+
+async def test_a_missing_folder_or_command_is_its_exit_status_with_the_shells_words(tmp_path):
+    async with head_node(tmp_path, command=["./nowhere.sh"], cwd=str(tmp_path / "gone")) as (
+        config,
+        node,
+    ):
+        launcher = Launcher(config, Secrets({}), node, str(tmp_path))
+        await launcher.start()
+        assert await launcher.follow() == 126
+        assert "gone" in "\n".join(launcher.lines)
+    async with head_node(tmp_path, command=["./nowhere.sh"], cwd=str(tmp_path)) as (config, node):
+        launcher = Launcher(config, Secrets({}), node, str(tmp_path))
+        await launcher.start()
+        assert await launcher.follow() == 127
+
+
+async def test_stop_ends_the_whole_process_group_even_a_child_that_ignores_sigterm(tmp_path):
+    command = script(
+        tmp_path,
+        "sleep 300 &\nsh -c 'trap \"\" TERM; echo trapped; while :; do sleep 1; done' &\nwait\n",
+    )
+    trapped = asyncio.Event()
+    async with head_node(tmp_path, command=[command]) as (config, node):
+        launcher = Launcher(
+            config,
+            Secrets({}),
+            node,
+            str(tmp_path),
+            on_line=lambda line: trapped.set() if line == "trapped" else None,
+        )
+        pgid = await launcher.start()
+        following = asyncio.create_task(launcher.follow())
+        await asyncio.wait_for(trapped.wait(), 10)  # the child that ignores SIGTERM is in place
+        assert alive(pgid)
+        done = await launcher.stop()
+        assert "SIGKILL" in done, done
+        assert not alive(pgid), "no process of the group is left"
+        assert await following is None, "killed: no exit status"
+        assert await stop_launcher(config, node, str(tmp_path)) is None, "nothing left to stop"
+
+
+async def test_down_stops_a_launcher_still_running_and_leaves_another_groups_id_alone(tmp_path):
+    command = script(tmp_path, "echo serving; exec sleep 300\n")
+    async with head_node(tmp_path, command=[command]) as (config, node):
+        launcher = Launcher(config, Secrets({}), node, str(tmp_path))
+        pgid = await launcher.start()
+        done = await stop_launcher(config, node, str(tmp_path))
+        assert done is not None and f"process group {pgid}" in done and not alive(pgid)
+
+        # A stale id (its process gone, the id given to an unrelated group) is not signalled.
+        run = Path(launcher.run)
+        other = await asyncio.create_subprocess_exec("sleep", "30", start_new_session=True)
+        (run / "pgid").write_text(f"{other.pid}\n")
+        assert await stop_launcher(config, node, str(tmp_path)) is None
+        assert alive(other.pid)
+        other.kill()
+        await other.wait()
+
+
+@pytest.mark.parametrize(
+    ("launcher", "problem"),
+    [
+        ({"command": "./launch.sh -d", "container": "vllm_node"}, "launcher.command"),
+        ({"command": [], "container": "vllm_node"}, "launcher.command"),
+        ({"command": ["./launch.sh", "a\nb"], "container": "vllm_node"}, "launcher.command.1"),
+        ({"command": ["./launch.sh"], "container": "vllm node"}, "launcher.container"),
+        ({"command": ["./launch.sh"]}, "launcher.container"),
+        ({"command": ["./launch.sh"], "container": "x", "cwd": "rel/dir"}, "launcher.cwd"),
+        ({"command": ["./launch.sh"], "container": "x", "shell": True}, "launcher.shell"),
+        ({"command": ["./l.sh", "-e", f"HF_TOKEN={HF_TOKEN}"], "container": "x"}, "secret"),
+    ],
+)
+def test_a_bad_launcher_is_refused_naming_the_recipe_and_the_field(tmp_path, launcher, problem):
+    data = yaml.safe_load(LAB_CONFIG.read_text())
+    serve = {"model": "org/m", "served_model_name": "m"}
+    data["cluster"]["recipes"] = {"mine": {"serve": serve, "launcher": launcher}}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(Exception) as caught:
+        load_config(path)
+    assert "recipe mine" in str(caught.value) or "recipes.mine" in str(caught.value)
+    assert problem in str(caught.value), str(caught.value)
+    assert HF_TOKEN not in str(caught.value)
+
+
+def test_a_launcher_recipe_names_its_container_and_down_knows_it(tmp_path):
+    data = yaml.safe_load(LAB_CONFIG.read_text())
+    data["cluster"]["recipes"] = {
+        "mine": {
+            "serve": {"model": "org/m"},
+            "launcher": {"command": ["./launch.sh"], "container": "vllm_node"},
+        }
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    base = load_config(path).cluster
+    mine = base.with_recipe("mine")
+    assert base.launcher is None and base.container.name == "vllm_lab"
+    assert mine.launcher is not None and mine.container.name == "vllm_node"
+    assert base.launcher_containers == {"vllm_node": "mine"}
+
+
+def test_the_readmes_example_launcher_recipe_loads(tmp_path):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("```yaml\n# configs/recipes/minimax-m2.5-script.yaml")
+    example = readme[start + len("```yaml\n") : readme.index("```", start + 8)]
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "minimax-m2.5-script.yaml").write_text(example)
+    (tmp_path / "sparks.yaml").write_text(LAB_CONFIG.read_text())
+    config = load_config(tmp_path / "sparks.yaml").cluster.with_recipe("minimax-m2.5-script")
+    assert config.launcher is not None and config.launcher.command[:4] == [
+        "./launch-cluster.sh",
+        "-t",
+        "vllm-node",
+        "--ray",
+    ]
+    assert config.container.name == "vllm_node" and config.serve.served_model_name == "minimax-m2.5"

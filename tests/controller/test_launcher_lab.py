@@ -1,0 +1,189 @@
+"""The operator's own launcher on the lab: `lab/launchers/launch-pair.sh` (a container per node, Ray
+head and worker, `vllm serve` through `docker exec`, its own sleeps and tails) started by `up` on
+the head, proven with the same checkpoints as spark-bot's own launch; a failing one; a cancel."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster.checkpoints import launch_plan
+from cluster.config import ClusterConfig, LauncherConfig, Recipe, Secrets
+from cluster.controller import Controller
+from cluster.events import CheckpointPassed, Failed, Progress, Ready, parse_event
+from cluster.launcher import live_in_group
+from lab.api import LabInfo
+from tests.controller.helpers import LAB_CONFIG, cluster_for, collect
+from tests.controller.test_cli_lab import spark_bot
+from tests.lab.helpers import ssh_to
+
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
+
+LAUNCH_PAIR = Path(__file__).resolve().parents[2] / "lab" / "launchers" / "launch-pair.sh"
+FAST = {"stall": 6, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
+RECIPE = "pair-script"
+
+
+def script_cluster(lab: LabInfo, *options: str, serve_flags: tuple[str, ...] = ()) -> ClusterConfig:
+    """The lab config with a recipe whose launcher is launch-pair.sh, run as an operator would
+    run it on the head (its options, then vLLM's after `--`), then running that recipe."""
+    base = cluster_for(lab, timeouts=FAST)
+    worker = lab.workers[0]
+    serve = base.serve
+    command = [
+        str(LAUNCH_PAIR),
+        "--worker",
+        worker.fabric_ip,  # reached with `ssh` from the head, as on a Spark pair
+        "-t",
+        base.container.image,
+        "--name",
+        "vllm_node",
+        *(w for key, value in base.container.env.items() for w in ("-e", f"{key}={value}")),
+        *(w for m in base.container.mounts for w in ("-v", f"{m.source}:{m.target}")),
+        *options,
+        "--",
+        serve.model,
+        "--served-model-name",
+        str(serve.served_model_name),
+        "--tensor-parallel-size",
+        "2",
+        "--max-model-len",
+        str(serve.max_model_len),
+        "--reasoning-parser",
+        str(serve.reasoning_parser),
+        *serve_flags,
+    ]
+    recipe = Recipe(
+        description="the operator's own script",
+        serve=serve,
+        launcher=LauncherConfig(command=command, cwd="/tmp", container="vllm_node"),
+    )
+    return base.model_copy(update={"recipes": {RECIPE: recipe}}).with_recipe(RECIPE)
+
+
+@pytest.fixture
+async def clean_launcher(lab):
+    """No container of ours nor the script's before and after; the script stopped after."""
+    base = script_cluster(lab)
+    await collect(Controller(base, Secrets({})).down())
+    yield lab
+    await collect(Controller(base, Secrets({})).down())
+
+
+async def group_alive(lab: LabInfo, pgid: int) -> bool:
+    """Whether a process of group `pgid` lives on the head (a zombie the lab's lazy init has
+    not reaped yet does not)."""
+    async with ssh_to(lab, lab.head) as conn:
+        result = await conn.run("ps -A -o pgid=,stat=", check=True)
+    return live_in_group(str(result.stdout), pgid)
+
+
+def passed(events) -> dict[str, CheckpointPassed]:
+    return {e.checkpoint: e for e in events if isinstance(e, CheckpointPassed)}
+
+
+def pgid_of(events) -> int:
+    evidence = passed(events)["launcher"].evidence
+    return int(evidence.split("process group ")[1].split(";")[0])
+
+
+def config_file(lab: LabInfo, folder: Path, *options: str) -> str:
+    """configs/lab.yaml with the launcher recipe in it, as an operator writes it."""
+    data = yaml.safe_load(LAB_CONFIG.read_text())
+    launcher = script_cluster(lab, *options).launcher
+    assert launcher is not None
+    data["cluster"]["timeouts"].update(FAST)
+    data["cluster"]["recipes"] = {
+        RECIPE: {
+            "description": "the operator's own script",
+            "serve": {"model": data["cluster"]["serve"]["model"], "served_model_name": "qwen35"},
+            "launcher": launcher.model_dump(exclude_defaults=True),
+        }
+    }
+    path = folder / "sparks.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+async def test_a_launcher_script_reaches_ready_from_the_cli_with_the_same_checkpoints(
+    clean_launcher, tmp_path
+):
+    """vLLM in the script's foreground: its lines are the script's output, not a container's."""
+    config = config_file(clean_launcher, tmp_path)
+    code, out, _ = await spark_bot("up", "--recipe", RECIPE, "--json", config=config)
+    events = [parse_event(line) for line in out.splitlines()]
+    failures = [e for e in events if isinstance(e, Failed)]
+    assert code == 0 and not failures, failures[0].model_dump_json(indent=1)
+    launched = script_cluster(clean_launcher)
+    plan = [c.id for c in launch_plan(launched)]
+    by_id = passed(events)
+    after_preflight = plan.index("api_port") + 1
+    assert list(by_id) == plan and plan[after_preflight:][:2] == ["launcher", "containers"]
+    assert "launch-pair.sh" in by_id["launcher"].evidence
+    containers = by_id["containers"].evidence
+    assert containers.count("vllm_node") == 2 and "started by the launcher" in containers
+    said = ("Detected head IP", "Starting container", "Starting the Ray", "Ray runtime started.")
+    assert any(line.startswith(said) for line in by_id["containers"].log_tail), "its own lines"
+    assert "2 active node(s)" in by_id["ray_cluster"].evidence
+    assert by_id["weights"].evidence.count("Loading weights took") == 2
+    assert "Application startup complete." in by_id["api_server"].evidence
+    ready = events[-1]
+    assert isinstance(ready, Ready) and ready.recipe == RECIPE and ready.model == "qwen35"
+    assert not [e for e in events if isinstance(e, Progress) and e.phase == "launcher"]
+    pgid = pgid_of(events)
+    assert await group_alive(clean_launcher, pgid), "it serves on in the foreground after Ready"
+    async with ssh_to(clean_launcher, clean_launcher.head) as conn:
+        processes = str((await conn.run("ps -A -o args=", check=True)).stdout)
+    assert f"launcher/{launched.name}/output" not in processes, "its follower ended with `up`"
+
+    code, out, _ = await spark_bot("verify", config=config)  # the recipe found running
+    assert code == 0 and "✔ Containers running on every node" in out, out
+    code, out, _ = await spark_bot("recipes", config=config)
+    assert code == 0 and f"running: {RECIPE}" in out, out
+    code, out, _ = await spark_bot("status", config=config)
+    assert out.count("vllm_node running") == 2 and f"(recipe {RECIPE})" in out, out
+
+    code, out, _ = await spark_bot("down", config=config)
+    assert code == 0 and f"stopped the launcher's process group {pgid}" in out, out
+    assert out.count("removed vllm_node") == 2 and "started by the launcher of recipe" in out
+    assert not await group_alive(clean_launcher, pgid), "down stops the script"
+
+
+async def test_a_launcher_that_fails_gives_its_failure_with_its_lines(clean_launcher):
+    config = script_cluster(clean_launcher, "--gpu-count", "2")
+    events = await collect(Controller(config, Secrets({})).up())
+    failure = events[-1]
+    assert isinstance(failure, Failed) and failure.signature == "launcher_failed", failure
+    assert failure.checkpoint == "containers", "the checkpoint it was waiting for"
+    assert "exited with status 1" in failure.summary and "launch-pair.sh" in failure.summary
+    assert (
+        failure.evidence
+        == f"Usage: {LAUNCH_PAIR} --worker IP [-t image] [--name name] [-e VAR=value] [-v src:dst] [-d] -- MODEL [vllm serve flags]"
+    )
+    assert "Error: Unknown argument: --gpu-count" in failure.log_tail
+    assert "launch-pair.sh" in failure.fix and "cd /tmp" in failure.fix
+
+
+async def test_cancel_mid_launch_stops_the_script_and_leaves_no_container(clean_launcher):
+    config = script_cluster(clean_launcher)
+    controller = Controller(config, Secrets({}))
+    seen: list = []
+
+    async def launch() -> None:
+        async for event in controller.up():
+            seen.append(event)
+            if isinstance(event, CheckpointPassed) and event.checkpoint == "ray_cluster":
+                reached.set()
+
+    reached = asyncio.Event()
+    task = asyncio.create_task(launch())
+    await asyncio.wait_for(reached.wait(), 60)  # the script is serving in the foreground
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not await group_alive(clean_launcher, pgid_of(seen)), "the script's group is gone"
+    [status] = await collect(controller.status())
+    assert not [c for c in status.containers if c.present], status.containers
