@@ -245,7 +245,12 @@ async def test_a_workers_fabric_link_dropped_mid_launch_is_reported_then_a_relau
         "the link went down after Ray had every node"
     )
     assert not any(isinstance(e, Ready) for e in events)
-    assert failed.signature == "fabric_link_down", (failed.signature, failed.summary, failed.evidence, failed.cause)
+    assert failed.signature == "fabric_link_down", (
+        failed.signature,
+        failed.summary,
+        failed.evidence,
+        failed.cause,
+    )
     assert f"the fabric link enp1s0f1np1 on {worker} is down" in failed.summary, failed.summary
     assert "probed after the failure" in failed.evidence, failed.evidence
     assert "sudo ip link set enp1s0f1np1 up" in failed.fix
