@@ -29,7 +29,7 @@ from cluster.launch import Launch, api_base_url
 from cluster.launcher import stop_launcher
 from cluster.memory import nodes_memory
 from cluster.modelsync import ModelSync
-from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster
+from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster, node_home
 from cluster.preflight import Preflight
 from cluster.recipes import recipes_report
 from cluster.reporter import Reporter
@@ -281,8 +281,8 @@ class Controller:
                 )
             head = connection.nodes.get(self.config.head.name)
             if launched and head is not None:
-                home = await head.run(["printenv", "HOME"], timeout=self.config.timeouts.launcher)
-                stopped = await stop_launcher(self.config, head, home.stdout.strip() or "/root")
+                home = await node_home(head, self.config.timeouts.launcher)
+                stopped = await stop_launcher(self.config, head, home)
                 if stopped is not None:
                     yield Progress(
                         elapsed_s=reporter.elapsed(),

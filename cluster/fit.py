@@ -379,13 +379,14 @@ async def read_model_facts(config: ClusterConfig, node: NodeConnection, home: st
     index = await read(files.index_json(), INDEX_READ_BYTES)
     total = parse_index_total(index) if index is not None else None
     if total is None:
-        size = await node.run(["stat", "-L", "-c", "%s", files.single_file()], timeout=timeout)
-        if not size.ok or not size.stdout.strip().isdigit():
+        try:
+            single = await node.read_bytes(files.single_file(), timeout=timeout, offset=0, length=0)
+        except FileUnreadable:
             raise ModelFilesProblem(
                 f"neither {files.index_json()} (with metadata.total_size) nor "
                 f"{files.single_file()} on {node.name}"
-            )
-        total = int(size.stdout.strip())
+            ) from None
+        total = single.size
     return model_facts(parsed, total)
 
 

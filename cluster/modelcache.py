@@ -123,11 +123,6 @@ def hub_model(config: ClusterConfig) -> bool:
     return not config.serve.model.startswith("/")
 
 
-async def node_home(node: NodeConnection, timeout: float) -> str:
-    """The SSH user's home on the node: where a mount's `~` points."""
-    return await node.home_dir(timeout=timeout) or "/root"
-
-
 async def model_on_node(config: ClusterConfig, node: NodeConnection, home: str) -> ModelOnNode:
     """The model's files on `node`, read with bounded reads under `timeouts.preflight` each."""
     timeout, model = config.timeouts.preflight, config.serve.model

@@ -33,8 +33,8 @@ from cluster.failures import (
     MODEL_STILL_INCOMPLETE,
     RSYNC_FAILED,
 )
-from cluster.modelcache import ModelCheck, ModelOnNode, check_model, node_home
-from cluster.nodes import ClusterConnection, CommandResult, NodeConnection
+from cluster.modelcache import ModelCheck, ModelOnNode, check_model
+from cluster.nodes import ClusterConnection, CommandResult, NodeConnection, node_home
 from cluster.preflight import model_failure, reachable
 from cluster.reporter import Reporter
 from cluster.steps import Step, run_steps

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -38,13 +37,11 @@ from cluster.fit import (
     read_model_facts,
 )
 from cluster.interfaces import NodeInterfaces, resolve_interfaces
-from cluster.modelcache import ModelCheck, check_model, node_home
-from cluster.nodes import ClusterConnection, NodeConnection
+from cluster.memory import parse_meminfo
+from cluster.modelcache import ModelCheck, check_model
+from cluster.nodes import ClusterConnection, NodeConnection, node_home
 from cluster.reporter import Reporter
 from cluster.steps import Step, run_steps
-
-_MEM_AVAILABLE = re.compile(r"^MemAvailable:\s+(\d+) kB", re.MULTILINE)
-_MEM_TOTAL = re.compile(r"^MemTotal:\s+(\d+) kB", re.MULTILINE)
 
 
 def reachable(connection: ClusterConnection, reporter: Reporter) -> Event:
@@ -378,10 +375,12 @@ class Preflight:
             node_home(node, config.timeouts.preflight),
         )
         facts.docker_version = f"{version.get('Version')} (API {version.get('ApiVersion')})"
-        match = _MEM_AVAILABLE.search(meminfo)
-        facts.mem_available_gib = int(match[1]) / 1024**2 if match else 0.0
-        total = _MEM_TOTAL.search(meminfo)
-        facts.mem_total_gib = int(total[1]) / 1024**2 if total else 0.0
+        try:
+            total, available = parse_meminfo(meminfo)
+        except ValueError:  # not Linux's /proc/meminfo: the memory check says 0 GiB
+            total = available = 0
+        facts.mem_available_gib = available / 1024**3
+        facts.mem_total_gib = total / 1024**3
         facts.home = home
         facts.image_id = await node.docker.image_id(config.container.image)
         info = await node.docker.find_container(config.container.name)

@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import re
 
 from cluster.config import ClusterConfig
 from cluster.events import RecipesReport, RecipeSummary
 from cluster.fit import ModelFilesProblem, estimate, read_model_facts
 from cluster.inventory import container_state
-from cluster.nodes import ClusterConnection, NodeConnection
+from cluster.memory import MEMINFO, parse_meminfo
+from cluster.nodes import ClusterConnection, NodeConnection, node_home
 from cluster.reporter import Reporter
-
-_MEM_TOTAL = re.compile(r"^MemTotal:\s+(\d+) kB", re.MULTILINE)
 
 
 async def _memory_gib(node: NodeConnection, config: ClusterConfig) -> float:
     if node.config.memory_gib:
         return node.config.memory_gib
-    meminfo = await node.run(["cat", "/proc/meminfo"], timeout=config.timeouts.preflight)
-    match = _MEM_TOTAL.search(meminfo.stdout)
-    return int(match[1]) / 1024**2 if match else 0.0
+    try:
+        total, _ = parse_meminfo(await node.read_file(MEMINFO, timeout=config.timeouts.preflight))
+    except ValueError:
+        return 0.0
+    return total / 1024**3
 
 
 async def _needs(
@@ -58,13 +58,12 @@ async def recipes_report(config: ClusterConfig, connection: ClusterConnection) -
     home = "/root"
     if head is not None:
         nodes = connection.ordered()
-        sizes, state, home_run = await asyncio.gather(
+        sizes, state, home = await asyncio.gather(
             asyncio.gather(*(_memory_gib(n, config) for n in nodes)),
             container_state(head, config.container.name),
-            head.run(["printenv", "HOME"], timeout=timeout),
+            node_home(head, timeout),
         )
         memory = {n.name: size for n, size in zip(nodes, sizes, strict=True)}
-        home = home_run.stdout.strip() or home
         running = state.recipe if state.running else None
         for container, launched in config.launcher_containers.items():  # no label: its name
             if running is None and (await container_state(head, container)).running:

@@ -84,3 +84,8 @@ class NodeConnection(ABC):
     @abstractmethod
     async def aclose(self) -> None:
         """Close the Docker client and the transport."""
+
+
+async def node_home(node: NodeConnection, timeout: float) -> str:
+    """The SSH user's home on the node: where a mount's `~` points (root's when it has none)."""
+    return await node.home_dir(timeout=timeout) or "/root"
