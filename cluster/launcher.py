@@ -18,8 +18,7 @@ from secrets import token_hex
 
 from cluster.config import ClusterConfig, LauncherConfig, Secrets
 from cluster.errors import FileUnreadable, NodeError
-from cluster.logtext import clean_line
-from cluster.monitor import READ_LINE_CHARS
+from cluster.logtext import LineSplitter, clean_line
 from cluster.nodes import NodeConnection
 
 # Per cluster, under the SSH user's home on the head: `output`, `status` and `pgid`.
@@ -110,24 +109,16 @@ class Launcher:
             "-F",
             f"{self.run}/output",
         ]
-        pending, cut = "", False
+        lines = LineSplitter()
         async with aclosing(self.head.stream(follow, timeout=self.timeout)) as chunks:
             async for chunk in chunks:
-                pending += chunk
-                *complete, pending = pending.split("\n")
-                for line in complete:
-                    if cut:  # the rest of a line already kept cut short
-                        cut = False
-                        continue
+                for line in lines.feed(chunk):
                     if self._ends(line):
                         return self._status
                     self._keep(line)
-                if len(pending) > READ_LINE_CHARS:
-                    if not cut:
-                        self._keep(pending[:READ_LINE_CHARS])
-                    pending, cut = "", True
-        if pending and not cut and not self._ends(pending):
-            self._keep(pending)
+        last = lines.end()
+        if last is not None and not self._ends(last):
+            self._keep(last)
         return self._status if self._status is not None else await self._exit_status()
 
     def _ends(self, line: str) -> bool:

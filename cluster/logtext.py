@@ -8,6 +8,7 @@ progress bars, Ray actor prefixes `(RayWorkerWrapper pid=4009, ip=10.0.0.2)`, ra
 - `clean_line` turns a raw line into what a terminal would show (the operator-facing text).
 - `strip_prefixes` removes the wrappers, leaving the message that signatures match.
 - `is_nccl_line` tells NCCL's own output apart (used to recognise an NCCL init hang).
+- `LineSplitter` cuts a stream's chunks into lines of bounded length as they are read.
 
 Pure functions, no I/O.
 """
@@ -16,7 +17,17 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_LINE_CHARS", "clean_line", "is_nccl_line", "ray_repeats", "strip_prefixes"]
+__all__ = [
+    "MAX_LINE_CHARS",
+    "READ_LINE_CHARS",
+    "LineSplitter",
+    "clean_line",
+    "is_nccl_line",
+    "ray_repeats",
+    "strip_prefixes",
+]
+
+READ_LINE_CHARS = 16_384  # of a line without a newline, kept while reading; the rest is skipped
 
 # A log line longer than this is cut: patterns never need more, and a pathological line
 # (a dumped tensor, a base64 blob) must not cost unbounded regex time or memory.
@@ -107,3 +118,35 @@ def is_nccl_line(line: str) -> bool:
     """True for NCCL's own output (`host:pid:tid [0] NCCL INFO ...`, `NET/IB`, `NET/Socket`,
     `ncclCommInitRank`, ...), whatever prefixes wrap it."""
     return bool(_NCCL.search(strip_prefixes(clean_line(line))))
+
+
+class LineSplitter:
+    """A stream's chunks as they come -> its lines, each at most `limit` characters: a longer
+    line is kept cut short and the rest of it skipped, so nothing waiting for a newline grows
+    without bound."""
+
+    def __init__(self, limit: int = READ_LINE_CHARS):
+        self.limit = limit
+        self._pending = ""
+        self._cut = False  # the pending text is the rest of a line already given cut short
+
+    def feed(self, chunk: str) -> list[str]:
+        """The lines `chunk` completes (and a too-long one, cut), in order."""
+        *complete, self._pending = (self._pending + chunk).split("\n")
+        lines = []
+        for line in complete:
+            if self._cut:
+                self._cut = False
+                continue
+            lines.append(line)
+        if len(self._pending) > self.limit:
+            if not self._cut:
+                lines.append(self._pending[: self.limit])
+            self._pending, self._cut = "", True
+        return lines
+
+    def end(self) -> str | None:
+        """The last line, when the stream ended without its newline."""
+        rest = None if self._cut or not self._pending else self._pending
+        self._pending, self._cut = "", False
+        return rest

@@ -21,7 +21,7 @@ from cluster.config import Secrets
 from cluster.errors import ContainerMissing, NodeError
 from cluster.failures import CONTAINER_REMOVED, FOLLOW_LOST, KnownFailure
 from cluster.liveness import ServingHung
-from cluster.logtext import clean_line
+from cluster.logtext import LineSplitter, clean_line
 from cluster.memory import KernelOomKill, MemoryLow
 from cluster.nodes import NodeConnection
 from cluster.timestamps import parse_docker_timestamp
@@ -97,7 +97,6 @@ MonitorItem = (
 _Queued = tuple[str, str, datetime | None]
 
 QUEUED_LINES = 20_000  # lines waiting for the reader (a launch busy posting to chat)
-READ_LINE_CHARS = 16_384  # of a line without a newline, kept while reading; the rest is skipped
 
 
 class ClusterMonitor:
@@ -200,26 +199,17 @@ class ClusterMonitor:
         self, node: NodeConnection, backlog: int | str, since: datetime | None = None
     ) -> None:
         name = self.container_name
-        pending, cut = "", False
+        lines = LineSplitter()
         turns = Turns()
         try:
             stream = node.docker.follow_log(name, backlog=backlog, timestamps=True, since=since)
             async with contextlib.aclosing(stream):
                 async for chunk in stream:
-                    pending += chunk
-                    *lines, pending = pending.split("\n")
-                    for raw in lines:
-                        if cut:  # the rest of a line already published cut short
-                            cut = False
-                            continue
+                    for raw in lines.feed(chunk):
                         self._publish_line(node.name, raw, since)
-                    if len(pending) > READ_LINE_CHARS:
-                        if not cut:
-                            self._publish_line(node.name, pending[:READ_LINE_CHARS])
-                        pending, cut = "", True
                     await turns.give()
-            if pending and not cut:
-                self._publish_line(node.name, pending)
+            if (last := lines.end()) is not None:
+                self._publish_line(node.name, last)
             # The stream ends when the container stops: say how it ended, in case the
             # event stream (subscribed after the start) missed the `die`.
             state = (await node.docker.inspect_container(name))["State"]
