@@ -5,6 +5,7 @@ the head, proven with the same checkpoints as spark-bot's own launch; a failing 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,15 @@ FAST = {"stall": 6, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "a
 RECIPE = "pair-script"
 
 
+def script_on_head(lab: LabInfo) -> str:
+    """launch-pair.sh copied into the head's home, where an operator keeps such a script (the
+    repository may be where the nodes cannot see it: each has its own /tmp); its folder there."""
+    folder = Path(lab.head.home) / "spark-vllm-docker"
+    folder.mkdir(exist_ok=True)
+    shutil.copy2(LAUNCH_PAIR, folder / LAUNCH_PAIR.name)
+    return "/root/spark-vllm-docker"
+
+
 def script_cluster(lab: LabInfo, *options: str, serve_flags: tuple[str, ...] = ()) -> ClusterConfig:
     """The lab config with a recipe whose launcher is launch-pair.sh, run as an operator would
     run it on the head (its options, then vLLM's after `--`), then running that recipe."""
@@ -34,7 +44,7 @@ def script_cluster(lab: LabInfo, *options: str, serve_flags: tuple[str, ...] = (
     worker = lab.workers[0]
     serve = base.serve
     command = [
-        str(LAUNCH_PAIR),
+        "./" + LAUNCH_PAIR.name,
         "--worker",
         worker.fabric_ip,  # reached with `ssh` from the head, as on a Spark pair
         "-t",
@@ -59,7 +69,7 @@ def script_cluster(lab: LabInfo, *options: str, serve_flags: tuple[str, ...] = (
     recipe = Recipe(
         description="the operator's own script",
         serve=serve,
-        launcher=LauncherConfig(command=command, cwd="/tmp", container="vllm_node"),
+        launcher=LauncherConfig(command=command, cwd=script_on_head(lab), container="vllm_node"),
     )
     return base.model_copy(update={"recipes": {RECIPE: recipe}}).with_recipe(RECIPE)
 
@@ -161,10 +171,10 @@ async def test_a_launcher_that_fails_gives_its_failure_with_its_lines(clean_laun
     assert "exited with status 1" in failure.summary and "launch-pair.sh" in failure.summary
     assert (
         failure.evidence
-        == f"Usage: {LAUNCH_PAIR} --worker IP [-t image] [--name name] [-e VAR=value] [-v src:dst] [-d] -- MODEL [vllm serve flags]"
+        == f"Usage: ./{LAUNCH_PAIR.name} --worker IP [-t image] [--name name] [-e VAR=value] [-v src:dst] [-d] -- MODEL [vllm serve flags]"
     )
     assert "Error: Unknown argument: --gpu-count" in failure.log_tail
-    assert "launch-pair.sh" in failure.fix and "cd /tmp" in failure.fix
+    assert "launch-pair.sh" in failure.fix and "cd /root/spark-vllm-docker" in failure.fix
 
 
 async def test_cancel_mid_launch_stops_the_script_and_leaves_no_container(clean_launcher):
