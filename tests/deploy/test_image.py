@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +40,17 @@ def built() -> Iterator[LabInfo]:
         lab = bring_up_lab(nodes=2)
         offline_image.build(T.Node(0))
         yield lab
+
+
+@pytest.fixture
+def project(built: LabInfo) -> Iterator[Path]:
+    """A folder for the deployment's files that node 0's engine sees at the same path (bind
+    sources are resolved by the engine, and each node has a /tmp of its own)."""
+    folder = Path(tempfile.mkdtemp(prefix="spark-bot-deploy-", dir=built.head.home))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _bot_config(lab: LabInfo, slack: SlackStandIn, directory: Path) -> Path:
@@ -85,9 +98,9 @@ async def test_the_image_holds_the_cli_with_its_version_and_every_command(built)
     assert status == 0 and "spark-bot up --config" in out and "/spark bench" in out, out
 
 
-async def test_the_image_runs_as_non_root_and_reports_healthy(built, tmp_path):
+async def test_the_image_runs_as_non_root_and_reports_healthy(built, project):
     async with SlackStandIn(host=built.mgmt_host_ip) as slack:
-        config = _bot_config(built, slack, tmp_path)
+        config = _bot_config(built, slack, project)
         docker = aiodocker.Docker(url=built.head.docker_host)
         events = docker.events.subscribe(filters=json.dumps({"event": ["health_status"]}))
         container = await docker.containers.create(
@@ -150,16 +163,16 @@ def _compose_project(lab: LabInfo, slack: SlackStandIn, project: Path) -> None:
     )
 
 
-async def test_compose_validates_and_its_bot_turns_healthy(built, tmp_path):
+async def test_compose_validates_and_its_bot_turns_healthy(built, project):
     async with SlackStandIn(host=built.mgmt_host_ip) as slack:
-        _compose_project(built, slack, tmp_path)
-        config = _compose(built, tmp_path, "config")
+        _compose_project(built, slack, project)
+        config = _compose(built, project, "config")
         assert config.returncode == 0, config.stderr
         assert "spark-bot-data:/var/lib/spark-bot" in config.stdout.replace(" ", ""), config.stdout
         docker = aiodocker.Docker(url=built.head.docker_host)
         events = docker.events.subscribe(filters=json.dumps({"event": ["health_status"]}))
         try:
-            up = _compose(built, tmp_path, "up", "-d", "--no-build")
+            up = _compose(built, project, "up", "-d", "--no-build")
             assert up.returncode == 0, up.stderr
             health = await _health(
                 docker,
@@ -169,11 +182,11 @@ async def test_compose_validates_and_its_bot_turns_healthy(built, tmp_path):
                     == "sparkbotlab"
                 ),
             )
-            logs = _compose(built, tmp_path, "logs", "--tail", "20").stdout
+            logs = _compose(built, project, "logs", "--tail", "20").stdout
             assert health == "health_status: healthy", logs
             assert slack.calls("apps.connections.open"), "the bot connected through Socket Mode"
         finally:
-            down = _compose(built, tmp_path, "down", "--volumes", "--timeout", "5")
+            down = _compose(built, project, "down", "--volumes", "--timeout", "5")
             await docker.events.stop()
             await docker.close()
         assert down.returncode == 0, down.stderr
