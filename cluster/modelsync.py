@@ -9,10 +9,10 @@ leaves no ref, and the model check (cluster/modelcache.py), like vLLM, finds no 
 rather than a half one. A copy goes on from where an earlier one stopped (`--partial
 --append-verify`: a short file is appended to, then its whole checksum compared). Progress is
 rsync's own (`--info=progress2`, read from its output as it prints it), less what the target
-already had of the files it copies (both sides' file sizes listed once, before). A copy stops when no byte arrives for
-`timeouts.model_stall` (rsync's own `--timeout` too) or when cancelled: rsync runs on a
-terminal, which sshd hangs up (SIGHUP) when the call's channel closes, so it ends with it (a
-command without one would go on copying). The model check runs again at the end; a short
+already had of the files it copies (both sides' file sizes listed once, before). A copy stops
+when no byte arrives for `timeouts.model_stall` (rsync's own `--timeout` too) or when
+cancelled: rsync runs on a terminal, which sshd hangs up (SIGHUP) when the call's channel
+closes, so it ends with it (a command without one would go on copying). The model check runs again at the end; a short
 shard never passes it.
 """
 
