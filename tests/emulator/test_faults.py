@@ -209,7 +209,13 @@ def test_serving_hang_keeps_health_stops_generating_and_freezes_the_metrics(spaw
     p.wait_for("Application startup complete.", 20)
     base = "http://127.0.0.1:%d" % port
     received = []
-    body = {"model": "m", "prompt": "tell me", "max_tokens": 20000, "ignore_eos": True, "stream": True}
+    body = {
+        "model": "m",
+        "prompt": "tell me",
+        "max_tokens": 20000,
+        "ignore_eos": True,
+        "stream": True,
+    }
 
     def stream():
         try:
