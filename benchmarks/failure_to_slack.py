@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -73,16 +74,17 @@ HEALTH_MISSES = 3  # cluster/watch.py's health_failures
 # the serving watch's canary: at most every CANARY_S, and it must answer within CANARY_S
 CANARY_S = 2.0
 HANG_AFTER_S = 12.0  # after the API starts: `up`'s own sample completion (up to ~7 s) is done
-# With traffic: requests running while generated tokens stand still for TOKEN_STALL_S, read every
-# METRICS_S. The canary is set to find the hang sooner if it ran (due 1.5 s after the last
-# advance, given up 1.5 s later): a reply from the token-stall rule shows it was not sent.
-# The lab's pace (TTFT 0.2 s, 100 tok/s): `up`'s sample completion ends about 2 s after the API
-# starts, so the streams run several seconds before the hang on the lab and the embedded cluster.
+# With traffic, at the lab's pace (TTFT 0.2 s, 100 tok/s) on the lab and the embedded cluster
+# alike: `up`'s sample completion ends about 2 s after the API starts, so the STREAMS run
+# several seconds before the hang.
 TRAFFIC_HANG_AFTER_S = 8.0
+STREAMS = 4
+# Requests running while generated tokens stand still for TOKEN_STALL_S, read every METRICS_S.
+# The canary is set to find the hang sooner if it ran (due 1.5 s after the last advance, given
+# up 1.5 s later): a reply from the token-stall rule shows it was not sent.
 TOKEN_STALL_S = 4.0
 METRICS_S = 0.5
 TRAFFIC_CANARY_S = 1.5
-STREAMS = 4
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,7 @@ async def under_traffic(
     if traffic.first_token > scheduled - 1.0:
         raise SystemExit(
             f"the traffic began {traffic.first_token - scheduled:+.1f} s from the hang: it must run "
-            f"a while before it (raise HANG_AFTER_S)"
+            f"a while before it (raise TRAFFIC_HANG_AFTER_S)"
         )
     offset = traffic.last_token - scheduled
     if abs(offset) > 1.0:
@@ -329,6 +331,7 @@ async def run(where: str, runs: int, faults: list[Fault], json_out: Path | None)
                     **{k: v for k, v in figures.items()},
                     **parts_figures(measured),
                     **traffic_figures([m.traffic for m in measured if m.traffic is not None]),
+                    "load_average": os.getloadavg(),
                 },
             )
     print(
