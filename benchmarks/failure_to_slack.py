@@ -4,7 +4,7 @@ thread, through the real bot on the Slack stand-in and the real controller.
 Faults, each on a fresh `/spark up` (after Ready the job watches the cluster):
   worker-killed   the worker's container killed (Docker's kill) while serving: from the kill
   error-line      the emulator's late engine death (`late_engine_death`: the NCCL watchdog line,
-                  then EngineDeadError): from Docker's timestamp of the watchdog line
+                  then EngineDeadError) while serving: from Docker's timestamp of the line
   health-dies     /health dying: the head's `vllm serve` killed, its container left running
                   (Ray; lab only): from the kill; its window is the watch's probe
                   (interval x 3 misses)
@@ -151,7 +151,9 @@ FAULTS = [
     Fault("worker-killed", {}, 0.0, kill_worker),
     Fault(
         "error-line",
-        {"SPARK_EMU_FAULT": "late_engine_death", "SPARK_EMU_FAULT_AFTER_S": "1"},
+        # after Ready, in the watch: 1 s after the API started fell in `up`'s sample completion,
+        # which then failed first ("Sample completion failed", after a probe)
+        {"SPARK_EMU_FAULT": "late_engine_death", "SPARK_EMU_FAULT_AFTER_S": str(HANG_AFTER_S)},
         0.0,
         None,
         watchdog_line,
@@ -235,8 +237,8 @@ async def under_traffic(
 
 @contextmanager
 def probes_timed() -> Iterator[list[tuple[float, float]]]:
-    """When the watch's post-mortem probe of the nodes (run before a symptom is reported) began
-    and ended: the part of a figure that is neither the detection nor Slack."""
+    """When the post-mortem probe of the nodes (run by the launch and the watch before a symptom
+    is reported) began and ended: the part of a figure that is neither the detection nor Slack."""
     spans: list[tuple[float, float]] = []
 
     async def timed(*args: Any, **kwargs: Any) -> Any:
@@ -246,7 +248,8 @@ def probes_timed() -> Iterator[list[tuple[float, float]]]:
         finally:
             spans.append((began, time.time()))
 
-    with mock.patch("cluster.watch.probe", timed):  # as cluster.watch calls it
+    # patched where it is called: the launch's and the watch's own names for it
+    with mock.patch("cluster.launch.probe", timed), mock.patch("cluster.watch.probe", timed):
         yield spans
 
 
