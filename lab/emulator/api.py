@@ -264,10 +264,7 @@ class Engine:
                 "vllm:kv_cache_usage_perc",
                 "gauge",
                 "KV-cache usage. 1 means 100 percent usage.",
-                [
-                    "vllm:kv_cache_usage_perc{%s} %s"
-                    % (lab, repr(r["kv"] / float(self.kv_tokens)))
-                ],
+                ["vllm:kv_cache_usage_perc{%s} %s" % (lab, repr(r["kv"] / float(self.kv_tokens)))],
             )
             metric(
                 "vllm:prompt_tokens_total",
