@@ -370,6 +370,10 @@ async def test_an_unrecognised_death_takes_the_probes_cause_and_fix():
     assert "sudo ip link set enp1s0f1np1 up" in amended.fix
     assert "signature" not in amended.fix.lower(), "no advice to edit the bot's source"
     assert "fabric link: enp1s0f1np1 on" in amended.evidence
+    assert amended.evidence.startswith("probed after the failure:\n  docker: engine answers\n"), (
+        "the findings come first: a long evidence is cut at its end in a chat message"
+    )
+    assert amended.evidence.endswith(failed.evidence)
 
 
 async def test_a_death_the_probe_cannot_explain_says_what_was_ruled_out():
