@@ -38,11 +38,16 @@ from .signing import (
 )
 
 MAX_MESSAGE_TEXT = 40_000
-ACK_TIMEOUT = 3.0
+# Slack shows the user an error for a command not acknowledged within 3 s. That is a speed,
+# measured by benchmarks/command_load.py (`Ack.in_time`), not something a test waits on: a busy
+# machine can hold any process for seconds. A test waits for the ack as an event; one that does
+# not come within ACK_TIMEOUT was lost (AckTimeout).
+SLACK_ACK_DEADLINE = 3.0
+ACK_TIMEOUT = 20.0
 
 
 class AckTimeout(AssertionError):
-    """The app did not acknowledge an envelope in time (Slack shows the user an error)."""
+    """The app did not acknowledge an envelope at all (within `ack_timeout`)."""
 
 
 # --------------------------------------------------------------------------- records
@@ -83,6 +88,11 @@ class Ack:
     latency: float  # seconds from envelope sent to ack received
     connection_id: int
     sent_at: float = 0.0  # time.monotonic() when the envelope was sent
+
+    @property
+    def in_time(self) -> bool:
+        """Within Slack's deadline (else Slack would have shown the user an error)."""
+        return self.latency <= SLACK_ACK_DEADLINE
 
 
 @dataclass
@@ -1122,7 +1132,7 @@ class SlackStandIn:
         timeout: float | None = None,
     ) -> Ack:
         """Deliver a slash command over Socket Mode. Returns the Ack (payload, latency);
-        raises AckTimeout if the app does not ack within 3 s."""
+        raises AckTimeout if the app never acks (`ack_timeout`)."""
         response_url = self._new_response_url(
             kind="slash_commands", channel=channel_id, user=user_id
         )
