@@ -97,7 +97,9 @@ async def test_fifty_commands_from_twenty_users_in_one_second(slack, tmp_path):
 
 
 def test_the_load_benchmark_runs():
-    """benchmarks/command_load.py, shortened to 50 status commands in 2 s, so it cannot rot."""
+    """benchmarks/command_load.py, shortened to 50 status commands in 2 s, so it cannot rot. Its
+    goal (every ack within Slack's 3 s: exit 1 when missed) is the benchmark's verdict on this
+    machine at this moment, not this test's: a run that missed it still ran."""
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "command_load.py"
     done = subprocess.run(
         [sys.executable, str(script), "--seconds", "2", "--status", "50"],
@@ -106,8 +108,15 @@ def test_the_load_benchmark_runs():
         timeout=50,
     )
     out = done.stdout
-    assert done.returncode == 0, done.stderr
+    missed = re.search(r"^goal missed: (\d+) command", out, re.M)
+    assert done.returncode == (1 if missed else 0), done.stderr
     rows = [line for line in out.splitlines() if re.match(r"^(50 mixed|50 status)", line)]
     assert len(rows) == 2, out
+    late = 0
     for row in rows:
-        assert re.search(r"\s50\s+[\d.]+ms\s+[\d.]+ms\s+[\d.]+ms\s+[\d.]+ms\s+[\d.]+s$", row), row
+        figures = re.search(
+            r"\s50\s+[\d.]+ms\s+[\d.]+ms\s+[\d.]+ms\s+(\d+)\s+[\d.]+ms\s+[\d.]+s$", row
+        )
+        assert figures, row
+        late += int(figures[1])
+    assert late == (int(missed[1]) if missed else 0), out
