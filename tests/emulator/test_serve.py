@@ -299,9 +299,9 @@ async def test_streams_are_never_early_and_run_concurrently(spawn):
     none before the profile's schedule, and four streams run at once (the server's own
     num_requests_running), not one after another. The pace itself: the tests above."""
     port = free_port()
-    start(spawn, port)
+    start(spawn, port, env={"SPARK_EMU_PROFILE": "lab"})  # a TTFT long enough to tell apart
     base = "http://127.0.0.1:%d" % port
-    one = truth("fast-test", 1)
+    one = truth("lab", 1)
 
     def body(n):
         return {
