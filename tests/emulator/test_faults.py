@@ -78,7 +78,8 @@ def test_late_engine_death(spawn):
     p = serve(
         spawn,
         "late_engine_death",
-        {"SPARK_EMU_FAULT_AFTER_S": "0.5", "SPARK_EMU_DEAD_LINGER_S": "3"},
+        # dead, /health 500 for 10 s, then exit 1: the window this test must ask /health in
+        {"SPARK_EMU_FAULT_AFTER_S": "0.5", "SPARK_EMU_DEAD_LINGER_S": "10"},
         port,
     )
     p.wait_for("Application startup complete.", 20)
