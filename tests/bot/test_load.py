@@ -105,7 +105,7 @@ def test_the_load_benchmark_runs():
         [sys.executable, str(script), "--seconds", "2", "--status", "50"],
         capture_output=True,
         text=True,
-        timeout=50,
+        timeout=180,  # a hang guard: ~10 s alone, over 50 s at load 17
     )
     out = done.stdout
     missed = re.search(r"^goal missed: (\d+) command", out, re.M)

@@ -93,7 +93,7 @@ def test_late_engine_death(spawn):
     )
     p.wait_for("vllm.v1.engine.exceptions.EngineDeadError", 10)
     assert httpx.get("http://127.0.0.1:%d/health" % port).status_code == 500
-    assert p.wait_exit(15) == 1
+    assert p.wait_exit(30) == 1
     dead_at = next(i for i, text in enumerate(p.lines) if "EngineDeadError" in text)
     answers = [(i, text) for i, text in enumerate(p.lines) if '"GET /health HTTP/1.1"' in text]
     assert answers and all(i > dead_at for i, text in answers if " 500 " in text), (
