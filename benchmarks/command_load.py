@@ -11,7 +11,8 @@ to receiving its ack), the bot's event loop's longest lag, and when the last rep
 
     .venv/bin/python benchmarks/command_load.py [--seconds 60] [--status 1000]
 
-Exits non-zero when a command is not acknowledged within Slack's 3 s.
+Exits 1 when a command is not acknowledged within Slack's 3 s (the table's "over 3 s" column
+counts them): that goal is this benchmark's to check, not a unit test's.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from cluster.events import LogTail
 from tests import secrets
 from tests.bot.helpers import slack_bot
 from tests.handlers.doubles import CH, CLUSTER, Hold, ScriptedControllers, ready, settings
-from tests.slack_standin import Ack, SlackStandIn
+from tests.slack_standin import SLACK_ACK_DEADLINE, Ack, SlackStandIn
 
 T = TypeVar("T")
 USERS = [f"U0LOAD{n:02d}" for n in range(20)]
@@ -150,6 +151,7 @@ class Row:
     commands: int
     seconds: float
     acks: dict[str, float]
+    late: int  # acks over Slack's 3 s (Slack would have shown the user an error)
     loop_lag: float
     last_reply: float  # seconds from the first command sent to the last reply shown
 
@@ -196,7 +198,8 @@ async def scenario(
             last_reply = time.monotonic() - started
         if hold is not None:
             hold.release.set()
-    return Row(name, len(acks), seconds, ack_figures(acks), lag.max, last_reply)
+    late = sum(not ack.in_time for ack in acks)
+    return Row(name, len(acks), seconds, ack_figures(acks), late, lag.max, last_reply)
 
 
 async def run(seconds: float, status_count: int) -> list[Row]:
@@ -236,13 +239,14 @@ async def run(seconds: float, status_count: int) -> list[Row]:
 def table(rows: Sequence[Row]) -> str:
     head = (
         f"{'scenario':<34} {'cmds':>5} {'ack p50':>9} {'ack p99':>9} {'ack max':>9} "
-        f"{'loop lag max':>13} {'last reply':>11}"
+        f"{'over 3 s':>9} {'loop lag max':>13} {'last reply':>11}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r.scenario:<34} {r.commands:>5} {r.acks['p50'] * 1000:>7.1f}ms {r.acks['p99'] * 1000:>7.1f}ms "
-            f"{r.acks['max'] * 1000:>7.1f}ms {r.loop_lag * 1000:>11.1f}ms {r.last_reply:>10.2f}s"
+            f"{r.acks['max'] * 1000:>7.1f}ms {r.late:>9} {r.loop_lag * 1000:>11.1f}ms "
+            f"{r.last_reply:>10.2f}s"
         )
     return "\n".join(lines)
 
@@ -257,9 +261,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    # a command not acknowledged within 3 s raises the stand-in's AckTimeout: no table, exit 1
-    print(table(asyncio.run(run(args.seconds, args.status))))
-    return 0
+    rows = asyncio.run(run(args.seconds, args.status))
+    print(table(rows))
+    late = sum(r.late for r in rows)
+    if late:
+        print(f"goal missed: {late} command(s) acknowledged after Slack's {SLACK_ACK_DEADLINE:g} s")
+    return 1 if late else 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# A guard against a reader that never ends, not a speed: on a loaded machine the interpreter and
+# its imports alone can take tens of seconds to start.
+HANG = 120
 # Prints each line it reads; a ticker on the same loop proves the reads never block it.
 READER = """
 import asyncio
@@ -36,7 +39,7 @@ asyncio.run(main())
 def read_with(stdin) -> list[str]:
     done = subprocess.run(
         [sys.executable, "-c", READER], stdin=stdin, capture_output=True, text=True,
-        cwd=ROOT, timeout=30, check=True,
+        cwd=ROOT, timeout=HANG, check=True,
     )  # fmt: skip
     assert done.stderr == "", done.stderr
     return done.stdout.splitlines()
@@ -60,5 +63,5 @@ def test_a_pipe_gives_its_lines_then_ends_at_eof(text):
         [sys.executable, "-c", READER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         cwd=ROOT,
     )  # fmt: skip
-    out, _ = process.communicate(text, timeout=30)
+    out, _ = process.communicate(text, timeout=HANG)
     assert out.splitlines() == [repr(line) for line in text.splitlines()] + ["END True"]

@@ -70,17 +70,19 @@ async def test_metrics_follow_jobs_failures_the_watch_and_slacks_refusals(slack,
         await lost.reached.wait()  # after Ready the watch started, and reported a node lost
         await bot.dispatcher.idle()
         launched = await scrape(bot)
+        # no latency can be longer than from the earliest line's timestamp to this scrape
+        longest = (datetime.now(UTC) - min(event.logged_at for event in passes)).total_seconds()
         assert (
             value(launched, "spark_bot_jobs_total", cluster=name, kind="up", outcome="succeeded")
             == 1
         )
         assert watch_state(launched) == "monitoring_lost"
         # one latency per checkpoint reply the chat took, each from its line's timestamp (0.2 s
-        # back) to the post: over 0.2 s, and (the stand-in answering on loopback) under 5 s more
+        # back) to the post: over 0.2 s, and within what the test's own clock allows
         count = value(launched, "spark_bot_checkpoint_post_latency_seconds_count", cluster=name)
         total = value(launched, "spark_bot_checkpoint_post_latency_seconds_sum", cluster=name)
         assert count == len(passes)
-        assert 0.2 * count <= total < 5.2 * count
+        assert 0.2 * count <= total <= longest * count
         # every answer Slack gave, as the stand-in recorded them
         for method in ("chat.postMessage", "chat.update", "chat.getPermalink"):
             calls = slack.calls(method)

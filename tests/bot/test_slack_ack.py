@@ -1,7 +1,8 @@
 """Slack wants every command acknowledged within 3 s: the bot acknowledges before it touches its
 database, so another program holding the database delays nothing the user sees first, and a
-command the bot cannot record is answered, never dropped. The Slack stand-in measures the ack;
-the cluster is the handler doubles' (no lab)."""
+command the bot cannot record is answered, never dropped. The tests show the acks come while the
+database is held (the event); how fast they come is benchmarks/command_load.py's figure. The
+cluster is the handler doubles' (no lab)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ async def test_commands_are_acknowledged_while_the_database_is_held_and_run_afte
     bot_settings = settings(tmp_path)
     async with slack_bot(slack, CLUSTER, bot_settings, controllers=controllers):
         with database_held(bot_settings.store.path):
-            # each returns once the bot acknowledged (AckTimeout after 3 s), the database still held
+            # each returns once the bot acknowledged, the database still held (an ack that waited
+            # for it would never come: AckTimeout); Slack's 3 s is benchmarks/command_load.py's
             help_ack = await slack.send_slash_command(ALICE, CH, "help")
             status_ack = await slack.send_slash_command(ALICE, CH, "status")
             verify_ack = await slack.send_slash_command(ALICE, CH, "verify")
@@ -51,7 +53,6 @@ async def test_commands_are_acknowledged_while_the_database_is_held_and_run_afte
         assert cancel_ack.payload["text"].startswith("Nothing to cancel"), (
             "the verify job could not be recorded yet"
         )
-        assert max(a.latency for a in (help_ack, status_ack, verify_ack, cancel_ack)) < 3
 
         await slack.wait_until(
             header_of(slack, "chat.postEphemeral", f"Status of `{CLUSTER.name}`")
@@ -96,7 +97,9 @@ async def test_the_bot_connects_and_acknowledges_while_its_start_up_check_waits_
         await slack.wait_for_connection()
         help_ack = await slack.send_slash_command(ALICE, CH, "help")
         verify_ack = await slack.send_slash_command(ALICE, CH, "verify")
-        assert help_ack.latency < 3 and verify_ack.latency < 3
+        # both acknowledged (else AckTimeout) while the start-up check still waits for the nodes
+        assert help_ack.payload["text"].startswith("/spark: run the vLLM cluster from here")
+        assert verify_ack.payload is None
         assert not slack.calls("chat.postMessage"), (
             "a job waits until the locks of an earlier run are settled"
         )

@@ -73,29 +73,30 @@ async def test_a_dropped_connection_while_commands_are_sent_loses_none_and_runs_
     async with slack_bot(slack, CLUSTER, settings(tmp_path), controllers=controllers):
         first = await slack.wait_for_connection()
 
-        async def drop_then_refresh() -> None:
-            await slack.wait_until(lambda: len(slack.acks) >= 8)
-            await slack.close_connections()  # abrupt: no disconnect message
-            second = await slack.wait_for_connection(2)
-            await slack.wait_until(lambda: len(slack.acks) >= 20)
-            await slack.disconnect(
-                "refresh_requested"
-            )  # Slack's own: a new socket, then the old one goes
-            await slack.wait_for_connection(3)
-            await slack.wait_for_closed(second)
+        # each third of the commands goes out while one socket is the newest: the first while
+        # it is dropped abruptly (no disconnect message), the second on the socket the bot
+        # opened again, the last after Slack's refresh (`disconnect`: a new socket, then the old
+        # one goes); each phase starts on the event that ends the one before
+        async def first_third() -> list:
+            return await send_spread(slack, commands[:10], 0.5)
 
-        dropping = asyncio.create_task(drop_then_refresh())
-        acks = await send_spread(slack, commands, 1.5)
-        await dropping
+        sending = asyncio.create_task(first_third())
+        await slack.wait_until(lambda: len(slack.acks) >= 8)
+        await slack.close_connections()
+        second = await slack.wait_for_connection(2)
+        acks = await sending
+        acks += await send_spread(slack, commands[10:20], 0.5)
+        await slack.disconnect("refresh_requested")
+        await slack.wait_for_connection(3)
+        await slack.wait_for_closed(second)
+        acks += await send_spread(slack, commands[20:], 0.5)
         await slack.wait_until(
-            lambda: [c.operation for c in controllers.calls].count("logs") >= len(commands), 10
+            lambda: [c.operation for c in controllers.calls].count("logs") >= len(commands), 30
         )
     assert first.closed_at is not None and len({a.connection_id for a in acks}) == 3, (
         "sent across three sockets"
     )
-    assert len(acks) == len(commands) and max(a.latency for a in acks) < 3, (
-        "every command acknowledged"
-    )
+    assert len(acks) == len(commands), "every command acknowledged (none lost: no AckTimeout)"
     ran = Counter(call.options["lines"] for call in controllers.calls if call.operation == "logs")
     assert ran == Counter(range(10, 40)), "each command ran exactly once"
     assert not slack.late_acks

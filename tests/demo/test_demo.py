@@ -16,7 +16,9 @@ SPARK_BOT = [sys.executable, "-m", "bot.cli"]
 _WORKDIR = re.compile(r"engine (/tmp/spark-demo-[A-Za-z0-9_]+)/node0/docker\.sock")
 
 
-def demo(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+# A guard against a demo that never ends, not a speed: the tour takes ~45 s at load 8, over 120 s
+# at load 15.
+def demo(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*SPARK_BOT, "demo", *args], capture_output=True, text=True, timeout=timeout
     )

@@ -12,6 +12,8 @@ async with SlackStandIn() as slack:
 
 from .blocks import validate_blocks
 from .server import (
+    ACK_TIMEOUT,
+    SLACK_ACK_DEADLINE,
     Ack,
     AckTimeout,
     Call,
@@ -23,6 +25,8 @@ from .server import (
 from .signing import SignedRequest, build_signed_slash_command, sign_body, slash_command_form
 
 __all__ = [
+    "ACK_TIMEOUT",
+    "SLACK_ACK_DEADLINE",
     "Ack",
     "AckTimeout",
     "Call",

@@ -38,11 +38,19 @@ from .signing import (
 )
 
 MAX_MESSAGE_TEXT = 40_000
-ACK_TIMEOUT = 3.0
+# Slack shows the user an error for a command not acknowledged within 3 s. That is a speed,
+# measured by benchmarks/command_load.py (`Ack.in_time`), not something a test waits on: a busy
+# machine can hold any process for seconds. A test waits for the ack as an event; one that does
+# not come within ACK_TIMEOUT was lost (AckTimeout).
+SLACK_ACK_DEADLINE = 3.0
+ACK_TIMEOUT = 20.0
+# How long a wait for an event (a call, a connection, a condition) lasts before it fails the
+# test: a guard against a hang, not a speed, so it is long enough for a machine under load.
+WAIT_TIMEOUT = 20.0
 
 
 class AckTimeout(AssertionError):
-    """The app did not acknowledge an envelope in time (Slack shows the user an error)."""
+    """The app did not acknowledge an envelope at all (within `ack_timeout`)."""
 
 
 # --------------------------------------------------------------------------- records
@@ -83,6 +91,11 @@ class Ack:
     latency: float  # seconds from envelope sent to ack received
     connection_id: int
     sent_at: float = 0.0  # time.monotonic() when the envelope was sent
+
+    @property
+    def in_time(self) -> bool:
+        """Within Slack's deadline (else Slack would have shown the user an error)."""
+        return self.latency <= SLACK_ACK_DEADLINE
 
 
 @dataclass
@@ -390,7 +403,7 @@ class SlackStandIn:
                 raise TimeoutError(f"timed out after {timeout}s waiting for {what}") from None
         return result[0]
 
-    async def wait_until(self, condition: Callable[[], Any], timeout: float = 5.0) -> Any:
+    async def wait_until(self, condition: Callable[[], Any], timeout: float = WAIT_TIMEOUT) -> Any:
         """Wait (event-driven) until `condition()` returns something truthy; return it.
         Re-evaluated whenever the stand-in records anything (calls, acks, responses, sockets)."""
         return await self._wait(lambda: condition() or None, timeout, "condition")
@@ -398,7 +411,7 @@ class SlackStandIn:
     async def wait_for(
         self,
         predicate: Callable[[Call], bool],
-        timeout: float = 5.0,
+        timeout: float = WAIT_TIMEOUT,
         *,
         after: int = 0,
     ) -> Call:
@@ -413,7 +426,7 @@ class SlackStandIn:
         return await self._wait(find, timeout, "a matching call")
 
     async def wait_for_call(
-        self, method: str, timeout: float = 5.0, *, after: int = 0, **params: Any
+        self, method: str, timeout: float = WAIT_TIMEOUT, *, after: int = 0, **params: Any
     ) -> Call:
         """The first call of `method` whose params include all of `params`."""
         return await self.wait_for(
@@ -422,7 +435,9 @@ class SlackStandIn:
             after=after,
         )
 
-    async def wait_for_calls(self, method: str, count: int, timeout: float = 5.0) -> list[Call]:
+    async def wait_for_calls(
+        self, method: str, count: int, timeout: float = WAIT_TIMEOUT
+    ) -> list[Call]:
         return await self._wait(
             lambda: (lambda cs: cs if len(cs) >= count else None)(self.calls(method)),
             timeout,
@@ -432,7 +447,7 @@ class SlackStandIn:
     async def wait_for_response(
         self,
         predicate: Callable[[ResponseUrlPost], bool] | None = None,
-        timeout: float = 5.0,
+        timeout: float = WAIT_TIMEOUT,
         *,
         after: int = 0,
     ) -> ResponseUrlPost:
@@ -446,7 +461,9 @@ class SlackStandIn:
 
         return await self._wait(find, timeout, "a response_url post")
 
-    async def wait_for_connection(self, count: int = 1, timeout: float = 5.0) -> SocketConnection:
+    async def wait_for_connection(
+        self, count: int = 1, timeout: float = WAIT_TIMEOUT
+    ) -> SocketConnection:
         """Wait until `count` Socket Mode connections have been opened and one is open."""
 
         def find() -> SocketConnection | None:
@@ -458,7 +475,7 @@ class SlackStandIn:
         return await self._wait(find, timeout, f"socket connection #{count}")
 
     async def wait_for_closed(
-        self, conn: SocketConnection, timeout: float = 5.0
+        self, conn: SocketConnection, timeout: float = WAIT_TIMEOUT
     ) -> SocketConnection:
         return await self._wait(
             lambda: conn if conn.closed_at is not None else None, timeout, "connection close"
@@ -1082,7 +1099,7 @@ class SlackStandIn:
         *,
         accepts_response_payload: bool,
         timeout: float | None = None,
-        connect_timeout: float = 5.0,
+        connect_timeout: float = WAIT_TIMEOUT,
     ) -> Ack:
         """Deliver an envelope on the newest open connection; wait for its ack."""
         conn = self._live_connection() or await self.wait_for_connection(1, connect_timeout)
@@ -1122,7 +1139,7 @@ class SlackStandIn:
         timeout: float | None = None,
     ) -> Ack:
         """Deliver a slash command over Socket Mode. Returns the Ack (payload, latency);
-        raises AckTimeout if the app does not ack within 3 s."""
+        raises AckTimeout if the app never acks (`ack_timeout`)."""
         response_url = self._new_response_url(
             kind="slash_commands", channel=channel_id, user=user_id
         )
