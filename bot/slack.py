@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.async_handler import AsyncRetryHandler
@@ -30,6 +29,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.replay import Refusal, ReplayGuard
 from bot.slack_blocks import to_slack
+from bot.socket_mode import SocketModeHandler
 from handlers.chat import Posted
 from handlers.dispatch import Action, Dispatcher, Invocation
 from handlers.errors import ChatError, ChatUnavailable, RateLimited
@@ -254,7 +254,7 @@ class SlackBot:
         )
         self.app_token = app_token
         self.host, self.port = host, port
-        self.socket: AsyncSocketModeHandler | None = None
+        self.socket: SocketModeHandler | None = None
         self._runner: web.AppRunner | None = None
         self._http_ready = False
 
@@ -301,7 +301,8 @@ class SlackBot:
             await self.client.auth_test()  # a bad token fails here, not on the first command
             self._http_ready = True
         else:
-            self.socket = AsyncSocketModeHandler(self.app, self.app_token)
+            assert self.app_token is not None  # required without HTTP (the constructor checks)
+            self.socket = SocketModeHandler(self.app, self.app_token)
             await self.socket.connect_async()
         log.info(
             "spark-bot on Slack (%s), health on :%s/health, metrics on /metrics",

@@ -102,6 +102,30 @@ async def test_a_dropped_connection_while_commands_are_sent_loses_none_and_runs_
     assert not slack.late_acks
 
 
+def logs_ran(controllers: ScriptedControllers) -> list[int]:
+    return [c.options["lines"] for c in controllers.calls if c.operation == "logs"]
+
+
+async def test_an_ack_whose_connection_drops_under_it_goes_out_on_the_next_one(slack, tmp_path):
+    tail = LogTail(
+        elapsed_s=0.0, node=CLUSTER.head.name, container=CLUSTER.container.name, lines=["INFO up"]
+    )
+    controllers = ScriptedControllers(logs=[tail] * 3)
+    async with slack_bot(slack, CLUSTER, settings(tmp_path), controllers=controllers):
+        first = await slack.wait_for_connection()
+        acks = [
+            await slack.send_slash_command(ALICE, CH, f"logs head {n}", drop_after_send=True)
+            for n in (11, 12, 13)
+        ]
+        await slack.wait_until(lambda: len(logs_ran(controllers)) == 3)
+    assert first.closed_at is not None
+    assert [a.connection_id for a in acks] == [c.id for c in slack.connections[1:4]], (
+        "each acknowledged on the connection the bot opened after the one that dropped"
+    )
+    assert logs_ran(controllers) == [11, 12, 13], "each ran once"
+    assert not slack.late_acks
+
+
 async def test_a_bad_gateway_on_the_final_update_still_ends_the_message_green(slack, tmp_path):
     hold = Hold()
     controllers = ScriptedControllers(up=[*launch_passes(), hold, ready()])

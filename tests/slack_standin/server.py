@@ -1100,8 +1100,11 @@ class SlackStandIn:
         accepts_response_payload: bool,
         timeout: float | None = None,
         connect_timeout: float = WAIT_TIMEOUT,
+        drop_after_send: bool = False,
     ) -> Ack:
-        """Deliver an envelope on the newest open connection; wait for its ack."""
+        """Deliver an envelope on the newest open connection; wait for its ack (on any
+        connection, as Slack does). `drop_after_send`: that connection is dropped abruptly
+        right after the envelope, before the app could acknowledge it there."""
         conn = self._live_connection() or await self.wait_for_connection(1, connect_timeout)
         eid = str(uuid.uuid4())
         envelope = {
@@ -1115,6 +1118,8 @@ class SlackStandIn:
         self._pending[eid] = fut
         self._sent_at[eid] = time.monotonic()
         await conn.ws.send_str(json.dumps(envelope))
+        if drop_after_send:
+            await conn.ws.close(code=aiohttp.WSCloseCode.GOING_AWAY)
         limit = self.ack_timeout if timeout is None else timeout
         try:
             return await asyncio.wait_for(asyncio.shield(fut), limit)
@@ -1137,6 +1142,7 @@ class SlackStandIn:
         command: str = "/spark",
         *,
         timeout: float | None = None,
+        drop_after_send: bool = False,
     ) -> Ack:
         """Deliver a slash command over Socket Mode. Returns the Ack (payload, latency);
         raises AckTimeout if the app never acks (`ack_timeout`)."""
@@ -1145,7 +1151,11 @@ class SlackStandIn:
         )
         payload = self._slash_payload(user_id, channel_id, text, command, response_url)
         ack = await self.send_envelope(
-            "slash_commands", payload, accepts_response_payload=True, timeout=timeout
+            "slash_commands",
+            payload,
+            accepts_response_payload=True,
+            timeout=timeout,
+            drop_after_send=drop_after_send,
         )
         self._response_keys[response_url.rsplit("/", 1)[1]]["envelope_id"] = ack.envelope_id
         return ack
