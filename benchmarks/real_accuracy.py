@@ -13,8 +13,9 @@ max_tokens tokens), temperature 0, one request at a time:
   n - 1), `vllm:e2e_request_latency_seconds`, `vllm:request_generation_tokens`
   (vllm/v1/metrics/loggers.py and stats.py of 0.32);
 - vLLM's client: `vllm bench serve --backend openai-chat --endpoint /v1/chat/completions
-  --dataset-name custom` (our prompt, `--skip-chat-template`: the server applies the chat
-  template, as for ours) `--custom-output-len N --ignore-eos --temperature 0
+  --dataset-name sharegpt` (a file of one conversation, our prompt, sent as the user's message:
+  the server applies the chat template, as for ours; the `custom` dataset would need pandas,
+  which the engine's venv lacks) `--sharegpt-output-len N --ignore-eos --temperature 0
   --max-concurrency 1 --num-warmups 1 --save-detailed`, straight to the head's API address.
 
 The first of our runs follows the warm-up with no /metrics read between them, so the paired
@@ -193,8 +194,10 @@ def our_side(report: BenchReport) -> Side:
     return side
 
 
-def dataset_line(prompt: str) -> str:
-    return json.dumps({"prompt": prompt}) + "\n"
+def dataset(prompt: str) -> str:
+    """A ShareGPT file of one conversation: our prompt (the reply's text is not used)."""
+    turns = [{"from": "human", "value": prompt}, {"from": "gpt", "value": "-"}]
+    return json.dumps([{"id": "spark-bot-bench", "conversations": turns}])
 
 
 def vllm_bench_argv(
@@ -221,11 +224,10 @@ def vllm_bench_argv(
         "--tokenizer",
         str(tokenizer),
         "--dataset-name",
-        "custom",
+        "sharegpt",
         "--dataset-path",
         str(dataset),
-        "--skip-chat-template",
-        "--custom-output-len",
+        "--sharegpt-output-len",
         str(max_tokens),
         "--num-prompts",
         str(n),
@@ -264,9 +266,9 @@ async def vllm_bench(
     """vLLM's own client, run once (n requests after a warm-up) against `base_url`."""
     with tempfile.TemporaryDirectory(prefix="vllm-bench-") as tmp:
         folder = Path(tmp)
-        dataset = folder / "prompt.jsonl"
-        dataset.write_text(dataset_line(prompt))  # one prompt, sampled n times
-        argv = vllm_bench_argv(base_url, model, tokenizer, dataset, folder, max_tokens, n)
+        path = folder / "prompt.json"
+        path.write_text(dataset(prompt))  # one prompt, sampled n times
+        argv = vllm_bench_argv(base_url, model, tokenizer, path, folder, max_tokens, n)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": api_key or ""}
         proc = await asyncio.create_subprocess_exec(
             *argv,
