@@ -231,6 +231,7 @@ async def real_async(args: argparse.Namespace) -> int:
     max_tokens, runs = args.max_tokens or 128, args.runs or 10
     if runs < 2:
         raise SystemExit("--runs must be at least 2 on the real engine (run 1 follows the warm-up)")
+    load_before = os.getloadavg()
     async with cluster_on("lab-real", 2, backend=args.backend) as config:
         measured = await real.measure(
             config,
@@ -239,25 +240,59 @@ async def real_async(args: argparse.Namespace) -> int:
             runs=runs,
             with_vllm=not args.no_vllm_bench,
         )
-    ours, server, vllm = measured.ours, measured.server, measured.vllm
-    rows = real.rows(ours, vllm, server, REAL_BOUNDS)
+    load_after = os.getloadavg()
+    ours, server, vllm, engine_vllm = (
+        measured.ours,
+        measured.server,
+        measured.vllm,
+        measured.engine_vllm,
+    )
+    comparison = real.compare(ours, server, vllm, engine_vllm, REAL_BOUNDS)
     check, single = measured.report.metrics_check, measured.report.single
     assert single is not None
+    load = f"{load_before[0]:.1f} before, {load_after[0]:.1f} after (1-minute load average)"
     print(
         f"real engine ({args.backend}, vLLM {measured.ready.vllm_version}), {runs} requests a "
         f"side of {max_tokens} tokens (ignore_eos), prompt {single.runs[0].prompt_tokens} tokens, "
-        f"concurrency 1; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+        f"concurrency 1; load {load}"
     )
     print(f"token cross-check: {check.detail}")
     print(real.noise([s for s in (ours, server, vllm) if s is not None]))
-    print()
-    print(real.table(rows))
+    sections = [
+        (
+            "ours against the engine's own figures for the same requests (runs 2..N)",
+            comparison.same_requests,
+            "spark-bot bench",
+        ),
+        (
+            "ours against vLLM's client, run right after (medians)",
+            comparison.raw,
+            "spark-bot bench",
+        ),
+        (
+            "vLLM's client against the engine's own figures for its requests (means)",
+            comparison.theirs_vs_engine,
+            "vllm bench serve",
+        ),
+        (
+            "checked: ours against vLLM's client with the engine's change of speed between the "
+            "two runs removed (means)",
+            comparison.checked,
+            "spark-bot bench",
+        ),
+    ]
+    for title, rows, first in sections:
+        if rows:
+            print(f"\n{title}:\n")
+            print(real.table(rows, first))
+    rows = comparison.all
     failures = [
         f"{r.figure} against {r.against}: ours {r.ours:.3f}, theirs {r.theirs:.3f}"
         for r in rows
         if not r.ok
     ]
-    counts = {r.tokens for side in (ours, server, vllm) if side for r in side.requests}
+    sides = [s for s in (ours, server, vllm, engine_vllm) if s is not None]
+    counts = {r.tokens for side in sides for r in side.requests}
     if counts != {max_tokens}:
         failures.append(f"tokens per request {sorted(counts)}, expected {max_tokens} everywhere")
     if not check.matches:
@@ -269,9 +304,15 @@ async def real_async(args: argparse.Namespace) -> int:
             "backend": args.backend,
             "max_tokens": max_tokens,
             "runs": runs,
-            "load": os.getloadavg(),
+            "load": [load_before[0], load_after[0]],
             "rows": [
-                {"figure": r.figure, "ours": r.ours, "theirs": r.theirs, "by": r.against}
+                {
+                    "figure": r.figure,
+                    "ours": r.ours,
+                    "theirs": r.theirs,
+                    "by": r.against,
+                    "bound": r.bound,
+                }
                 for r in rows
             ],
             "noise": {

@@ -16,7 +16,7 @@ max_tokens tokens), temperature 0, one request at a time:
   --dataset-name sharegpt` (a file of one conversation, our prompt, sent as the user's message:
   the server applies the chat template, as for ours; the `custom` dataset would need pandas,
   which the engine's venv lacks) `--sharegpt-output-len N --ignore-eos --temperature 0
-  --max-concurrency 1 --num-warmups 1 --save-detailed`, straight to the head's API address.
+  --max-concurrency 1 --num-warmups 0 --save-detailed`, straight to the head's API address.
 
 The first of our runs follows the warm-up with no /metrics read between them, so the paired
 server figures are for runs 2..N.
@@ -89,6 +89,13 @@ class Side:
     def median(self, figure: str) -> float:
         return statistics.median(float(getattr(r, figure)) for r in self.requests)
 
+    def mean_ttft_s(self) -> float:
+        return statistics.fmean(r.ttft_s for r in self.requests)
+
+    def mean_decode_tok_s(self) -> float:
+        """1 / the mean TPOT: what a histogram's sum / count gives."""
+        return 1.0 / statistics.fmean(1.0 / r.decode_tok_s for r in self.requests)
+
     def spread(self, figure: str) -> float:
         """The interquartile range relative to the median: how noisy the figure is."""
         values = [float(getattr(r, figure)) for r in self.requests]
@@ -115,6 +122,17 @@ def one_request(before: dict[str, float], after: dict[str, float]) -> Request:
     return Request(value["ttft_s"], value["e2e_s"], round(value["tokens"]), value["tpot_s"])
 
 
+def many_requests(before: dict[str, float], after: dict[str, float], n: int) -> Side:
+    """The engine's means over the `n` requests it finished between two snapshots, as one
+    request of mean figures (a histogram keeps sums, not each value)."""
+    counts = {after[f"{h}_count"] - before[f"{h}_count"] for h in HISTOGRAMS.values()}
+    if counts != {n}:
+        raise RuntimeError(f"expected {n} requests between two /metrics reads, saw {counts}")
+    mean = {k: (after[f"{h}_sum"] - before[f"{h}_sum"]) / n for k, h in HISTOGRAMS.items()}
+    request = Request(mean["ttft_s"], mean["e2e_s"], round(mean["tokens"]), mean["tpot_s"])
+    return Side("engine /metrics", [request])
+
+
 class ServerView:
     """Reads /metrics straight from the head's API (not through our bench's client)."""
 
@@ -129,16 +147,21 @@ class ServerView:
         response.raise_for_status()
         return snapshot(response.text, self.model)
 
-    async def after_a_run(self, within: float = 10.0) -> None:
-        """Wait for the engine to have recorded the run just finished, then keep its figures
-        (the first call only marks where the next request starts)."""
+    async def finished(self, at_least: float, within: float = 30.0) -> dict[str, float]:
+        """/metrics once the engine has recorded `at_least` finished requests in all."""
         finished = f"{HISTOGRAMS['e2e_s']}_count"
         async with asyncio.timeout(within):
-            while True:
+            while True:  # polled: the engine records a step just after it sends it
                 now = await self.read()
-                if self.last is None or now[finished] > self.last[finished]:
-                    break
-                await asyncio.sleep(0.05)  # the engine records a step after it sends it
+                if now[finished] >= at_least:
+                    return now
+                await asyncio.sleep(0.05)
+
+    async def after_a_run(self) -> None:
+        """Keep the figures of the run just finished (the first call only marks where the
+        next request starts)."""
+        finished = f"{HISTOGRAMS['e2e_s']}_count"
+        now = await self.finished(1 if self.last is None else self.last[finished] + 1)
         if self.last is not None:
             self.requests.append(one_request(self.last, now))
         self.last = now
@@ -232,7 +255,7 @@ def vllm_bench_argv(
         "--num-prompts",
         str(n),
         "--num-warmups",
-        "1",
+        "0",  # the server is warm (our bench ran); the engine's sums then cover its n exactly
         "--max-concurrency",
         "1",
         "--ignore-eos",
@@ -326,7 +349,7 @@ class Row:
     ours: float
     theirs: float
     against: str
-    bound: float | None  # relative; None: reported, not checked
+    bound: float | None = None  # relative; None: reported, not checked
 
     @property
     def error(self) -> float:
@@ -337,55 +360,92 @@ class Row:
         return self.bound is None or abs(self.error) <= self.bound
 
 
-def paired(ours: Side, server: Side, attribute: str) -> float:
-    """The median over requests of (ours - server) / server, each request against itself:
-    ours' runs 2..N against the engine's figures for the same requests."""
-    mine = ours.requests[1:]
-    return statistics.median(
-        (float(getattr(a, attribute)) - float(getattr(b, attribute))) / float(getattr(b, attribute))
-        for a, b in zip(mine, server.requests, strict=True)
+def medians(a: Side, b: Side, requests: slice = slice(None)) -> list[Row]:
+    out = []
+    for f in FIGURES:
+        mine = statistics.median(float(getattr(r, f.attribute)) for r in a.requests[requests])
+        out.append(Row(f.label, mine * f.scale, b.median(f.attribute) * f.scale, b.name))
+    return out
+
+
+def means(a: Side, b: Side, bounds: dict[str, float] | None = None) -> list[Row]:
+    bounds = bounds or {}
+    return [
+        Row(
+            "mean TTFT ms",
+            a.mean_ttft_s() * 1000,
+            b.mean_ttft_s() * 1000,
+            b.name,
+            bounds.get("ttft_s"),
+        ),
+        Row(
+            "decode tok/s (1 / mean TPOT)",
+            a.mean_decode_tok_s(),
+            b.mean_decode_tok_s(),
+            b.name,
+            bounds.get("decode_tok_s"),
+        ),
+    ]
+
+
+def drift_removed(vllm: Side, engine_ours: Side, engine_vllm: Side) -> Side:
+    """vLLM's client's means as they would have been had the engine run as fast as during our
+    bench: its TTFT less the engine's change of TTFT (client and network time add to the
+    engine's), its TPOT scaled by the engine's change of TPOT."""
+    ttft = vllm.mean_ttft_s() - engine_vllm.mean_ttft_s() + engine_ours.mean_ttft_s()
+    tpot = (
+        (1 / vllm.mean_decode_tok_s())
+        * (1 / engine_ours.mean_decode_tok_s())
+        / (1 / engine_vllm.mean_decode_tok_s())
+    )
+    tokens = vllm.requests[0].tokens
+    return Side(
+        "vllm bench serve, the engine's drift removed",
+        [Request(ttft, ttft + tpot * (tokens - 1), tokens, tpot)],
     )
 
 
-def rows(ours: Side, vllm: Side | None, server: Side, bounds: dict[str, float]) -> list[Row]:
-    out = []
-    for f in FIGURES:
-        if vllm is not None:
-            out.append(
-                Row(
-                    f.label,
-                    ours.median(f.attribute) * f.scale,
-                    vllm.median(f.attribute) * f.scale,
-                    vllm.name,
-                    bounds.get(f.attribute),
-                )
-            )
-        out.append(
-            Row(
-                f.label,
-                statistics.median(float(getattr(r, f.attribute)) for r in ours.requests[1:])
-                * f.scale,
-                server.median(f.attribute) * f.scale,
-                "engine /metrics (same requests)",
-                None,
-            )
-        )
-    if vllm is not None and ours.output_tok_s and vllm.output_tok_s:
-        out.append(
+@dataclass
+class Comparison:
+    raw: list[Row]  # ours against vLLM's client: medians, minutes apart
+    same_requests: list[Row]  # ours against the engine's figures of our runs 2..N
+    theirs_vs_engine: list[Row]  # vLLM's client against the engine's figures of its requests
+    checked: list[Row]  # ours against vLLM's client with the engine's drift removed
+
+    @property
+    def all(self) -> list[Row]:
+        return self.raw + self.same_requests + self.theirs_vs_engine + self.checked
+
+
+def compare(
+    ours: Side,
+    server: Side,
+    vllm: Side | None,
+    engine_vllm: Side | None,
+    bounds: dict[str, float],
+) -> Comparison:
+    mine = Side(ours.name, ours.requests[1:])  # the runs the engine's figures are paired with
+    same = medians(mine, server) + means(mine, Side(server.name, server.requests))
+    if vllm is None or engine_vllm is None:
+        return Comparison([], same, [], [])
+    raw = medians(ours, vllm)
+    if ours.output_tok_s and vllm.output_tok_s:
+        raw.append(
             Row(
                 f"output tok/s, {len(ours.requests)} requests one after another",
                 ours.output_tok_s,
                 vllm.output_tok_s,
                 vllm.name,
-                None,
             )
         )
-    return out
+    engine_ours = Side(server.name, server.requests)
+    checked = means(ours, drift_removed(vllm, engine_ours, engine_vllm), bounds)
+    return Comparison(raw, same, means(vllm, engine_vllm), checked)
 
 
-def table(result: list[Row]) -> str:
+def table(result: list[Row], first: str = "spark-bot bench") -> str:
     lines = [
-        "| figure | spark-bot bench | independent | by | difference | bound | |",
+        f"| figure | {first} | independent | by | difference | bound | |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in result:
@@ -427,10 +487,10 @@ def direct_url(config: ClusterConfig) -> str:
 @dataclass
 class Measured:
     ours: Side
-    server: Side
+    server: Side  # the engine's figures of our runs 2..N
     vllm: Side | None
+    engine_vllm: Side | None  # the engine's means over vLLM's client's requests
     report: BenchReport
-    vllm_result: dict[str, Any] | None
     ready: Ready
 
 
@@ -449,21 +509,30 @@ async def measure(
     ready = await launch(controller)
     model = config.serve.api_model_name
     server = ServerView(direct_url(config), model, secrets.api_key)
+    vllm = engine_vllm = None
     try:
         report = await ours(controller, server, max_tokens=max_tokens, runs=runs, prompt=prompt)
+        if with_vllm:
+            before = await server.read()
+            vllm, _ = await vllm_bench(
+                direct_url(config),
+                model,
+                tokenizer_dir(config),
+                max_tokens=max_tokens,
+                n=runs,
+                prompt=prompt,
+                api_key=secrets.api_key,
+            )
+            finished = f"{HISTOGRAMS['e2e_s']}_count"
+            after = await server.finished(before[finished] + runs)
+            engine_vllm = many_requests(before, after, runs)
     finally:
         await server.aclose()
-    vllm = result = None
-    if with_vllm:
-        vllm, result = await vllm_bench(
-            direct_url(config),
-            model,
-            tokenizer_dir(config),
-            max_tokens=max_tokens,
-            n=runs,
-            prompt=prompt,
-            api_key=secrets.api_key,
-        )
     return Measured(
-        our_side(report), Side("engine /metrics", server.requests), vllm, report, result, ready
+        our_side(report),
+        Side("engine /metrics (same requests)", server.requests),
+        vllm,
+        engine_vllm,
+        report,
+        ready,
     )
