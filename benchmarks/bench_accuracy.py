@@ -48,9 +48,17 @@ LEVELS = (1, 2, 4, 8, 32)
 DEPTHS = (1024, 4096, 16384, 32000)  # 32k less the output: the server's max_model_len is 32768
 SINGLE_BOUND = 0.02
 AGGREGATE_BOUND = 0.03
-# The real engine against vLLM's client: two runs of the same requests, minutes apart, on two
-# shared cores (docs/performance.md, "The bench against an independent measurement").
-REAL_BOUNDS = {"decode_tok_s": 0.10, "ttft_s": 0.25}
+# The real engine, where nothing is known beforehand (docs/performance.md, "The bench against
+# an independent measurement", has the runs these come from). Against the engine's own figures
+# for the very same requests, decode tok/s differs by the delivery jitter of two chunks over a
+# ~6 s decode (measured -0.1 to +0.1 %; the empty-delta bug made it +0.8 to +1.3 %). Against
+# vLLM's client, whose requests run minutes later on two shared cores (per-request spread 8-35 %
+# at load 7-17), the engine's change of speed between the two runs is removed with the
+# engine's own figures for each run's requests: decode then agrees within 0.2-0.4 %, so 2 % is
+# generous; TTFT is the engine's plus each client's own path (ours: the SSH forward and the
+# chat template's rendering, as for vLLM's), about 10-25 ms over 80-120 ms, and its mean over
+# 10 requests moves by ~10 % run to run: 25 % is 2.5 of those.
+REAL_BOUNDS = {"paired_decode_tok_s": 0.005, "decode_tok_s": 0.02, "ttft_s": 0.25}
 
 
 @dataclass(frozen=True)

@@ -425,7 +425,9 @@ def compare(
     bounds: dict[str, float],
 ) -> Comparison:
     mine = Side(ours.name, ours.requests[1:])  # the runs the engine's figures are paired with
-    same = medians(mine, server) + means(mine, Side(server.name, server.requests))
+    same = medians(mine, server) + means(
+        mine, Side(server.name, server.requests), {"decode_tok_s": bounds["paired_decode_tok_s"]}
+    )
     if vllm is None or engine_vllm is None:
         return Comparison([], same, [], [])
     raw = medians(ours, vllm)
@@ -507,8 +509,24 @@ async def measure(
     (the caller removes it)."""
     controller = Controller(config, secrets)
     ready = await launch(controller)
+    return await measure_running(
+        controller, ready, max_tokens=max_tokens, runs=runs, with_vllm=with_vllm, prompt=prompt
+    )
+
+
+async def measure_running(
+    controller: Controller,
+    ready: Ready,
+    *,
+    max_tokens: int,
+    runs: int,
+    with_vllm: bool = True,
+    prompt: str = DEFAULT_PROMPT,
+) -> Measured:
+    """Both ways on the server `controller` launched."""
+    config, api_key = controller.config, controller.secrets.api_key
     model = config.serve.api_model_name
-    server = ServerView(direct_url(config), model, secrets.api_key)
+    server = ServerView(direct_url(config), model, api_key)
     vllm = engine_vllm = None
     try:
         report = await ours(controller, server, max_tokens=max_tokens, runs=runs, prompt=prompt)
@@ -521,7 +539,7 @@ async def measure(
                 max_tokens=max_tokens,
                 n=runs,
                 prompt=prompt,
-                api_key=secrets.api_key,
+                api_key=api_key,
             )
             finished = f"{HISTOGRAMS['e2e_s']}_count"
             after = await server.finished(before[finished] + runs)
