@@ -41,8 +41,7 @@ from cluster.bench.server_metrics import sample_sums
 from cluster.config import ClusterConfig, Secrets
 from cluster.controller import Controller
 from cluster.events import BenchResult, Failed, Progress, Ready
-
-VENV = Path("/var/cache/spark-lab/real-engine/venv")
+from lab.real_engine import VENV  # the engine's venv: vLLM's own client is in it
 
 # what the engine records once per request, by our name for it (vLLM 0.32)
 HISTOGRAMS = {
