@@ -440,7 +440,8 @@ def compare(
             )
         )
     engine_ours = Side(server.name, server.requests)
-    checked = means(ours, drift_removed(vllm, engine_ours, engine_vllm), bounds)
+    # ours' runs 2..N: the runs the engine's figures of our side, hence the drift, are from
+    checked = means(mine, drift_removed(vllm, engine_ours, engine_vllm), bounds)
     return Comparison(raw, same, means(vllm, engine_vllm), checked)
 
 
@@ -450,7 +451,7 @@ def table(result: list[Row], first: str = "spark-bot bench") -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in result:
-        bound = "-" if r.bound is None else f"±{r.bound * 100:.0f}%"
+        bound = "-" if r.bound is None else f"±{r.bound * 100:g}%"
         verdict = "" if r.bound is None else ("ok" if r.ok else "MISSED")
         lines.append(
             f"| {r.figure} | {r.ours:.2f} | {r.theirs:.2f} | {r.against} | "
