@@ -22,6 +22,7 @@ from typing import Any
 import aiodocker
 
 from benchmarks.command_load import StandInThread
+from bot.app import settle_heap
 from cluster.config import ClusterConfig, NodeConfig, Secrets
 from cluster.controller import Controller
 from cluster.events import Event
@@ -243,6 +244,7 @@ async def bot_on(
 ) -> AsyncIterator[None]:
     async with slack_bot(side.slack, config, bot, controllers=log.controller):
         await side.call(side.slack.wait_for_connection())
+        settle_heap()  # as `spark-bot run` does once the bot is up
         yield
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -24,6 +25,15 @@ from handlers.store import Store
 def controller_factory(config: SparkBotConfig, environ: Mapping[str, str]) -> ControllerFactory:
     secrets = resolve_secrets(config.cluster, dict(environ))
     return lambda cluster: Controller(cluster, secrets)
+
+
+def settle_heap() -> None:
+    """Move what the running bot was built from (imports, Bolt, the dispatcher: ~140k objects)
+    out of the garbage collector's way. They live as long as the process, yet every full
+    collection scanned them: one took 100 ms of CPU (~300 ms of loop lag on a busy machine)
+    while a log flood made garbage. Frozen, a collection scans only what came after."""
+    gc.collect()
+    gc.freeze()
 
 
 def slack_bot(
@@ -70,6 +80,7 @@ async def run_slack(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await bot.start()
+    settle_heap()
     try:
         await stop.wait()
     finally:
@@ -96,5 +107,6 @@ async def run_console(
         access=Access.for_console(),
     )
     await dispatcher.start()
+    settle_heap()
     await Console(dispatcher, chat, assume_yes=assume_yes).run(lines or stdin_lines())
     return 0

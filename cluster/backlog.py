@@ -2,12 +2,16 @@
 
 Beyond its capacity it sheds the oldest lines that do not matter, keeping the newest and every
 line the reader must see (a checkpoint's line, a failure's line) and every non-line item (a
-container's death); the reader is told how many lines were shed before the next item it gets.
+container's death); the reader is told how many lines were shed: at once the first time, then at
+most every `tell_every_s` while it stays behind (a flood sheds on nearly every read, and a
+report per read would be a flood of its own in the bot's log and the job's progress), and as
+soon as it has caught up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +23,7 @@ T = TypeVar("T")
 
 PLAIN, MATTERS, KEEP = 0, 1, 2  # how readily an item may be shed: first, if it must, never
 _SCAN = 256  # items looked at for a plain one before a line that matters is shed instead
+TELL_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -29,14 +34,23 @@ class Shed:
 
 
 class Backlog(Generic[T]):
-    def __init__(self, capacity: int, *, rank: Callable[[T], int], turn_s: float = TURN_S):
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        rank: Callable[[T], int],
+        turn_s: float = TURN_S,
+        tell_every_s: float = TELL_EVERY_S,
+    ):
         self.capacity = capacity
+        self.tell_every_s = tell_every_s
         self.shed_total = 0
         self._rank = rank
         # (item, rank or None until the backlog sheds and asks): tuples of untracked items are
         # untracked by the garbage collector, which a flood's backlog would otherwise feed
         self._items: deque[tuple[T, int | None]] = deque()
-        self._shed_since_read = 0
+        self._shed_since_read = 0  # shed and not yet told
+        self._told_at = -float("inf")
         self._ready = asyncio.Event()
         self._turns = Turns(turn_s)
 
@@ -56,8 +70,11 @@ class Backlog(Generic[T]):
         while not self._items and not self._shed_since_read:
             self._ready.clear()
             await self._ready.wait()
-        if self._shed_since_read:
+        if self._shed_since_read and (
+            not self._items or time.monotonic() - self._told_at >= self.tell_every_s
+        ):
             shed, self._shed_since_read = Shed(self._shed_since_read), 0
+            self._told_at = time.monotonic()
             return shed
         return self._items.popleft()[0]
 

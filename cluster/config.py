@@ -264,6 +264,13 @@ class LauncherConfig(_Model):
     output_lines: int = Field(
         500, ge=10, le=20_000, description="the script's last lines kept (bounded, redacted)"
     )
+    output_file_bytes: int = Field(
+        64 << 20,
+        ge=4096,
+        le=1 << 40,
+        description="the script's output file on the head is rotated at this size (the one "
+        "before kept as output.1): at most twice this on the head's disk",
+    )
 
     @field_validator("command", mode="before")
     @classmethod

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,9 +284,12 @@ def estimate(
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """Where the model's files are on a node, and the commands that read them (bounded)."""
+    """Where the model's files are on a node, and what of them is already read (preflight's
+    model check reads them first; the fit check then reads only what it still lacks)."""
 
     snapshot: str  # the folder holding config.json, on the node
+    config: Mapping[str, Any] | None = None  # config.json, parsed
+    weights_bytes: int | None = None  # the index's metadata.total_size, or the single file's size
 
     def config_json(self) -> str:
         return f"{self.snapshot}/config.json"
@@ -329,6 +332,11 @@ def parse_index_total(text: str) -> int | None:
     except ValueError:
         match = _TOTAL_SIZE.search(text)
         return int(match[1]) if match else None
+    return index_total(data)
+
+
+def index_total(data: Any) -> int | None:
+    """`metadata.total_size` of a parsed safetensors index."""
     metadata = data.get("metadata") if isinstance(data, dict) else None
     total = metadata.get("total_size") if isinstance(metadata, dict) else None
     return int(total) if isinstance(total, int | float) and total > 0 else None
@@ -339,11 +347,13 @@ CONFIG_READ_BYTES = 262_144
 INDEX_READ_BYTES = 65_536
 
 
-async def read_model_facts(config: ClusterConfig, node: NodeConnection, home: str) -> ModelFacts:
+async def read_model_facts(
+    config: ClusterConfig, node: NodeConnection, home: str, found: ModelFiles | None = None
+) -> ModelFacts:
     """The model's config.json and safetensors index, read from `node`'s Hugging Face cache
-    (the mounted one) with bounded reads; ModelFilesProblem says what is missing."""
+    (the mounted one) with bounded reads; ModelFilesProblem says what is missing. What `found`
+    already holds (preflight's model check read it) is not read again."""
     timeout = config.timeouts.preflight
-    model = config.serve.model
 
     async def read(path: str, limit: int) -> str | None:
         try:
@@ -351,33 +361,22 @@ async def read_model_facts(config: ClusterConfig, node: NodeConnection, home: st
         except FileUnreadable:
             return None
 
-    if model.startswith("/"):
-        snapshot = host_path(config, model, home)
-        if snapshot is None:
-            raise ModelFilesProblem(f"no container mount holds {model}")
-    else:
-        hub = host_path(config, hf_home(config) + "/hub", home)
-        if hub is None:
-            raise ModelFilesProblem(
-                f"no container mount holds the Hugging Face cache ({hf_home(config)})"
-            )
-        repo = f"{hub}/{hub_folder(model)}"
-        ref = (await read(f"{repo}/refs/main", 200) or "").strip()
-        if not _COMMIT.match(ref):
-            raise ModelFilesProblem(f"{model} is not in {hub} on {node.name} ({repo}/refs/main)")
-        snapshot = f"{repo}/snapshots/{ref}"
-    files = ModelFiles(snapshot)
-    text = await read(files.config_json(), CONFIG_READ_BYTES)
-    if text is None:
-        raise ModelFilesProblem(f"no {files.config_json()} on {node.name}")
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        raise ModelFilesProblem(f"{files.config_json()} on {node.name} is not JSON") from None
-    if not isinstance(parsed, dict):
-        raise ModelFilesProblem(f"{files.config_json()} on {node.name} is not a JSON object")
-    index = await read(files.index_json(), INDEX_READ_BYTES)
-    total = parse_index_total(index) if index is not None else None
+    files = found or ModelFiles(await _snapshot(config, node, home, read))
+    parsed = files.config
+    if parsed is None:
+        text = await read(files.config_json(), CONFIG_READ_BYTES)
+        if text is None:
+            raise ModelFilesProblem(f"no {files.config_json()} on {node.name}")
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            raise ModelFilesProblem(f"{files.config_json()} on {node.name} is not JSON") from None
+        if not isinstance(parsed, dict):
+            raise ModelFilesProblem(f"{files.config_json()} on {node.name} is not a JSON object")
+    total = files.weights_bytes
+    if total is None:
+        index = await read(files.index_json(), INDEX_READ_BYTES)
+        total = parse_index_total(index) if index is not None else None
     if total is None:
         try:
             single = await node.read_bytes(files.single_file(), timeout=timeout, offset=0, length=0)
@@ -388,6 +387,31 @@ async def read_model_facts(config: ClusterConfig, node: NodeConnection, home: st
             ) from None
         total = single.size
     return model_facts(parsed, total)
+
+
+async def _snapshot(
+    config: ClusterConfig,
+    node: NodeConnection,
+    home: str,
+    read: Callable[[str, int], Awaitable[str | None]],
+) -> str:
+    """The folder on `node` that holds the model's config.json (a hub model's refs/main)."""
+    model = config.serve.model
+    if model.startswith("/"):
+        snapshot = host_path(config, model, home)
+        if snapshot is None:
+            raise ModelFilesProblem(f"no container mount holds {model}")
+        return snapshot
+    hub = host_path(config, hf_home(config) + "/hub", home)
+    if hub is None:
+        raise ModelFilesProblem(
+            f"no container mount holds the Hugging Face cache ({hf_home(config)})"
+        )
+    repo = f"{hub}/{hub_folder(model)}"
+    ref = (await read(f"{repo}/refs/main", 200) or "").strip()
+    if not _COMMIT.match(ref):
+        raise ModelFilesProblem(f"{model} is not in {hub} on {node.name} ({repo}/refs/main)")
+    return f"{repo}/snapshots/{ref}"
 
 
 class MemoryLogged:

@@ -2,7 +2,8 @@
 
 It runs in a session of its own, detached from the bot's SSH connection (it outlives the bot's
 session as its containers do, and a `down` stops it later), with its output in a file on the
-head that the bot follows (`tail -F`), its exit status written beside it, and its process
+head that the bot follows (`tail -F`; the file is rotated at a bound, so it never grows without
+one), its exit status written beside it, and its process
 group's id recorded so that a cancel or a `down` stops the script and everything it started
 that is still in its group (an `ssh worker ...`, a `sleep`, a foreground `docker exec`).
 """
@@ -25,17 +26,30 @@ from cluster.nodes import NodeConnection
 RUN_FOLDER = ".cache/spark-bot/launcher"
 
 # The program the script runs under: fixed text; the run folder, the folder to run in, the end
-# mark and the script's argv are its positional parameters, never part of the program. It prints
-# its own pid (the id of the new session's process group) before it lets go of the connection,
-# and ends the output with the mark and the script's exit status: the follower knows the end at
-# once (waiting for the wrapper's pid to vanish waits for it to be reaped, which a lazy init
-# does seconds later).
+# mark, the output file's size bound and the script's argv are its positional parameters, never
+# part of the program. It prints its own pid (the id of the new session's process group) before
+# it lets go of the connection, and ends the output with the mark and the script's exit status:
+# the follower knows the end at once (waiting for the wrapper's pid to vanish waits for it to be
+# reaped, which a lazy init does seconds later). The output passes through `head -c` (which
+# reads no byte past its count; unbuffered, it writes what it reads at once), `cap` bytes a
+# file: a full `output`
+# is renamed `output.1` (the one before is dropped) and the next `cap` bytes go to a new
+# `output`, so a script that runs for weeks keeps at most two files' worth on the head; `tail
+# -F` reads the old file to its end, then the new one from its start.
+# Should the writer fail (a full disk), `cat` drains the pipe: the script never meets SIGPIPE.
 WRAPPER = (
-    'run=$1 cwd=$2 mark=$3; shift 3; mkdir -p "$run" || exit 125; rm -f "$run/status"; '
-    'echo $$ >"$run/pgid"; echo $$; exec >"$run/output" 2>&1 </dev/null; '
-    'if cd "$cwd"; then "$@"; status=$?; else status=126; fi; '
-    'echo $status >"$run/status"; rm -f "$run/pgid"; echo "$mark $status"'
+    'run=$1 cwd=$2 mark=$3 cap=$4; shift 4; mkdir -p "$run" || exit 125; '
+    'rm -f "$run/status" "$run/output.1"; : >"$run/output" || exit 125; '
+    'echo $$ >"$run/pgid"; echo $$; exec >/dev/null 2>&1 </dev/null; '
+    '{ if cd "$cwd"; then "$@"; status=$?; else status=126; fi; '
+    'echo $status >"$run/status"; rm -f "$run/pgid"; echo "$mark $status"; } 2>&1 | '
+    '{ while stdbuf -o0 head -c "$cap" >>"$run/output" && '
+    '[ "$(wc -c <"$run/output")" -ge "$cap" ]; do '
+    'mv -f "$run/output" "$run/output.1"; done; cat >/dev/null; }'
 )
+# The follower: `tail -F`, whose words on a rotation ("has been replaced; following new file")
+# would land in the middle of the output over SSH's terminal (one stream), so they are dropped.
+FOLLOWER = 'exec tail "$@" 2>/dev/null'
 STOP_POLL_FIRST_S = 0.05
 STOP_POLL_MAX_S = 1.0
 
@@ -81,7 +95,8 @@ class Launcher:
 
     async def start(self) -> int:
         """Start the script in its own session; its process group's id."""
-        argv = ["setsid", "-f", "sh", "-c", WRAPPER, "sh", self.run, self.cwd, self._mark]
+        cap = str(self.settings.output_file_bytes)
+        argv = ["setsid", "-f", "sh", "-c", WRAPPER, "sh", self.run, self.cwd, self._mark, cap]
         result = await self.head.run([*argv, *self.settings.command], timeout=self.timeout)
         printed = result.stdout.strip()
         if not result.ok or not printed.isdigit():
@@ -100,7 +115,10 @@ class Launcher:
         (None: it was killed before it could say)."""
         assert self.pgid is not None
         follow = [
-            "tail",
+            "sh",
+            "-c",
+            FOLLOWER,
+            "sh",
             "-n",
             "+1",
             "-s",

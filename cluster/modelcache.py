@@ -22,7 +22,7 @@ from typing import Any
 
 from cluster.config import ClusterConfig
 from cluster.errors import FileUnreadable
-from cluster.fit import hf_home, host_path, hub_folder
+from cluster.fit import ModelFiles, hf_home, host_path, hub_folder, index_total
 from cluster.nodes import NodeConnection
 from cluster.transfer import size
 
@@ -67,6 +67,14 @@ class ModelOnNode:
     problem: str | None = None  # what is missing before the shards (snapshot, config, index)
     shards: tuple[Shard, ...] = ()
     weights_checked: bool = True  # False with --load-format dummy: vLLM reads no weights
+    config_json: dict[str, Any] | None = None  # parsed, as read
+    weights_bytes: int | None = None  # the index's metadata.total_size, or the single file's size
+
+    def files(self) -> ModelFiles | None:
+        """What was read, for the fit check to read no file twice; None: nothing was found."""
+        if self.snapshot is None or self.config_json is None:
+            return None
+        return ModelFiles(self.snapshot, self.config_json, self.weights_bytes)
 
     @property
     def complete(self) -> bool:
@@ -149,14 +157,18 @@ async def model_on_node(config: ClusterConfig, node: NodeConnection, home: str) 
         snapshot = f"{repo}/snapshots/{ref.strip()}"
     state = _with(state, repo=repo, snapshot=snapshot)
     config_json = await _read(node, f"{snapshot}/config.json", CONFIG_BYTES, timeout)
-    if config_json is None or not _is_json_object(config_json):
+    parsed = None if config_json is None else _json_object(config_json)
+    if parsed is None:
         what = "missing" if config_json is None else "not complete JSON"
         return _with(state, problem=f"config.json {what} in {snapshot}")
+    state = _with(state, config_json=parsed)
     if load_format(config.serve.extra_args) == "dummy":
         return _with(state, weights_checked=False)
-    names = await _shard_names(node, snapshot, timeout)
-    if isinstance(names, str):
-        return _with(state, problem=names)
+    listed = await _shard_names(node, snapshot, timeout)
+    if isinstance(listed, str):
+        return _with(state, problem=listed)
+    names, weights_bytes = listed
+    state = _with(state, weights_bytes=weights_bytes)
     reads = asyncio.Semaphore(PARALLEL_READS)
 
     async def shard(name: str) -> Shard:
@@ -180,31 +192,38 @@ async def _read(node: NodeConnection, path: str, limit: int, timeout: float) -> 
     return read.data
 
 
-def _is_json_object(data: bytes) -> bool:
+def _json_object(data: bytes) -> dict[str, Any] | None:
     try:
-        return isinstance(json.loads(data), dict)
+        parsed = json.loads(data)
     except ValueError:
-        return False
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
-async def _shard_names(node: NodeConnection, snapshot: str, timeout: float) -> list[str] | str:
-    """The shards the index's weight_map lists (or the single file); a str says what is wrong."""
+async def _shard_names(
+    node: NodeConnection, snapshot: str, timeout: float
+) -> tuple[list[str], int | None] | str:
+    """The shards the index's weight_map lists (or the single file), and the weights' size (the
+    index's total_size, or the single file's); a str says what is wrong."""
     index = await _read(node, f"{snapshot}/{INDEX}", INDEX_BYTES, timeout)
     if index is None:
         try:
-            await node.read_bytes(f"{snapshot}/{SINGLE}", timeout=timeout, offset=0, length=0)
+            single = await node.read_bytes(
+                f"{snapshot}/{SINGLE}", timeout=timeout, offset=0, length=0
+            )
         except FileUnreadable:
             return f"neither {INDEX} nor {SINGLE} in {snapshot}"
-        return [SINGLE]
+        return [SINGLE], single.size
     try:
-        weight_map = json.loads(index)["weight_map"]
+        parsed = json.loads(index)
+        weight_map = parsed["weight_map"]
         names = sorted(set(weight_map.values()))
     except (ValueError, KeyError, TypeError, AttributeError):
         return f"{INDEX} in {snapshot} is not complete JSON with a weight_map"
     strange = [name for name in names if not isinstance(name, str) or not _SHARD_NAME.match(name)]
     if strange or not names:
         return f"{INDEX} in {snapshot} lists no shard or a strange one: {str(strange)[:80]}"
-    return names
+    return names, index_total(parsed)
 
 
 async def _shard(node: NodeConnection, path: str, name: str, timeout: float) -> Shard:

@@ -8,10 +8,11 @@ cache is a proper cache; `refs/main` goes last, in a second pass: a copy that st
 leaves no ref, and the model check (cluster/modelcache.py), like vLLM, finds no model there
 rather than a half one. A copy goes on from where an earlier one stopped (`--partial
 --append-verify`: a short file is appended to, then its whole checksum compared). Progress is
-the target's bytes, read every `report_every_s` (`du`). A copy stops when no byte arrives for
-`timeouts.model_stall` (rsync's own `--timeout` too) or when cancelled: rsync runs on a
-terminal, which sshd hangs up (SIGHUP) when the call's channel closes, so it ends with it (a
-command without one would go on copying). The model check runs again at the end; a short
+rsync's own (`--info=progress2`, read from its output as it prints it), less what the target
+already had of the files it copies (both sides' file sizes listed once, before). A copy stops
+when no byte arrives for `timeouts.model_stall` (rsync's own `--timeout` too) or when
+cancelled: rsync runs on a terminal, which sshd hangs up (SIGHUP) when the call's channel
+closes, so it ends with it (a command without one would go on copying). The model check runs again at the end; a short
 shard never passes it.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,7 @@ from cluster.failures import (
     MODEL_STILL_INCOMPLETE,
     RSYNC_FAILED,
 )
+from cluster.logtext import LineSplitter
 from cluster.modelcache import ModelCheck, ModelOnNode, check_model
 from cluster.nodes import ClusterConnection, CommandResult, NodeConnection, node_home
 from cluster.preflight import model_failure, reachable
@@ -43,6 +45,9 @@ from cluster.transfer import TransferMeter, describe, duration, size
 _BY_ID = {checkpoint.id: checkpoint for checkpoint in SYNC_MODEL}
 _SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/~+-]{1,4000}$")
 RSH = "ssh -o BatchMode=yes -o ConnectTimeout=10"  # never a password prompt; host keys checked
+# The whole copy's progress, a line a second, the file list built first so it is whole, the
+# figures plain digits (no separators, whatever the node's locale).
+RSYNC_PROGRESS = ["--info=progress2", "--no-inc-recursive", "--no-human-readable"]
 COPY_S = 7 * 86_400  # the SSH call's own bound: the stall bound ends a stuck copy long before
 
 
@@ -167,11 +172,12 @@ class ModelSync:
                 f"refusing to copy between {src!r} and {dst!r}: not a plain absolute path",
                 "check the config's mounts and the SSH user's home on each node",
             )
-        total = await _bytes_under(source_node, src, timeout) or None
-        before = await _bytes_under(target_node, dst, timeout)
-        meter = TransferMeter(
-            total - before if total and total > before else None, every_s=self.report_every_s
+        source_files, target_files = await asyncio.gather(
+            file_sizes(source_node, src, timeout), file_sizes(target_node, dst, timeout)
         )
+        passes = [_REFS_LATER, _REFS] if source.repo else [_EVERYTHING]  # refs/main last
+        plans = [plan_copy(source_files, target_files, included) for included, _ in passes]
+        meter = TransferMeter(sum(plan.to_move for plan in plans), every_s=self.report_every_s)
         ssh = target_node.config.ssh
         address = (
             f"{ssh.user}@{target_node.config.fabric_ip}" if ssh else target_node.config.fabric_ip
@@ -180,10 +186,9 @@ class ModelSync:
         if not mkdir.ok:
             return self._rsync_failed(source, target, address, mkdir.exit_status, mkdir.stderr)
         stall = self.config.timeouts.model_stall
-        passes = [["--exclude=/refs/"], []] if source.repo else [[]]  # refs/main last
         copying: asyncio.Task[CommandResult] | None = None
         try:
-            for extra in passes:
+            for (_, extra), plan in zip(passes, plans, strict=True):
                 argv = [
                     "rsync",
                     "--archive",
@@ -192,21 +197,22 @@ class ModelSync:
                     "--protect-args",
                     f"--timeout={int(stall)}",
                     f"--rsh={RSH}",
+                    *RSYNC_PROGRESS,
                     *extra,
                     f"{src}/",
                     f"{address}:{dst}/",
                 ]
-                copying = asyncio.create_task(source_node.run(argv, timeout=COPY_S, hang_up=True))
-                moved, still_since = before, asyncio.get_running_loop().time()
+                position = RsyncPosition()
+                copying = asyncio.create_task(
+                    source_node.run(argv, timeout=COPY_S, hang_up=True, output=position.feed)
+                )
+                seen, counted = 0, 0
+                still_since = asyncio.get_running_loop().time()
                 while not copying.done():
                     await asyncio.wait([copying], timeout=self.report_every_s)
-                    now = await _bytes_under(target_node, dst, timeout)
                     clock = asyncio.get_running_loop().time()
-                    if now > moved:
-                        if meter.add(now - moved) or copying.done():
-                            with suppress(asyncio.QueueFull):
-                                progress.put_nowait(self._progress(target.node, meter.figures()))
-                        moved, still_since = now, clock
+                    if position.bytes > seen:
+                        seen, still_since = position.bytes, clock
                     elif clock - still_since > stall + self.report_every_s and not copying.done():
                         raise NodeError(
                             target.node,
@@ -215,7 +221,12 @@ class ModelSync:
                             "disks; if merely slow, raise timeouts.model_stall; sync-model goes "
                             "on from where it stopped",
                         )
-                before = moved
+                    moved = max(0, seen - plan.already_there)
+                    if moved > counted:
+                        if meter.add(moved - counted) or copying.done():
+                            with suppress(asyncio.QueueFull):
+                                progress.put_nowait(self._progress(target.node, meter.figures()))
+                        counted = moved
                 result = copying.result()
                 if not result.ok:
                     said = result.stderr + result.stdout  # on a terminal: one stream
@@ -279,8 +290,62 @@ class ModelSync:
         )
 
 
-async def _bytes_under(node: NodeConnection, path: str, timeout: float) -> int:
-    """The bytes of the files under `path` on the node (0 when it is not there)."""
-    result = await node.run(["du", "-s", "--bytes", path], timeout=timeout)
-    first = result.stdout.split()[:1]
-    return int(first[0]) if result.ok and first and first[0].isdigit() else 0
+class RsyncPosition:
+    """How far rsync is, from its `--info=progress2` lines as they come (RSYNC_PROGRESS): each
+    starts with the bytes of the files it has handled so far, the current one up to where it
+    is. A file it appends to counts whole, the part already there too; a file it skips (already
+    complete) does not count."""
+
+    _LINE = re.compile(r"^\s*(\d+)\s+\d{1,3}%\s")
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self._lines = LineSplitter(limit=200)
+
+    def feed(self, chunk: str) -> None:
+        for line in self._lines.feed(chunk.replace("\r", "\n")):  # a line a \r, as it redraws
+            match = self._LINE.match(line)
+            if match:
+                self.bytes = max(self.bytes, int(match[1]))
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    """What one rsync pass copies: the bytes it moves, and what the target already has of the
+    files it copies (rsync's position counts those too: --append-verify goes on from there)."""
+
+    to_move: int
+    already_there: int
+
+
+def plan_copy(
+    source: dict[str, int], target: dict[str, int], included: Callable[[str], bool]
+) -> CopyPlan:
+    """The pass over the files `included` says it copies: with --append-verify rsync skips a
+    file the target has at least as long, and appends to a shorter one."""
+    copied = [
+        (size, target.get(path, 0))
+        for path, size in source.items()
+        if included(path) and target.get(path, 0) < size
+    ]
+    return CopyPlan(sum(s - there for s, there in copied), sum(there for _, there in copied))
+
+
+_REFS_LATER: tuple[Callable[[str], bool], list[str]] = (
+    lambda path: not path.startswith("refs/"),
+    ["--exclude=/refs/"],
+)
+_REFS: tuple[Callable[[str], bool], list[str]] = (lambda path: path.startswith("refs/"), [])
+_EVERYTHING: tuple[Callable[[str], bool], list[str]] = (lambda path: True, [])
+
+
+async def file_sizes(node: NodeConnection, path: str, timeout: float) -> dict[str, int]:
+    """The size of each file under `path` on the node, by its path below it (none when `path`
+    is not there); symlinks are not files here, as rsync's progress does not count them."""
+    result = await node.run(["find", path, "-type", "f", "-printf", "%s %P\\0"], timeout=timeout)
+    sizes = {}
+    for entry in result.stdout.split("\0"):
+        length, _, name = entry.partition(" ")
+        if length.isdigit() and name:
+            sizes[name] = int(length)
+    return sizes

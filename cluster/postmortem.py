@@ -30,7 +30,7 @@ from cluster.failures import (
     KERNEL_OOM_KILL,
     NODE_ENGINE_GONE,
     RAY_NODES_MISSING,
-    ROWS_WITHOUT_A_LOG_LINE,
+    ROW_WITHOUT_A_LOG_LINE_BY_ID,
     SERVING_HUNG,
     STALLED,
     UNRECOGNISED,
@@ -104,7 +104,7 @@ def needs_probe(failed: Failed, table: tuple[FailureSignature, ...]) -> bool:
     if failed.signature is None:
         return False
     row: KnownFailure | None = next((r for r in table if r.id == failed.signature), None)
-    row = row or ROWS_WITHOUT_A_LOG_LINE.get(failed.signature)
+    row = row or ROW_WITHOUT_A_LOG_LINE_BY_ID.get(failed.signature)
     return row is not None and row.role == "symptom"
 
 

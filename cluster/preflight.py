@@ -31,6 +31,7 @@ from cluster.fit import (
     KV_BLOCK,
     LOW_HEADROOM,
     Fit,
+    ModelFiles,
     ModelFilesProblem,
     estimate,
     hf_home,
@@ -235,13 +236,21 @@ class Preflight:
     def _memory_gib(self, node: NodeConnection) -> float:
         return node.config.memory_gib or self.facts[node.name].mem_total_gib
 
+    def _head_model_files(self) -> ModelFiles | None:
+        """What the model check read on the head, when it ran and found the files."""
+        head = self.connection.head.name
+        found = next((m for m in self.model.nodes if m.node == head), None) if self.model else None
+        return found.files() if found is not None else None
+
     async def _fits(self) -> AsyncGenerator[Event, None]:
         """The memory arithmetic of one rank on the smallest node, from the model's files in the
         head's Hugging Face cache; files it cannot read make a warning, never a refusal."""
         config, head = self.config, self.connection.head
         smallest = min(self._nodes, key=self._memory_gib)
         try:
-            facts = await read_model_facts(config, head, self.facts[head.name].home)
+            facts = await read_model_facts(
+                config, head, self.facts[head.name].home, self._head_model_files()
+            )
             fit = estimate(facts, config.serve, self._memory_gib(smallest))
         except ModelFilesProblem as problem:
             yield self.reporter.passed(

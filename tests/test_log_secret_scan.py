@@ -35,10 +35,16 @@ def test_clean():
 
 @pytest.mark.leaks_on_purpose  # the inner tests' records reach this test's own scan too
 def test_a_logged_secret_fails_its_test(pytester):
+    # The inner run reads its own folder's config, not the project's: pytest-asyncio warns when
+    # it leaves the loop scope unset.
+    pytester.makepyprojecttoml(
+        '[tool.pytest.ini_options]\nasyncio_default_fixture_loop_scope = "function"\n'
+    )
     pytester.makeconftest("from tests.conftest import no_planted_secret_in_logs  # noqa: F401\n")
     pytester.makepyfile(INNER_TESTS)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=4, errors=3)
+    result.stdout.fnmatch_lines(["asyncio: *asyncio_default_fixture_loop_scope=function*"])
     result.stdout.fnmatch_lines(
         [
             "*ERROR at teardown of test_debug_argument*",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 
 from cluster.config import NodeConfig
@@ -11,6 +11,7 @@ from cluster.nodes.docker_engine import DockerEngine
 
 READ_LIMIT = 32_768  # bytes of a file read on a node: /proc/meminfo is ~1.5 KB
 STREAM_CHUNK = 65_536  # at most this much of a streamed command's output is read at a time
+OUTPUT_TAIL = 4_096  # of a command whose output is handed on as it comes, what the result keeps
 
 
 @dataclass(frozen=True)
@@ -46,13 +47,20 @@ class NodeConnection(ABC):
 
     @abstractmethod
     async def run(
-        self, argv: Sequence[str], *, timeout: float, hang_up: bool = False
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        hang_up: bool = False,
+        output: Callable[[str], None] | None = None,
     ) -> CommandResult:
         """Run a command on the node (not in a container). argv is quoted by the driver.
         NodeTimedOut after `timeout`; NodeUnreachable when it cannot run at all. `hang_up`: the
         command ends (SIGHUP) when the call is cancelled or times out, also one that writes
         nothing (over SSH: it runs on a terminal, and sshd hangs it up when the channel closes;
-        its stderr then comes in stdout)."""
+        its stderr then comes in stdout). `output`: stdout is handed to it chunk by chunk as
+        the command prints it, and the result keeps only its last OUTPUT_TAIL characters (and
+        stderr's)."""
 
     @abstractmethod
     def stream(self, argv: Sequence[str], *, timeout: float) -> AsyncGenerator[str, None]:

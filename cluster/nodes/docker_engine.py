@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 
 import aiodocker
 import aiohttp
-from aiodocker.multiplexed import multiplexed_result_stream
 
 from cluster.config import NodeConfig
 from cluster.errors import ContainerMissing, ImageMissing, NodeError
+from cluster.nodes.docker_stream import log_texts
 from cluster.nodes.seam import docker_errors, opening_engine
 
 R = TypeVar("R")
@@ -256,7 +256,7 @@ class DockerEngine:
                 },
             )
             try:
-                stream = multiplexed_result_stream(response, is_tty=bool(info["Config"].get("Tty")))
+                stream = log_texts(response, tty=bool(info["Config"].get("Tty")))
                 async with aclosing(stream):
                     async for chunk in stream:
                         yield chunk

@@ -6,10 +6,11 @@ import asyncio
 import codecs
 import os
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 
 from cluster.config import NodeConfig
 from cluster.nodes.base import (
+    OUTPUT_TAIL,
     READ_LIMIT,
     STREAM_CHUNK,
     CommandResult,
@@ -33,7 +34,12 @@ class LocalNode(NodeConnection):
         return cls(config, docker, time.monotonic() - started)
 
     async def run(
-        self, argv: Sequence[str], *, timeout: float, hang_up: bool = False
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        hang_up: bool = False,
+        output: Callable[[str], None] | None = None,
     ) -> CommandResult:  # a local command never outlives a cancel: it is killed
         env = {**os.environ, **self.config.local_env} if self.config.local_env else None
         with command_errors(self.name, argv, timeout):
@@ -43,18 +49,18 @@ class LocalNode(NodeConnection):
                 )
             except FileNotFoundError:
                 return CommandResult(127, "", f"{argv[0]}: command not found")  # as a shell says it
+            assert process.stdout is not None and process.stderr is not None
             try:
                 async with asyncio.timeout(timeout):
-                    stdout, stderr = await process.communicate()
+                    stdout, stderr = await asyncio.gather(
+                        _tail(process.stdout, output), _tail(process.stderr, None)
+                    )
+                    await process.wait()
             except BaseException:  # a timeout or a cancel: the command must not outlive us
                 process.kill()
                 await process.wait()
                 raise
-        return CommandResult(
-            process.returncode or 0,
-            stdout.decode(errors="replace"),
-            stderr.decode(errors="replace"),
-        )
+        return CommandResult(process.returncode or 0, stdout, stderr)
 
     async def stream(self, argv: Sequence[str], *, timeout: float) -> AsyncGenerator[str, None]:
         env = {**os.environ, **self.config.local_env} if self.config.local_env else None
@@ -93,6 +99,20 @@ class LocalNode(NodeConnection):
 
     async def aclose(self) -> None:
         await self.docker.close()
+
+
+async def _tail(stream: asyncio.StreamReader, output: Callable[[str], None] | None) -> str:
+    """What `stream` says; without `output`, all of it; with it, handed on as it comes, and its
+    last OUTPUT_TAIL characters."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    if output is None:
+        return decoder.decode(await stream.read(), final=True)
+    tail = ""
+    while chunk := await stream.read(STREAM_CHUNK):
+        text = decoder.decode(chunk)
+        output(text)
+        tail = (tail + text)[-OUTPUT_TAIL:]
+    return tail
 
 
 def _read(path: str, limit: int) -> bytes:

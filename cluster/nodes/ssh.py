@@ -7,13 +7,14 @@ import os
 import shlex
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 
 import asyncssh
 
 from cluster.config import NodeConfig
 from cluster.errors import NodeError
 from cluster.nodes.base import (
+    OUTPUT_TAIL,
     READ_LIMIT,
     STREAM_CHUNK,
     CommandResult,
@@ -65,8 +66,15 @@ class SSHNode(NodeConnection):
         return cls(config, docker, time.monotonic() - started, connection, socket_dir)
 
     async def run(
-        self, argv: Sequence[str], *, timeout: float, hang_up: bool = False
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        hang_up: bool = False,
+        output: Callable[[str], None] | None = None,
     ) -> CommandResult:
+        if output is not None:
+            return await self._run_handing_on(argv, timeout, hang_up, output)
         with command_errors(self.name, argv, timeout):
             result = await self.connection.run(
                 shlex.join(argv),
@@ -79,6 +87,24 @@ class SSHNode(NodeConnection):
             _text(result.stdout),
             _text(result.stderr),
         )
+
+    async def _run_handing_on(
+        self, argv: Sequence[str], timeout: float, hang_up: bool, output: Callable[[str], None]
+    ) -> CommandResult:
+        with command_errors(self.name, argv, timeout):
+            async with asyncio.timeout(timeout):
+                process = await self.connection.create_process(
+                    shlex.join(argv), term_type="dumb" if hang_up else None, errors="replace"
+                )
+                try:  # closing the channel hangs up a command on a terminal
+                    stdout, stderr = await asyncio.gather(
+                        _tail(process.stdout, output), _tail(process.stderr, None)
+                    )
+                    completed = await process.wait()
+                finally:
+                    process.close()
+        status = completed.exit_status
+        return CommandResult(status if status is not None else -1, stdout, stderr)
 
     async def stream(self, argv: Sequence[str], *, timeout: float) -> AsyncGenerator[str, None]:
         with command_errors(self.name, argv, timeout):
@@ -216,6 +242,16 @@ def _missing_local_file(config: NodeConfig) -> NodeError | None:
             f"{ssh.host}`, checking the fingerprint) or point ssh.known_hosts at yours",
         )
     return None
+
+
+async def _tail(stream: asyncssh.SSHReader[str], output: Callable[[str], None] | None) -> str:
+    """What `stream` says, handed to `output` as it comes; its last OUTPUT_TAIL characters."""
+    tail = ""
+    while chunk := await stream.read(STREAM_CHUNK):
+        if output is not None:
+            output(chunk)
+        tail = (tail + chunk)[-OUTPUT_TAIL:]
+    return tail
 
 
 def _text(value: str | bytes | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bot.cli import main
 from cluster.controller import Controller
-from tests.handlers.test_sync_model import model_incomplete, sync_passes
+from tests.handlers.remedies import SYNC_MODEL_REMEDY, model_incomplete
 
 CONFIG = "configs/lab.yaml"
 
@@ -30,7 +30,7 @@ def test_preflight_names_the_short_shard_and_the_command_that_fixes_it(monkeypat
 
 def test_sync_model_prints_the_copys_progress_and_the_check_after(monkeypatch, capsys):
 
-    monkeypatch.setattr(Controller, "sync_model", play(sync_passes()))
+    monkeypatch.setattr(Controller, "sync_model", play(SYNC_MODEL_REMEDY.passes()))
     assert main(["sync-model", "--config", CONFIG]) == 0
     out = capsys.readouterr().out
     assert "2.0 GiB of ~8.0 GiB (25%), 1.0 GiB/s, about 6 s left" in out

@@ -57,6 +57,35 @@ async def test_lines_that_matter_go_last_and_deaths_never():
     assert await drain(backlog) == [Shed(2), "died", "checkpoint c", "checkpoint d"]
 
 
+async def test_shedding_is_told_at_once_then_at_most_every_interval_and_when_caught_up():
+    backlog: Backlog[str] = Backlog(10, rank=rank, tell_every_s=3600)
+    for n in range(15):
+        backlog.put(f"line {n}")
+    assert await backlog.get() == Shed(5), "the first shed is told at once"
+    read = []
+    for n in range(15, 45, 2):  # the reader stays behind: two lines come for each it reads
+        backlog.put(f"line {n}")
+        backlog.put(f"line {n + 1}")
+        read.append(await backlog.get())
+    read += await drain(backlog)
+    assert backlog.shed_total == 5 + 16  # two at the first read, then one a read
+    assert not any(isinstance(i, Shed) for i in read[:-1]), "not again within the interval"
+    assert read[-1] == Shed(16), "told, in one, once caught up: nothing shed goes untold"
+    assert read[-11:-1] == [f"line {n}" for n in range(35, 45)]
+
+
+async def test_with_no_interval_every_shed_is_told_before_the_next_item():
+    backlog: Backlog[str] = Backlog(2, rank=rank, tell_every_s=0)
+    for n in range(3):
+        backlog.put(f"line {n}")
+    assert await backlog.get() == Shed(1)
+    assert await backlog.get() == "line 1"
+    backlog.put("line 3")
+    backlog.put("line 4")
+    assert await backlog.get() == Shed(1)
+    assert await drain(backlog) == ["line 3", "line 4"]
+
+
 async def test_a_reader_of_a_full_backlog_lets_the_loop_run_others():
     """With items waiting `get` would never suspend: it gives the loop a turn every `turn_s`
     (here every call), so a flood read in one loop does not stall the bot's other tasks."""

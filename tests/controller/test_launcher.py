@@ -199,3 +199,43 @@ def test_the_readmes_example_launcher_recipe_loads(tmp_path):
         "--ray",
     ]
     assert config.container.name == "vllm_node" and config.serve.served_model_name == "minimax-m2.5"
+
+
+async def test_the_output_file_is_rotated_at_its_bound_and_followed_across(tmp_path):
+    """Five batches of about 3.3 KB through a 4 KiB bound: the file is rotated four times, the
+    follower reads every line in order across each rotation (lines cut by it too), and the head
+    keeps at most two files of 4 KiB. Each batch waits for the follower to have read the one
+    before (a file the test makes), so the test proves the follower, not a race."""
+    batch = 'i=0; while [ $i -lt 150 ]; do echo "line $i of batch $1 ....."; i=$((i+1)); done'
+    command = script(
+        tmp_path,
+        f'for b in 1 2 3 4 5; do\n  set -- $b; {batch}\n  echo "batch $b done"\n'
+        f'  while [ ! -e "{tmp_path}/read-$b" ]; do sleep 0.02; done\ndone\n',
+    )
+    seen: list[str] = []
+
+    def read(line: str) -> None:
+        seen.append(line)
+        if line.startswith("batch ") and line.endswith(" done"):
+            (tmp_path / f"read-{line.split()[1]}").touch()
+
+    async with head_node(tmp_path, command=[command], output_file_bytes=4096) as (config, node):
+        launcher = Launcher(config, Secrets({}), node, str(tmp_path), on_line=read)
+        await launcher.start()
+        try:
+            status = await asyncio.wait_for(launcher.follow(), 30)
+        finally:
+            await launcher.stop()  # a follower lost at a rotation leaves the script waiting
+    assert status == 0
+    expected = [
+        line
+        for b in range(1, 6)
+        for line in [*(f"line {i} of batch {b} ....." for i in range(150)), f"batch {b} done"]
+    ]
+    assert seen == expected
+    run = Path(launcher.run)
+    written = sum(len(line) + 1 for line in expected)
+    assert written > 4 * 4096
+    assert (run / "output").stat().st_size <= 4096
+    assert (run / "output.1").stat().st_size == 4096
+    assert (run / "output").read_bytes().endswith(f"{launcher._mark} 0\n".encode())

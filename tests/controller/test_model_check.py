@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from cluster.checkpoints import BY_ID
 from cluster.config import Mount, NodeConfig
+from cluster.events import CheckpointPassed
 from cluster.modelcache import check_model
+from cluster.nodes.connect import ClusterConnection
 from cluster.nodes.local import LocalNode
-from cluster.preflight import model_failure
+from cluster.preflight import NodeFacts, Preflight, model_failure
 from cluster.reporter import Reporter
 from tests.handlers.doubles import CLUSTER
-from tests.model_cache import cut_short, lay_out_model, safetensors_file
+from tests.model_cache import TINY_CONFIG, cut_short, lay_out_model, safetensors_file
 
 MODEL = CLUSTER.serve.model
 HEAD, WORKER = (node.name for node in CLUSTER.nodes)
@@ -121,3 +126,60 @@ async def test_the_configs_own_hub_setting_wins_and_dummy_weights_are_not_checke
     found = await check(config, tmp_path)
     assert found.complete_everywhere and "weights not checked" in found.evidence()
     assert found.hub_offline() == {} and "as the config sets it" in found.offline_note()
+
+
+class CountingNode(LocalNode):
+    """The local driver, counting the reads of each file."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(NodeConfig(name=name, driver="local", fabric_ip="127.0.0.1"), None, 0.0)  # type: ignore[arg-type]  # no Docker: files only
+        self.reads: Counter[str] = Counter()
+
+    async def read_file(self, path: str, *, timeout: float, limit: int = 32768) -> str:
+        self.reads[Path(path).name] += 1
+        return await super().read_file(path, timeout=timeout, limit=limit)
+
+    async def read_bytes(self, path: str, *, timeout: float, offset: int, length: int):
+        if offset == 0:  # a shard's header is read in two parts: count the file once
+            self.reads[Path(path).name] += 1
+        return await super().read_bytes(path, timeout=timeout, offset=offset, length=length)
+
+
+async def preflight_model_and_fit(config, tmp_path: Path, *, model_check: bool = True):
+    """Preflight's `model` and `fit` steps on counting nodes; the head's counts, and the fit."""
+    head, worker = CountingNode(HEAD), CountingNode(WORKER)
+    preflight = Preflight(
+        config, ClusterConnection(config, {HEAD: head, WORKER: worker}), Reporter()
+    )
+    preflight.facts = {
+        name: NodeFacts(home=str(tmp_path / home), mem_total_gib=121.6)
+        for name, home in ((HEAD, "head"), (WORKER, "worker"))
+    }
+    events = [event async for event in preflight._model()] if model_check else []
+    events += [event async for event in preflight._fits()]
+    assert [type(event) for event in events] == [CheckpointPassed] * len(events), events
+    return head.reads, preflight.fit
+
+
+async def test_the_fit_check_reads_no_file_the_model_check_read(tmp_path):
+    for home in ("head", "worker"):
+        lay_out_model(tmp_path / home / "hf", MODEL, config=TINY_CONFIG, total_size=10**9)
+    reads, fit = await preflight_model_and_fit(cluster(), tmp_path)
+    assert reads["main"] == 1 and reads["config.json"] == 1, reads
+    assert reads["model.safetensors.index.json"] == 1, reads
+    assert fit is not None and fit.weights_gib == pytest.approx(10**9 / 2 / 2**30)
+    alone, fit_alone = await preflight_model_and_fit(cluster(), tmp_path, model_check=False)
+    assert alone == Counter({"main": 1, "config.json": 1, "model.safetensors.index.json": 1})
+    assert fit_alone == fit
+
+
+async def test_with_dummy_weights_the_fit_check_reads_only_the_index(tmp_path):
+    for home in ("head", "worker"):
+        lay_out_model(tmp_path / home / "hf", MODEL, config=TINY_CONFIG, total_size=10**9)
+    config = cluster()
+    config = config.model_copy(
+        update={"serve": config.serve.model_copy(update={"extra_args": ["--load-format=dummy"]})}
+    )
+    reads, fit = await preflight_model_and_fit(config, tmp_path)
+    assert reads == Counter({"main": 1, "config.json": 1, "model.safetensors.index.json": 1})
+    assert fit is not None and fit.weights_gib == pytest.approx(10**9 / 2 / 2**30)

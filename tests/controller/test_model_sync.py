@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+import subprocess
+from collections.abc import Callable, Sequence
 from contextlib import aclosing
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from cluster.config import Mount, NodeConfig
 from cluster.events import CheckpointPassed, Failed, Progress
 from cluster.modelcache import check_model
-from cluster.modelsync import ModelSync
+from cluster.modelsync import RSYNC_PROGRESS, ModelSync, RsyncPosition, file_sizes, plan_copy
 from cluster.nodes import ClusterConnection, CommandResult
 from cluster.nodes.local import LocalNode
 from cluster.reporter import Reporter
@@ -38,7 +39,12 @@ class Node(LocalNode):
         self.hung_up: list[tuple[str, bool]] = []  # (command, asked to end with its call)
 
     async def run(
-        self, argv: Sequence[str], *, timeout: float, hang_up: bool = False
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        hang_up: bool = False,
+        output: Callable[[str], None] | None = None,
     ) -> CommandResult:
         self.ran.append(list(argv))
         self.hung_up.append((argv[0], hang_up))
@@ -51,7 +57,7 @@ class Node(LocalNode):
             if self.bwlimit_kib:
                 local.insert(1, f"--bwlimit={self.bwlimit_kib}")
             argv = [*local, argv[-1].partition(":")[2]]
-        return await super().run(argv, timeout=timeout, hang_up=hang_up)
+        return await super().run(argv, timeout=timeout, hang_up=hang_up, output=output)
 
 
 def cluster():
@@ -97,6 +103,10 @@ async def test_a_worker_without_the_model_gets_the_heads_copy_in_the_hub_layout(
     assert ("rsync", True) in head.hung_up, "a cancelled copy must not outlive its channel"
     assert rsyncs[0][-1] == f"127.0.0.1:{repo}/"
     assert not [argv for argv in worker.ran if argv[0] == "rsync"]
+    # progress is rsync's own: no command runs on a node while it copies
+    assert set(RSYNC_PROGRESS) <= set(rsyncs[0])
+    assert [argv[0] for argv in head.ran] == ["printenv", "find", "rsync", "rsync"]
+    assert [argv[0] for argv in worker.ran] == ["printenv", "find", "mkdir"]
 
 
 async def test_a_short_shard_on_the_worker_is_completed_and_nothing_is_copied_when_all_have_it(
@@ -107,6 +117,9 @@ async def test_a_short_shard_on_the_worker_is_completed_and_nothing_is_copied_wh
     cut_short(snapshot, SHARD_2, 100_000)
     events, _, _ = await sync(tmp_path)
     assert isinstance(events[-1], CheckpointPassed) and events[-1].checkpoint == "model_synced"
+    [done] = [e for e in events if isinstance(e, Progress) and e.message.endswith("copied")]
+    missing = (snapshot / SHARD_2).resolve().stat().st_size - 100_000
+    assert done.transfer.bytes_done == missing, "rsync went on, and the part there is not counted"
     events, head, _ = await sync(tmp_path)
     copied = next(e for e in events if getattr(e, "checkpoint", "") == "model_copied")
     assert "nothing copied" in copied.evidence
@@ -175,3 +188,34 @@ async def rsyncs_running(tmp_path: Path) -> bool:
     )
     out, _ = await ps.communicate()
     return bool(out.strip())
+
+
+def test_rsyncs_own_progress_lines_say_how_far_it_is(tmp_path):
+    """Real rsync output (the flags sync-model gives it), read in pieces that cut its lines: a
+    file it appends to counts whole, a complete one not at all, so what it moves is its
+    position less what the target had of the files it copied."""
+    source, target = tmp_path / "source", tmp_path / "target"
+    (source / "blobs").mkdir(parents=True)
+    target.mkdir()
+    for name, length in (("blobs/a", 300_000), ("blobs/b", 200_000), ("c", 1_000)):
+        (source / name).write_bytes(os.urandom(length))
+    subprocess.run(["rsync", "--archive", f"{source}/blobs/b", f"{target}/blobs/"], check=True)
+    (target / "blobs" / "a").write_bytes((source / "blobs" / "a").read_bytes()[:100_000])
+    node = Node(HEAD, tmp_path)
+    sizes = {
+        "source": asyncio.run(file_sizes(node, str(source), 10)),
+        "target": asyncio.run(file_sizes(node, str(target), 10)),
+    }
+    assert sizes["source"] == {"blobs/a": 300_000, "blobs/b": 200_000, "c": 1_000}
+    plan = plan_copy(sizes["source"], sizes["target"], lambda path: True)
+    assert (plan.to_move, plan.already_there) == (201_000, 100_000)
+    rsync = ["rsync", "--archive", "--partial", "--append-verify", *RSYNC_PROGRESS]
+    said = subprocess.run(
+        [*rsync, f"{source}/", f"{target}/"], check=True, capture_output=True
+    ).stdout.decode()
+    assert "\r" in said and "to-chk=0/" in said, said  # redrawn lines; the file list whole
+    position = RsyncPosition()
+    for start in range(0, len(said), 7):
+        position.feed(said[start : start + 7])
+    assert position.bytes == 301_000, said
+    assert position.bytes - plan.already_there == plan.to_move
