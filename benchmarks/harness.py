@@ -100,6 +100,14 @@ async def cluster_on(
         raise ValueError(f"where must be one of {WHERE}, not {where!r}")
 
 
+def api_address(config: ClusterConfig) -> str:
+    """The head's API as a user on this machine reaches it: the lab's nodes by their management
+    address, the embedded cluster's on this machine's loopback."""
+    head = config.head
+    host = head.ssh.host if head.driver == "ssh" and head.ssh is not None else "127.0.0.1"
+    return f"http://{host}:{config.serve.port}"
+
+
 @asynccontextmanager
 async def emptied(config: ClusterConfig) -> AsyncIterator[None]:
     await down(config)

@@ -68,8 +68,9 @@ class TokenStall:
         if stuck < self.stall_s:
             return None
         return (
-            f"{counters.running:g} request(s) running while vllm:generation_tokens_total stayed "
-            f"at {counters.generation_tokens:g} for {stuck:.0f} s"
+            f"tokens stalled: {counters.running:g} request(s) running while "
+            f"vllm:generation_tokens_total stayed at {counters.generation_tokens:g} for "
+            f"{stuck:.1f} s"
         )
 
 
@@ -140,8 +141,10 @@ class ServingWatch:
                 return ServingHung(
                     self.node,
                     stalled,
-                    f"/metrics: {describe_counters(counters)}; unchanged tokens for "
-                    f"{self.settings.token_stall:g} s or more is a hang (watch.token_stall)",
+                    f"found by the token-stall rule (requests running while generated tokens "
+                    f"stand still for watch.token_stall {self.settings.token_stall:g} s; "
+                    f"/metrics read every {self.settings.metrics_interval:g} s; no canary is "
+                    f"sent while requests run): {describe_counters(counters)}",
                 )
         if not self.schedule.due(counters, now):
             return None

@@ -112,7 +112,9 @@ def amend(failed: Failed, report: ProbeReport) -> Failed:
     """`failed` with what the probe found: its cause and fix when a finding explains the death,
     and every finding in the evidence either way."""
     probed = "probed after the failure:\n" + "\n".join(f"  {line}" for line in report.lines())
-    evidence = f"{failed.evidence}\n{probed}"
+    # first: the findings are a few lines, the failure's own evidence can be long, and a chat
+    # message keeps the start of evidence that does not fit
+    evidence = f"{probed}\n{failed.evidence}"
     found = report.cause()
     if found is None or found.failure is None:
         cleared = "; ".join(report.lines()) or "nothing could be asked"

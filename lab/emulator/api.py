@@ -139,6 +139,7 @@ class Engine:
         self.e2e_h = Histogram(E2E_BUCKETS)
         self.dead = False
         self.hung = False  # the serving_hang fault: no token is generated any more
+        self._frozen = None  # what /metrics and the stats line show once hung (see hang)
         self.created = int(time.time())
         self._last_stats = (time.monotonic(), 0, 0)
         self._last_printed_active = False
@@ -173,8 +174,27 @@ class Engine:
             self.kv_in_use += n
 
     def hang(self):
+        """vLLM's API server records the scheduler's figures (requests running and waiting, KV
+        use, prompt and generated tokens) only when the engine core sends a step's output
+        (v1/engine/async_llm.py output_handler -> PrometheusStatLogger.record): a hung core
+        sends none, so /metrics and the stats line keep the last step's figures, whatever
+        requests arrive after."""
         with self.cond:
             self.hung = True
+            self._frozen = self._live()
+
+    def _live(self):
+        return {
+            "prompt": self.prompt_total,
+            "generation": self.gen_total,
+            "running": self.running,
+            "waiting": self.waiting,
+            "kv": self.kv_in_use,
+        }
+
+    def recorded(self):
+        """The figures as the API server last recorded them (call with self.cond held)."""
+        return self._frozen if self._frozen is not None else self._live()
 
     def kill(self):
         with self.cond:
@@ -187,15 +207,13 @@ class Engine:
         t0, p0, g0 = self._last_stats
         dt = max(1e-6, now - t0)
         with self.cond:
-            p1, g1, run, wait, kv = (
-                self.prompt_total,
-                self.gen_total,
-                self.running,
-                self.waiting,
-                self.kv_in_use,
-            )
+            r = self.recorded()
+        p1, g1, run, wait, kv = r["prompt"], r["generation"], r["running"], r["waiting"], r["kv"]
         self._last_stats = (now, p1, g1)
-        active = (p1 - p0) > 0 or (g1 - g0) > 0 or run > 0 or wait > 0
+        # As vLLM 0.32's LoggingStatLogger.log: idle (not printed) once this interval's and the
+        # last one's throughputs are both zero, whatever the requests running say (a hung
+        # engine prints one line of 0.0 tokens/s, then nothing).
+        active = (p1 - p0) > 0 or (g1 - g0) > 0
         if not active and not self._last_printed_active:
             return
         self._last_printed_active = active
@@ -229,38 +247,36 @@ class Engine:
             metric(n, "histogram", help_, s)
 
         with self.cond:
+            r = self.recorded()
             metric(
                 "vllm:num_requests_running",
                 "gauge",
                 "Number of requests in model execution batches.",
-                ["vllm:num_requests_running{%s} %.1f" % (lab, self.running)],
+                ["vllm:num_requests_running{%s} %.1f" % (lab, r["running"])],
             )
             metric(
                 "vllm:num_requests_waiting",
                 "gauge",
                 "Number of requests waiting to be processed.",
-                ["vllm:num_requests_waiting{%s} %.1f" % (lab, self.waiting)],
+                ["vllm:num_requests_waiting{%s} %.1f" % (lab, r["waiting"])],
             )
             metric(
                 "vllm:kv_cache_usage_perc",
                 "gauge",
                 "KV-cache usage. 1 means 100 percent usage.",
-                [
-                    "vllm:kv_cache_usage_perc{%s} %s"
-                    % (lab, repr(self.kv_in_use / float(self.kv_tokens)))
-                ],
+                ["vllm:kv_cache_usage_perc{%s} %s" % (lab, repr(r["kv"] / float(self.kv_tokens)))],
             )
             metric(
                 "vllm:prompt_tokens_total",
                 "counter",
                 "Number of prefill tokens processed.",
-                ["vllm:prompt_tokens_total{%s} %.1f" % (lab, self.prompt_total)],
+                ["vllm:prompt_tokens_total{%s} %.1f" % (lab, r["prompt"])],
             )
             metric(
                 "vllm:generation_tokens_total",
                 "counter",
                 "Number of generation tokens processed.",
-                ["vllm:generation_tokens_total{%s} %.1f" % (lab, self.gen_total)],
+                ["vllm:generation_tokens_total{%s} %.1f" % (lab, r["generation"])],
             )
             succ = []
             for reason in ("stop", "length", "abort"):

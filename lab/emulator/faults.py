@@ -249,7 +249,7 @@ FAULTS = {
         "phase": "serving",
         "action": "serving_hang",
         "signature": "No available shared memory broadcast block found in 60 seconds",
-        "doc": "Ready and serving; SPARK_EMU_FAULT_AFTER_S (real s, default 5) after ready the engine stops generating: requests in flight get no further token, new ones none at all; /health stays 200 and the stats line goes on (Running: N reqs, 0.0 tokens/s); while a request is stuck, every 60 s (scaled) EngineCore warns: No available shared memory broadcast block found in 60 seconds (vLLM's shm_broadcast.py, as the real hang prints). Never exits.",
+        "doc": "Ready and serving; SPARK_EMU_FAULT_AFTER_S (real s, default 5) after ready the engine stops generating: requests in flight get no further token, new ones none at all; /health stays 200; /metrics keeps the figures of the last step before the hang (vllm:num_requests_running and _waiting, vllm:generation_tokens_total and the rest stand still, as vLLM's API server records them only from the engine core's output), and the stats line prints once more at 0.0 tokens/s with those requests running, then falls silent as vLLM's idle rule has it; while a request is stuck, every 60 s (scaled) EngineCore warns: No available shared memory broadcast block found in 60 seconds (vLLM's shm_broadcast.py, as the real hang prints). Never exits.",
         "lines": [],
     },
     "slow_start": {

@@ -53,12 +53,27 @@ def test_failure_to_slack_times_a_killed_worker(tmp_path, capsys):
     assert "serving-hang" in {fault.name for fault in failure_to_slack.FAULTS}
 
 
+def test_failure_to_slack_times_a_hang_under_traffic_told_by_the_token_stall_rule(tmp_path):
+    """The clients' streams stop at the hang; the reply is the token-stall rule's (the benchmark
+    refuses any other), no canary was sent while they ran, and the rule waited its time."""
+    out = tmp_path / "figures.jsonl"
+    failure_to_slack.main(
+        ["--where", "embedded", "--faults", "serving-hang-traffic", "--quick", "--json", str(out)]
+    )
+    [row] = figures(out, "failure_to_slack")
+    assert row["fault"] == "serving-hang-traffic" and row["n"] == 1
+    assert row["canaries"] == 0 and row["tokens"][0] > 0 and row["probe_ms"][0] > 0
+    assert row["p50"] > failure_to_slack.TOKEN_STALL_S - 0.1, "told before the stall's time"
+
+
 def test_overhead_splits_a_launch(tmp_path):
     out = tmp_path / "figures.jsonl"
     overhead.main(["--where", "embedded", "--quick", "--json", str(out)])
     [row] = figures(out, "overhead")
     assert row["nodes"] == 2 and row["wall"] > row["server"] > 0
-    assert row["overhead"] == pytest.approx(row["wall"] - row["server"] - row["sample"])
+    assert row["with_ray"] == pytest.approx(row["wall"] - row["server"] - row["sample"])
+    assert 0 < row["ray"] < row["with_ray"], "the emulated `ray start` took time, not all of it"
+    assert row["overhead"] == pytest.approx(row["with_ray"] - row["ray"])
 
 
 def test_watch_cost_measures_the_idle_bot(tmp_path):

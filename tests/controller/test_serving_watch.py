@@ -49,7 +49,7 @@ def test_requests_running_while_tokens_stand_still_is_a_hang_only_after_the_stal
     assert stall.observe(counters(1, 100), at=0) is None
     assert stall.observe(counters(1, 100), at=59) is None
     found = stall.observe(counters(1, 100), at=61)
-    assert found is not None and "stayed at 100 for 61 s" in found and "1 request(s)" in found
+    assert found is not None and "stayed at 100 for 61.0 s" in found and "1 request(s)" in found
 
 
 def test_advancing_tokens_or_an_idle_server_is_no_hang():
@@ -128,7 +128,10 @@ async def test_no_canary_while_real_requests_run_and_the_stall_rule_judges_them(
     server = FakeServer(running=3, tokens=7, hang=True)
     hung = await asyncio.wait_for(liveness(server, token_stall=0.2).run(), 5)
     assert server.completions == 0, "no canary is sent to a busy server"
-    assert "3 request(s) running" in hung.detail and "stayed at 7" in hung.detail
+    assert hung.detail.startswith("tokens stalled: 3 request(s) running"), hung.detail
+    assert "stayed at 7" in hung.detail and "canary" not in hung.detail
+    assert hung.evidence.startswith("found by the token-stall rule"), hung.evidence
+    assert "vllm:num_requests_running=3" in hung.evidence
 
 
 async def test_a_canary_that_answers_proves_the_server():
@@ -367,6 +370,10 @@ async def test_an_unrecognised_death_takes_the_probes_cause_and_fix():
     assert "sudo ip link set enp1s0f1np1 up" in amended.fix
     assert "signature" not in amended.fix.lower(), "no advice to edit the bot's source"
     assert "fabric link: enp1s0f1np1 on" in amended.evidence
+    assert amended.evidence.startswith("probed after the failure:\n  docker: engine answers\n"), (
+        "the findings come first: a long evidence is cut at its end in a chat message"
+    )
+    assert amended.evidence.endswith(failed.evidence)
 
 
 async def test_a_death_the_probe_cannot_explain_says_what_was_ruled_out():

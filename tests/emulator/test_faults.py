@@ -1,3 +1,4 @@
+import threading
 import time
 
 import httpx
@@ -189,28 +190,60 @@ def test_ray_version_mismatch_natural(spawn, tmp_path):
     assert worker.wait_exit(10) == 1
 
 
-def test_serving_hang_keeps_health_and_stops_generating(spawn):
-    """The hang while serving: /health stays 200, a request gets no token, the counters stand
-    still with the request running, and EngineCore warns as vLLM's shm_broadcast does."""
+def metric(base, name):
+    text = httpx.get(base + "/metrics").text
+    [value] = [line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(name + "{")]
+    return float(value)
+
+
+def test_serving_hang_keeps_health_stops_generating_and_freezes_the_metrics(spawn):
+    """The hang while a stream runs: /health stays 200, the stream gets no further token, and
+    /metrics keeps the last step's figures as vLLM's API server does (it records them only
+    from the engine core's output): the running request counted, the token counters still,
+    a request sent during the hang changing nothing. The stats line says 0.0 tokens/s once
+    with the request running, then falls silent (vLLM's idle rule); EngineCore warns as
+    vLLM's shm_broadcast does."""
     port = free_port()
-    p = serve(spawn, "serving_hang", {"SPARK_EMU_FAULT_AFTER_S": "0.2"}, port)
+    env = {"SPARK_EMU_FAULT_AFTER_S": "1.0", "SPARK_EMU_STATS_INTERVAL_S": "0.2"}
+    p = serve(spawn, "serving_hang", env, port)
     p.wait_for("Application startup complete.", 20)
     base = "http://127.0.0.1:%d" % port
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
-    deadline = time.monotonic() + 10
-    hung = False
-    while not hung and time.monotonic() < deadline:
+    received = []
+    body = {
+        "model": "m",
+        "prompt": "tell me",
+        "max_tokens": 20000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+
+    def stream():
         try:
-            httpx.post(base + "/v1/chat/completions", json=body, timeout=2)
-        except httpx.ReadTimeout:
-            hung = True
-    assert hung, "a completion still finished after the fault struck"
-    assert httpx.get(base + "/health").status_code == 200
-    line = p.wait_for("No available shared memory broadcast block found in 60 seconds", 10)
+            with httpx.stream("POST", base + "/v1/completions", json=body, timeout=30) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        received.append(line)
+        except httpx.HTTPError:
+            pass
+
+    threading.Thread(target=stream, daemon=True).start()
+    line = p.wait_for("No available shared memory broadcast block found in 60 seconds", 20)
     assert "EngineCore" in line and "shm_broadcast.py" in line
-    metrics = httpx.get(base + "/metrics").text
-    running = [
-        line for line in metrics.splitlines() if line.startswith("vllm:num_requests_running{")
-    ]
-    assert running and float(running[0].rsplit(" ", 1)[1]) >= 1
+    assert received, "the stream got tokens before the hang"
+    assert httpx.get(base + "/health").status_code == 200
+    running = metric(base, "vllm:num_requests_running")
+    tokens = metric(base, "vllm:generation_tokens_total")
+    prompt = metric(base, "vllm:prompt_tokens_total")
+    assert running == 1 and tokens > 0
+    short = {"model": "m", "prompt": "hi", "max_tokens": 8}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(base + "/v1/completions", json=short, timeout=1.5)
+    assert metric(base, "vllm:num_requests_running") == running, "the gauge is the last step's"
+    assert metric(base, "vllm:generation_tokens_total") == tokens
+    assert metric(base, "vllm:prompt_tokens_total") == prompt
+    assert len(received) <= tokens, "no token reached the client after the counter stopped"
+    zero = "Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, "
+    zeros = [line for line in p.lines if zero in line]
+    assert len(zeros) == 1, "\n".join(p.lines[-20:])
+    assert "Running: 1 reqs" in zeros[0]
     assert p.p.poll() is None, "a hung engine does not exit"
