@@ -8,7 +8,9 @@ skipped.
 
 Each benchmark takes the lab for one scenario at a time, so other users of the lab get their
 turn in between. A full run takes about 40 minutes (10 of them watching an idle cluster);
-`--quick` about 3. Exit status: 0 when every benchmark met its goals, else 1.
+`--quick` about 3; `bench_accuracy_real` (the bench on the lab's real engine against vLLM's
+own client and the engine's /metrics; lab only) adds about 5, 3 with `--quick`. Exit status: 0
+when every benchmark met its goals, else 1.
 """
 
 from __future__ import annotations
@@ -31,15 +33,18 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "command_load": ([], ["--seconds", "5", "--status", "100"]),
     "watch_cost": ([], ["--quick"]),
     "log_pipeline": ([], ["--quick"]),
+    "bench_accuracy_real": (["--where", "lab-real"], ["--where", "lab-real", "--runs", "3"]),
 }
-LAB_ONLY = {"old_way", "peers"}
+SCRIPT = {"bench_accuracy_real": "bench_accuracy"}  # a benchmark's script, when not its name
+LAB_ONLY = {"old_way", "peers", "bench_accuracy_real"}
 NO_LAB = {"command_load", "log_pipeline"}  # no cluster, or the handler doubles': runs anywhere
+WHERE_GIVEN = {"bench_accuracy_real"}  # its own --where: the lab's real engine
 
 
 def command(name: str, quick: bool, where: str, json_out: Path | None) -> list[str]:
     full, short = BENCHMARKS[name]
-    argv = [sys.executable, str(HERE / f"{name}.py"), *(short if quick else full)]
-    if name not in NO_LAB | LAB_ONLY:
+    argv = [sys.executable, str(HERE / f"{SCRIPT.get(name, name)}.py"), *(short if quick else full)]
+    if name not in NO_LAB | LAB_ONLY | WHERE_GIVEN:
         argv += ["--where", where]
     if json_out is not None and name != "command_load":
         argv += ["--json", str(json_out)]

@@ -121,6 +121,25 @@ async def test_multi_token_chunks_are_not_tokens_and_tpot_uses_usage():
     assert (m.reasoning_tokens, m.answer_tokens, m.split_approximate) == (0, 11, False)
 
 
+async def test_a_token_streamed_as_an_empty_delta_is_timed_by_the_usage_it_adds():
+    """The real vLLM 0.32 with the lab's byte-level tokenizer: a token that ends inside a UTF-8
+    character streams as an empty delta, continuous usage counting it all the same (the shape
+    of a real stream). Its time is the first token's, and the last token's."""
+    p = ChunkParser(sent=0.0)
+    feed(p, chunk({"role": "assistant", "content": ""}, usage=usage(0)), 0.090)
+    feed(p, chunk({"content": ""}, usage=usage(1)), 0.097)  # the first token, not yet printable
+    feed(p, chunk({"content": "\ufffd\n"}, usage=usage(2)), 0.131)
+    feed(p, chunk({"content": ""}, usage=usage(3)), 0.166)
+    feed(p, chunk({"content": ""}, finish="length", usage=usage(4)), 0.200)
+    feed(p, chunk(choices=False, usage=usage(4)), 0.201)  # the usage-only chunk: no token
+    assert feed(p, "data: [DONE]", 0.202) is False
+    async with FakeServer([]).client() as client:
+        m = (await _finish(client, "m", p, origin=0.0)).metrics
+    assert m.ok and m.token_chunks == 4 and m.completion_tokens == 4
+    assert m.ttft_s == pytest.approx(0.097) and m.e2e_s == pytest.approx(0.200)
+    assert m.tpot_s == pytest.approx((0.200 - 0.097) / 3)
+
+
 async def test_reasoning_under_both_names_counts_for_ttft_and_split_from_continuous_usage():
     p = ChunkParser(sent=0.0)
     feed(p, chunk({"role": "assistant", "content": ""}, usage=usage(0)), 0.5)

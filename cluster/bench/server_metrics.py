@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import httpx
@@ -23,24 +24,30 @@ class ServerCounters:
         return self.running > 0 or self.waiting > 0
 
 
-def parse_counters(text: str, model: str | None = None) -> ServerCounters:
-    """Sum each metric over its samples (one per engine), keeping `model` when labelled.
+def sample_sums(text: str, names: Collection[str], model: str | None = None) -> dict[str, float]:
+    """Each named sample summed over its series (one per engine), keeping `model` when
+    labelled; a name /metrics lacks is absent from the answer.
 
-    Counters are exposed as `<name>_total`; prometheus-client names the family without the
-    suffix and keeps it on the sample, so samples are matched by sample name.
+    Counters are exposed as `<name>_total` and histograms as `<name>_sum`, `<name>_count`;
+    prometheus-client names the family without the suffix and keeps it on the sample, so
+    samples are matched by sample name.
     """
-    sums = {RUNNING: 0.0, WAITING: 0.0, GENERATION_TOKENS: 0.0}
-    seen: set[str] = set()
+    sums: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name not in sums:
+            if sample.name not in names:
                 continue
             labelled = sample.labels.get("model_name")
             if model is not None and labelled is not None and labelled != model:
                 continue
-            sums[sample.name] += float(sample.value)
-            seen.add(sample.name)
-    missing = set(sums) - seen
+            sums[sample.name] = sums.get(sample.name, 0.0) + float(sample.value)
+    return sums
+
+
+def parse_counters(text: str, model: str | None = None) -> ServerCounters:
+    wanted = (RUNNING, WAITING, GENERATION_TOKENS)
+    sums = sample_sums(text, wanted, model)
+    missing = [name for name in wanted if name not in sums]
     if missing:
         raise ValueError(f"/metrics has no {', '.join(sorted(missing))}")
     return ServerCounters(sums[RUNNING], sums[WAITING], sums[GENERATION_TOKENS])

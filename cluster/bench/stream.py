@@ -84,11 +84,7 @@ class ChunkParser:
             if delta.get("tool_calls"):
                 kinds.add("tool")
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
-        if kinds:
-            self.token_chunks += 1
-            self.last = now
-            if self.first is None:
-                self.first = now
+        gained = 0
         if usage:
             self.usage = usage
             count = int(usage.get("completion_tokens") or 0)
@@ -101,6 +97,15 @@ class ChunkParser:
                     self._split = None
         elif kinds:
             self._usage_every_chunk = False
+        # A token can stream as an empty delta (vLLM holds back a byte-level token that ends
+        # inside a UTF-8 character, and a special token it does not print): with continuous
+        # usage its choice's chunk still counts one more completion token, and it is timed as
+        # one (the final usage-only chunk has no choice).
+        if kinds or (gained > 0 and chunk.get("choices")):
+            self.token_chunks += 1
+            self.last = now
+            if self.first is None:
+                self.first = now
         return True
 
     @property

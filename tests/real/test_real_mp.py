@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks import real_accuracy
 from cluster.bench.history import JsonLinesHistory
 from cluster.checkpoints import BY_ID, launch_plan, verify_plan
 from cluster.config import Secrets
@@ -229,6 +230,25 @@ def test_bench_measures_the_real_server_and_its_tokens_match_the_engines_counter
         report.metrics_check.detail
     )  # vllm:generation_tokens_total
     assert report.fingerprint.vllm_version == VERSION
+
+
+def test_the_bench_agrees_with_the_engines_own_figures_for_the_same_requests(launched):
+    """benchmarks/bench_accuracy.py --where lab-real, short, on this module's server (vLLM's own
+    client left out: its start alone takes ~30 s): the engine's /metrics histograms, read after
+    each of the bench's single-stream runs, are that run's own figures as the engine timed it."""
+    controller, events = launched
+    measured = asyncio.run(
+        real_accuracy.measure_running(
+            controller, events[-1], max_tokens=64, runs=3, with_vllm=False
+        )
+    )
+    ours, engine = measured.ours.requests, measured.server.requests
+    assert len(engine) == 2, "runs 2 and 3: run 1 follows the warm-up with no read between"
+    assert {r.tokens for r in ours + engine} == {64}
+    for mine, theirs in zip(ours[1:], engine, strict=True):
+        # sent before the engine received it, its first token read after the engine made it
+        assert mine.ttft_s > theirs.ttft_s
+        assert mine.decode_tok_s == pytest.approx(theirs.decode_tok_s, rel=0.05)
 
 
 def test_watch_then_down_is_a_stop_not_an_engine_death(launched):
