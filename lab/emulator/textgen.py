@@ -16,8 +16,8 @@ REASONING = (
 ANSWER = (
     "Here is a clear answer to your question. The main idea is simple: break the problem into "
     "small parts, solve each part, and combine the results. For example, when two machines share "
-    "one model, each holds half of the weights and they exchange activations over a fast link. "
-    "This keeps memory use balanced and lets the pair serve a model that does not fit on one "
+    "one model, each holds half of the weights (≈ 60 GB each) and they exchange activations over "
+    "a fast link. This keeps memory use balanced and lets the pair serve a model that does not fit on one "
     "machine. I hope this helps; let me know if you want more detail."
 )
 COMPLETION = (
@@ -27,7 +27,21 @@ COMPLETION = (
 )
 
 _REASONING_TOKS = TOKEN_RE.findall(REASONING)
-_ANSWER_TOKS = TOKEN_RE.findall(ANSWER)
+
+
+def _bytes_split(tokens):
+    """A character outside ASCII as a byte-level tokenizer makes it: a token ending inside the
+    character, which vLLM streams as an empty delta (its detokenizer holds incomplete UTF-8
+    back; the usage count still rises), then the token completing it."""
+    out = []
+    for t in tokens:
+        if not t.isascii():
+            out.append("")
+        out.append(t)
+    return out
+
+
+_ANSWER_TOKS = _bytes_split(TOKEN_RE.findall(ANSWER))
 _COMPLETION_TOKS = TOKEN_RE.findall(COMPLETION)
 
 
