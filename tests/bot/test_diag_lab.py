@@ -12,12 +12,11 @@ import pytest
 from cluster.config import Secrets
 from cluster.controller import Controller
 from tests.bot.helpers import ALICE, CH, attachment_text, down, header, settings, slack_bot
-from tests.controller.helpers import cluster_for
+from tests.controller.helpers import FAST, cluster_for
 from tests.secrets import HF_TOKEN, planted_in
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
 
-FAST = {"stall": 4, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
 EVERY_NODE = (
     "container.log",
     "docker-inspect.json",

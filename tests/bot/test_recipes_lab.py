@@ -23,12 +23,11 @@ from tests.bot.helpers import (
     settings,
     slack_bot,
 )
-from tests.controller.helpers import cluster_for, collect
+from tests.controller.helpers import FAST, cluster_for, collect
 from tests.test_fit import GPT_OSS_120B, HYBRID
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(240)]
 
-FAST = {"stall": 4, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
 EMULATOR = "spark-lab/vllm-emu:latest"
 MINIMAX_M25 = {  # MiniMax-M2.5's attention: 62 full-attention layers, 8 KV heads of 128
     "num_hidden_layers": 62,

@@ -9,11 +9,9 @@ import pytest
 
 from cluster.config import RestartPolicy
 from tests.bot.helpers import ALICE, CH, down, header, settings, slack_bot
-from tests.controller.helpers import cluster_for
+from tests.controller.helpers import FAST, cluster_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(240)]
-
-FAST = {"stall": 4, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
 
 
 async def test_a_late_engine_death_is_relaunched_once_then_the_maximum_stops_it(

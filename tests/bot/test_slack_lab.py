@@ -24,11 +24,9 @@ from tests.bot.helpers import (
     slack_bot,
     value,
 )
-from tests.controller.helpers import cluster_for
+from tests.controller.helpers import FAST, cluster_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
-
-FAST = {"stall": 4, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
 
 
 @pytest.fixture

@@ -27,11 +27,10 @@ from tests.bot.helpers import (
     settings,
     slack_bot,
 )
-from tests.controller.helpers import cluster_for
+from tests.controller.helpers import FAST, cluster_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(300)]
 
-FAST = {"stall": 4, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
 SHARD_1 = "model-00001-of-00002.safetensors"
 
 

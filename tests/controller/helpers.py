@@ -13,6 +13,10 @@ from lab.api import LabInfo
 
 LAB_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lab.yaml"
 
+# Phase timeouts for the lab's emulator (a quick stall detector: its silent phases last well
+# under a second).
+FAST = {"stall": 4, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
+
 
 def cluster_for(
     lab: LabInfo,

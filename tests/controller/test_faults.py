@@ -14,12 +14,9 @@ from cluster.containers import LABEL_CLUSTER
 from cluster.controller import Controller
 from cluster.events import CheckpointPassed, Failed, Progress, Ready
 from lab import api as lab_api
-from tests.controller.helpers import cluster_for, collect, controller_for
+from tests.controller.helpers import FAST, cluster_for, collect, controller_for
 
 pytestmark = pytest.mark.lab
-
-# A quick stall detector for the lab: the emulator's silent phases last well under a second.
-FAST = {"stall": 4, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
 
 
 def only_failure(events) -> Failed:

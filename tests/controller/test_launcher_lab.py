@@ -17,6 +17,7 @@ from cluster.controller import Controller
 from cluster.events import CheckpointPassed, Failed, Progress, Ready, parse_event
 from cluster.launcher import live_in_group
 from lab.api import LabInfo
+from tests.controller.helpers import FAST as LAB_FAST
 from tests.controller.helpers import LAB_CONFIG, cluster_for, collect
 from tests.controller.test_cli_lab import spark_bot
 from tests.lab.helpers import ssh_to
@@ -24,7 +25,7 @@ from tests.lab.helpers import ssh_to
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
 
 LAUNCH_PAIR = Path(__file__).resolve().parents[2] / "lab" / "launchers" / "launch-pair.sh"
-FAST = {"stall": 6, "containers": 20, "ray": 10, "weights": 30, "engine": 30, "api": 30}
+FAST = {**LAB_FAST, "stall": 6}
 RECIPE = "pair-script"
 
 
