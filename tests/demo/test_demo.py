@@ -139,11 +139,18 @@ def test_ctrl_c_while_serving_cleans_up_everything():
         output = "".join(seen)
         assert "✅ Ready" in output, output[-3000:]
         process.send_signal(signal.SIGINT)
-        _rest, errors = process.communicate(timeout=30)
+        # not communicate(): it would close stdin too, and an ended input also ends the demo
+        # (exit 0), which a loaded machine may let it see before the signal
+        process.wait(timeout=30)
+        assert process.stderr
+        errors = process.stderr.read()
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
     assert process.returncode == 130, errors[-2000:]
     assert "the embedded cluster is cleaned up" in errors
     assert_nothing_left(output)
