@@ -13,7 +13,9 @@ the bot's process (the stand-in runs on a thread of it and is idle meanwhile):
          CPU meanwhile (the kernel's run-queue time, /proc/self/schedstat): on the lab's machine
          the flood's writer, the nodes' dockerd and sshd and the bot share the cores
   --own-core  the flood again with the bot on a core of its own (the last; every other process
-         of the machine on the others), as when the bot runs on a machine of its own
+         of the machine on the others), as when the bot runs on a machine of its own. It moves
+         other people's processes too (root), and puts each back at the end; a benchmark killed
+         by SIGKILL meanwhile leaves them on the other cores (`taskset -a -p -c 0-N PID`)
 Needs the lab (root) for the flood:
 
     .venv/bin/python benchmarks/watch_cost.py [--seconds 600] [--flood-rate 100000]

@@ -27,7 +27,9 @@ class ResendingSocketModeClient(SocketModeClient):
 
 class SocketModeHandler(AsyncSocketModeHandler):
     """Bolt's handler on the client above (Bolt's constructor builds its own client, and a
-    client opens an HTTP session as it is made: replacing it afterwards would leak one)."""
+    client opens an HTTP session as it is made: replacing it afterwards would leak one). Its
+    constructor is Bolt's own (slack-bolt 1.30's aiohttp adapter) with that one change;
+    tests/bot/test_socket_mode.py checks it sets what Bolt's sets."""
 
     def __init__(self, app: AsyncApp, app_token: str, *, ping_interval: float = 10):
         self.app = app

@@ -5,7 +5,7 @@ line the reader must see (a checkpoint's line, a failure's line) and every non-l
 container's death); the reader is told how many lines were shed: at once the first time, then at
 most every `tell_every_s` while it stays behind (a flood sheds on nearly every read, and a
 report per read would be a flood of its own in the bot's log and the job's progress), and as
-soon as it has caught up.
+soon as it has caught up or a line that matters (or a death) is next.
 """
 
 from __future__ import annotations
@@ -71,12 +71,18 @@ class Backlog(Generic[T]):
             self._ready.clear()
             await self._ready.wait()
         if self._shed_since_read and (
-            not self._items or time.monotonic() - self._told_at >= self.tell_every_s
+            not self._items
+            or time.monotonic() - self._told_at >= self.tell_every_s
+            or self._front_matters()  # it may end the reading: the count comes first
         ):
             shed, self._shed_since_read = Shed(self._shed_since_read), 0
             self._told_at = time.monotonic()
             return shed
         return self._items.popleft()[0]
+
+    def _front_matters(self) -> bool:
+        item, rank = self._items[0]
+        return (self._rank(item) if rank is None else rank) != PLAIN
 
     def _shed_one(self) -> None:
         """The oldest PLAIN item goes; with none near the front, the oldest that MATTERS; KEEP

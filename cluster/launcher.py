@@ -32,10 +32,9 @@ RUN_FOLDER = ".cache/spark-bot/launcher"
 # the follower knows the end at once (waiting for the wrapper's pid to vanish waits for it to be
 # reaped, which a lazy init does seconds later). The output passes through `head -c` (which
 # reads no byte past its count; unbuffered, it writes what it reads at once), `cap` bytes a
-# file: a full `output`
-# is renamed `output.1` (the one before is dropped) and the next `cap` bytes go to a new
-# `output`, so a script that runs for weeks keeps at most two files' worth on the head; `tail
-# -F` reads the old file to its end, then the new one from its start.
+# file: a full `output` is renamed `output.1` (the one before is dropped) and the next `cap`
+# bytes go to a new `output`, so a script that runs for weeks keeps at most two files' worth on
+# the head; `tail -F` reads the old file to its end, then the new one from its start.
 # Should the writer fail (a full disk), `cat` drains the pipe: the script never meets SIGPIPE.
 WRAPPER = (
     'run=$1 cwd=$2 mark=$3 cap=$4; shift 4; mkdir -p "$run" || exit 125; '

@@ -12,14 +12,15 @@ rsync's own (`--info=progress2`, read from its output as it prints it), less wha
 already had of the files it copies (both sides' file sizes listed once, before). A copy stops
 when no byte arrives for `timeouts.model_stall` (rsync's own `--timeout` too) or when
 cancelled: rsync runs on a terminal, which sshd hangs up (SIGHUP) when the call's channel
-closes, so it ends with it (a command without one would go on copying). The model check runs again at the end; a short
-shard never passes it.
+closes, so it ends with it (a command without one would go on copying). The model check runs
+again at the end; a short shard never passes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
@@ -229,7 +230,7 @@ class ModelSync:
                         counted = moved
                 result = copying.result()
                 if not result.ok:
-                    said = result.stderr + result.stdout  # on a terminal: one stream
+                    said = " ".join(position.said) or result.stderr + result.stdout
                     return self._rsync_failed(source, target, address, result.exit_status, said)
         finally:
             if copying is not None and not copying.done():
@@ -301,12 +302,17 @@ class RsyncPosition:
     def __init__(self) -> None:
         self.bytes = 0
         self._lines = LineSplitter(limit=200)
+        # what rsync said besides its progress (on a terminal both share one stream, and the
+        # redraws would push an error's cause out of the failure message)
+        self.said: deque[str] = deque(maxlen=20)
 
     def feed(self, chunk: str) -> None:
         for line in self._lines.feed(chunk.replace("\r", "\n")):  # a line a \r, as it redraws
             match = self._LINE.match(line)
             if match:
                 self.bytes = max(self.bytes, int(match[1]))
+            elif line.strip():
+                self.said.append(line.strip())
 
 
 @dataclass(frozen=True)

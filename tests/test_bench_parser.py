@@ -140,6 +140,17 @@ async def test_a_token_streamed_as_an_empty_delta_is_timed_by_the_usage_it_adds(
     assert m.tpot_s == pytest.approx((0.200 - 0.097) / 3)
 
 
+def test_a_token_streamed_as_an_empty_delta_counts_for_the_kind_of_the_piece_that_completes_it():
+    p = ChunkParser(sent=0.0)
+    feed(p, chunk({"role": "assistant", "content": ""}, usage=usage(0)), 0.1)
+    feed(p, chunk({"reasoning": ""}, usage=usage(1)), 0.2)  # no kind shown: held
+    feed(p, chunk({"reasoning": "≈ think"}, usage=usage(3)), 0.3)
+    feed(p, chunk({"content": "Answer"}, usage=usage(4)), 0.4)
+    feed(p, chunk({"content": ""}, finish="length", usage=usage(5)), 0.5)  # ends inside one
+    feed(p, chunk(choices=False, usage=usage(5)), 0.6)
+    assert p.usage_split() == (3, 2), "exact from usage: no /tokenize needed"
+
+
 async def test_reasoning_under_both_names_counts_for_ttft_and_split_from_continuous_usage():
     p = ChunkParser(sent=0.0)
     feed(p, chunk({"role": "assistant", "content": ""}, usage=usage(0)), 0.5)

@@ -39,6 +39,8 @@ class ChunkParser:
     token_chunks: int = 0
     # From continuous usage: tokens attributed per kind; None once a chunk mixes both kinds.
     _split: dict[str, int] | None = field(default_factory=lambda: {"reasoning": 0, "content": 0})
+    _held: int = 0  # tokens streamed as empty deltas, not yet credited to a kind
+    _last_kind: str = "content"
     _running_tokens: int = 0
     _usage_every_chunk: bool = True
     parse_s: float = 0.0
@@ -92,7 +94,13 @@ class ChunkParser:
             self._running_tokens = count
             if self._split is not None and gained:
                 if len(kinds) == 1 and kinds <= {"reasoning", "content"}:
-                    self._split[next(iter(kinds))] += gained
+                    kind = next(iter(kinds))
+                    self._split[kind] += gained + self._held
+                    self._held, self._last_kind = 0, kind
+                elif not kinds and gained > 0 and chunk.get("choices"):
+                    # a token ending inside a character (below): its kind is the piece's that
+                    # completes it
+                    self._held += gained
                 elif kinds or gained < 0:
                     self._split = None
         elif kinds:
@@ -132,9 +140,12 @@ class ChunkParser:
         if (
             self._usage_every_chunk
             and self._split is not None
-            and self._split["reasoning"] + self._split["content"] == total
+            and self._split["reasoning"] + self._split["content"] + self._held == total
         ):
-            return self._split["reasoning"], self._split["content"]
+            # a stream that ends inside a character: its last tokens are of the last piece's kind
+            last = "reasoning" if self._last_kind == "reasoning" else "content"
+            split = {**self._split, last: self._split[last] + self._held}
+            return split["reasoning"], split["content"]
         return None
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Sequence
 from dataclasses import dataclass
 
 from cluster.config import NodeConfig
@@ -12,6 +12,16 @@ from cluster.nodes.docker_engine import DockerEngine
 READ_LIMIT = 32_768  # bytes of a file read on a node: /proc/meminfo is ~1.5 KB
 STREAM_CHUNK = 65_536  # at most this much of a streamed command's output is read at a time
 OUTPUT_TAIL = 4_096  # of a command whose output is handed on as it comes, what the result keeps
+
+
+async def handed_on(chunks: AsyncIterable[str], output: Callable[[str], None] | None) -> str:
+    """A command's output handed to `output` as it comes; its last OUTPUT_TAIL characters."""
+    tail = ""
+    async for chunk in chunks:
+        if output is not None:
+            output(chunk)
+        tail = (tail + chunk)[-OUTPUT_TAIL:]
+    return tail
 
 
 @dataclass(frozen=True)

@@ -3,24 +3,22 @@
 Without a TTY, Docker multiplexes stdout and stderr: each frame is an 8-byte header (the
 stream, three zero bytes, the payload's length, big-endian) and the payload, one frame per log
 line. aiodocker's reader awaits twice per frame (header, payload) and hands on one line at a
-time: at a flood's 100,000 lines a second that was a third of the bot's CPU. Here each read of
-the socket (up to 64 KiB, whatever has arrived) gives one text: the payloads of every frame it
-holds, joined. Only a header cut by a read is held over, so memory stays bounded however long a
-frame claims to be.
+time: at a flood's 100,000 lines a second that was a third of the bot's CPU. Here each read
+(whatever has arrived, as much as aiohttp buffers) gives one text: the payloads of every frame
+it holds, joined. Only a header cut by a read is held over, so memory stays bounded however
+long a frame claims to be.
 """
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 from collections.abc import AsyncGenerator
 
 import aiohttp
 
+from cluster.nodes.seam import stream_ends_when_cut
+
 HEADER_BYTES = 8
-# a connection that drops ends the stream, as it does in aiodocker; the caller looks at the
-# container to say why
-_ENDED = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.IncompleteReadError)
 
 
 class Demultiplexer:
@@ -55,12 +53,10 @@ async def log_texts(response: aiohttp.ClientResponse, *, tty: bool) -> AsyncGene
     # a character cut between reads is completed by the next; bytes that are not UTF-8 are
     # dropped, as the log's other control bytes are cleaned
     decoder = codecs.getincrementaldecoder("utf-8")(errors="ignore")
-    try:
+    with stream_ends_when_cut():
         async for data in response.content.iter_any():
             payload = data if demultiplexer is None else demultiplexer.feed(data)
             if text := decoder.decode(payload):
                 yield text
-    except _ENDED:
-        pass
     if rest := decoder.decode(b"", final=True):
         yield rest

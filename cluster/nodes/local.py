@@ -10,12 +10,12 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 
 from cluster.config import NodeConfig
 from cluster.nodes.base import (
-    OUTPUT_TAIL,
     READ_LIMIT,
     STREAM_CHUNK,
     CommandResult,
     FileBytes,
     NodeConnection,
+    handed_on,
 )
 from cluster.nodes.docker_engine import DockerEngine
 from cluster.nodes.seam import command_errors, file_errors
@@ -107,12 +107,14 @@ async def _tail(stream: asyncio.StreamReader, output: Callable[[str], None] | No
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     if output is None:
         return decoder.decode(await stream.read(), final=True)
-    tail = ""
-    while chunk := await stream.read(STREAM_CHUNK):
-        text = decoder.decode(chunk)
-        output(text)
-        tail = (tail + text)[-OUTPUT_TAIL:]
-    return tail
+
+    async def texts() -> AsyncGenerator[str, None]:
+        while chunk := await stream.read(STREAM_CHUNK):
+            yield decoder.decode(chunk)
+        if rest := decoder.decode(b"", final=True):
+            yield rest
+
+    return await handed_on(texts(), output)
 
 
 def _read(path: str, limit: int) -> bytes:

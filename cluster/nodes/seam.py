@@ -34,6 +34,16 @@ _DOCKER_ERRORS = (aiodocker.DockerError, aiohttp.ClientError, OSError, TimeoutEr
 _SSH_ERRORS = (asyncssh.Error, OSError, TimeoutError)
 
 
+@contextmanager
+def stream_ends_when_cut() -> Iterator[None]:
+    """A followed stream whose connection drops just ends, as aiodocker's own readers do; the
+    caller looks at the container to say why."""
+    try:
+        yield
+    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.IncompleteReadError):
+        return
+
+
 def docker_error(
     node: str,
     doing: str,

@@ -14,12 +14,12 @@ import asyncssh
 from cluster.config import NodeConfig
 from cluster.errors import NodeError
 from cluster.nodes.base import (
-    OUTPUT_TAIL,
     READ_LIMIT,
     STREAM_CHUNK,
     CommandResult,
     FileBytes,
     NodeConnection,
+    handed_on,
 )
 from cluster.nodes.docker_engine import DockerEngine
 from cluster.nodes.seam import command_errors, file_errors, ssh_login_errors
@@ -246,12 +246,12 @@ def _missing_local_file(config: NodeConfig) -> NodeError | None:
 
 async def _tail(stream: asyncssh.SSHReader[str], output: Callable[[str], None] | None) -> str:
     """What `stream` says, handed to `output` as it comes; its last OUTPUT_TAIL characters."""
-    tail = ""
-    while chunk := await stream.read(STREAM_CHUNK):
-        if output is not None:
-            output(chunk)
-        tail = (tail + chunk)[-OUTPUT_TAIL:]
-    return tail
+
+    async def texts() -> AsyncGenerator[str, None]:
+        while chunk := await stream.read(STREAM_CHUNK):
+            yield chunk
+
+    return await handed_on(texts(), output)
 
 
 def _text(value: str | bytes | None) -> str:

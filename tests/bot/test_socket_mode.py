@@ -8,10 +8,12 @@ import asyncio
 import json
 
 import pytest
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 
 from bot.slack import make_client
-from bot.socket_mode import ResendingSocketModeClient
+from bot.socket_mode import ResendingSocketModeClient, SocketModeHandler
 from tests.bot.helpers import ALICE, CH
 
 pytestmark = pytest.mark.timeout(60)
@@ -51,5 +53,21 @@ async def test_the_ack_goes_out_on_a_new_connection(slack):
 
 
 async def test_slack_sdks_own_client_loses_it(slack):
+    # the reason for bot.socket_mode: should slack_sdk come to resend, this fails, and the
+    # resending client can go
     with pytest.raises(ConnectionError):
         await ack_after_a_drop(slack, SocketModeClient)
+
+
+async def test_the_handler_sets_what_bolts_own_constructor_sets(slack):
+    app = AsyncApp(client=make_client(slack.bot_token, slack.api_url), signing_secret="s")
+    ours, bolts = (
+        SocketModeHandler(app, slack.app_token),
+        AsyncSocketModeHandler(app, slack.app_token),
+    )
+    try:
+        assert set(vars(ours)) == set(vars(bolts))
+        assert ours.client.socket_mode_request_listeners == [ours.handle]
+    finally:
+        await ours.client.close()
+        await bolts.client.close()

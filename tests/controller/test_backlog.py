@@ -19,9 +19,8 @@ from cluster.nodes import connect_cluster
 from demo.cluster import embedded_cluster
 from demo.machine import DEMO_IMAGE
 
-pytestmark = pytest.mark.timeout(
-    300
-)  # a hang guard: the flood takes ~10 s alone, ~2 min at load 15
+# a hang guard: the flood takes ~10 s alone, ~2 min at load 15
+pytestmark = pytest.mark.timeout(300)
 
 
 def rank(item: str) -> int:
@@ -74,6 +73,18 @@ async def test_shedding_is_told_at_once_then_at_most_every_interval_and_when_cau
     assert not any(isinstance(i, Shed) for i in read[:-1]), "not again within the interval"
     assert read[-1] == Shed(16), "told, in one, once caught up: nothing shed goes untold"
     assert read[-11:-1] == [f"line {n}" for n in range(35, 45)]
+
+
+async def test_a_pending_shed_is_told_before_a_line_that_matters_or_a_death():
+    backlog: Backlog[str] = Backlog(3, rank=rank, tell_every_s=3600)
+    for n in range(4):
+        backlog.put(f"line {n}")
+    assert await backlog.get() == Shed(1)
+    for item in ("line 4", "line 5", "died"):  # three more shed: the oldest plain lines
+        backlog.put(item)
+    assert [await backlog.get(), await backlog.get()] == ["line 4", "line 5"], "not yet told"
+    assert await backlog.get() == Shed(3), "told before the death, which may end the reading"
+    assert await drain(backlog) == ["died"]
 
 
 async def test_with_no_interval_every_shed_is_told_before_the_next_item():

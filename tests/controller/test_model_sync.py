@@ -219,3 +219,21 @@ def test_rsyncs_own_progress_lines_say_how_far_it_is(tmp_path):
         position.feed(said[start : start + 7])
     assert position.bytes == 301_000, said
     assert position.bytes - plan.already_there == plan.to_move
+
+
+def test_what_rsync_says_besides_its_progress_is_kept_for_the_failure():
+    """On a terminal rsync's redraws and its errors share one stream: the redraws must not push
+    the error's cause out of the failure message."""
+    position = RsyncPosition()
+    position.feed("          32768   0%    0.00kB/s    0:00:00 (xfr#0, to-chk=3/5)\r")
+    position.feed('rsync: [receiver] write failed on "/m/b": No space left on device (28)\n')
+    for n in range(50):
+        position.feed(
+            f"  {65_536_000 + n}  12%   40.00MB/s    0:00:0{n % 10} (xfr#1, to-chk=2/5)\r"
+        )
+    position.feed("rsync error: error in file IO (code 11) at receiver.c(381)\n")
+    assert list(position.said) == [
+        'rsync: [receiver] write failed on "/m/b": No space left on device (28)',
+        "rsync error: error in file IO (code 11) at receiver.c(381)",
+    ]
+    assert position.bytes == 65_536_049
