@@ -11,7 +11,8 @@ import asyncio
 import json
 import os
 import subprocess
-from contextlib import aclosing
+from collections.abc import Iterator
+from contextlib import aclosing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from cluster.controller import Controller
 from cluster.events import CheckpointPassed, Progress, parse_event
 from cluster.transfer import size
 from lab import api as lab_api
+from lab.topology import FABRIC_IFNAME
 from tests.controller.helpers import cluster_for, collect
 from tests.controller.test_cli_lab import CONFIG, spark_bot
 from tests.model_cache import lay_out_big_model, repo_folder
@@ -94,6 +96,18 @@ async def test_a_partial_model_fails_preflight_naming_the_shard_and_sync_model_f
         lab_api.put_lab_model(1)
 
 
+@contextmanager
+def slowed_fabric(netns: str) -> Iterator[None]:
+    """The node's fabric link sends at 300 Mbit/s (a token bucket on its egress)."""
+    on_node = ["ip", "netns", "exec", netns, "tc", "qdisc"]
+    bucket = ["tbf", "rate", "300mbit", "burst", "64kb", "latency", "100ms"]
+    subprocess.run([*on_node, "add", "dev", FABRIC_IFNAME, "root", *bucket], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*on_node, "del", "dev", FABRIC_IFNAME, "root"], check=True)
+
+
 def rsync_pids() -> list[int]:
     """rsync processes of the lab's nodes (they share this machine's process table)."""
     found = subprocess.run(["pgrep", "-a", "rsync"], capture_output=True, text=True).stdout
@@ -134,11 +148,14 @@ async def test_a_cancel_mid_copy_ends_rsync_on_both_nodes_and_the_next_copy_goes
     lay_out_big_model(Path(lab.nodes[0].hf_cache), model, big)
     try:
         sync = Controller(config, Secrets({})).sync_model(report_every_s=0.2)
-        async with aclosing(sync) as events:
-            async for event in events:
-                if isinstance(event, Progress):
-                    copying = rsync_pids()  # on the head and, by its ssh, on the worker
-                    break  # a job's cancel closes the operation here, mid-copy
+        # the head's fabric slowed to ~37 MiB/s: on a quiet machine the copy took 0.15 s, over
+        # before its first progress report
+        with slowed_fabric(lab.nodes[0].netns):
+            async with aclosing(sync) as events:
+                async for event in events:
+                    if isinstance(event, Progress) and event.transfer:
+                        copying = rsync_pids()  # on the head and, by its ssh, on the worker
+                        break  # a job's cancel closes the operation here, mid-copy
         assert len(copying) >= 2, copying
         assert await ended(copying, within=10), "the copy outlived its cancel"  # hung up
         worker = repo_folder(Path(lab.nodes[1].hf_cache), model)

@@ -138,12 +138,15 @@ def test_ctrl_c_while_serving_cleans_up_everything():
                 break
         output = "".join(seen)
         assert "✅ Ready" in output, output[-3000:]
+        # stdin stays open: communicate() would close it, and an ended input also ends the demo
+        # (exit 0), which a loaded machine may let it see before the signal; the output pipes
+        # are drained meanwhile, so the demo never waits on a full one
+        stdin, process.stdin = process.stdin, None
         process.send_signal(signal.SIGINT)
-        # not communicate(): it would close stdin too, and an ended input also ends the demo
-        # (exit 0), which a loaded machine may let it see before the signal
-        process.wait(timeout=30)
-        assert process.stderr
-        errors = process.stderr.read()
+        try:
+            _rest, errors = process.communicate(timeout=30)
+        finally:
+            stdin.close()
     finally:
         if process.poll() is None:
             process.kill()
