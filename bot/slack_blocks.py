@@ -74,13 +74,22 @@ def code_block(raw: str) -> str:
 
 
 def _fitted_code(raw: str, room: int, *, keep_end: bool) -> str:
-    """`code_block()` of as much of `raw` as fits in `room` characters (escaping lengthens it)."""
-    cut = _cut(raw, max(room - 8, 20), keep_end=keep_end)
-    block = code_block(cut)
-    while len(block) > room and len(cut) > 20:
-        cut = _cut(cut, max(len(cut) - (len(block) - room), 20), keep_end=keep_end)
-        block = code_block(cut)
-    return block
+    """`code_block()` of as much of `raw` as fits in `room` characters. Escaping lengthens text
+    by a factor that varies along it, so the cut is searched for (the block grows with the cut)."""
+
+    def block_of(length: int) -> str:
+        return code_block(_cut(raw, length, keep_end=keep_end))
+
+    if len(block := block_of(len(raw))) <= room:
+        return block
+    shortest, longest = 20, len(raw) - 1  # the longest cut whose block fits lies between
+    while shortest < longest:
+        middle = (shortest + longest + 1) // 2
+        if len(block_of(middle)) <= room:
+            shortest = middle
+        else:
+            longest = middle - 1
+    return block_of(shortest)
 
 
 def _code(title: str | None, lines: list[str], budget: int) -> str:

@@ -70,3 +70,17 @@ def test_a_plain_reply_has_no_colour_bar():
     payload = to_slack(Message(title="Status", text="ok"))
     assert "attachments" not in payload
     assert_valid(payload)
+
+
+def test_a_log_whose_escaping_more_than_doubles_still_fills_its_section():
+    # every character escapes to 4-5 (`<` -> `&lt;`, `&` -> `&amp;`): shrinking by the escaped
+    # overflow measured against the raw length once left a few dozen characters of ~2,900
+    shell = "cmd <in >out 2>&1 && echo <&3 >&2 " * 400
+    payload = to_slack(Message(title="redirections", evidence=shell, code=[shell] * 3))
+    assert_valid(payload)
+    sections = [b["text"]["text"] for b in payload["blocks"] if b.get("type") == "section"]
+    evidence = next(s for s in sections if s.startswith("*Evidence*"))
+    log = next(s for s in sections if s.startswith("```"))
+    assert len(evidence) > 1_400, len(evidence)  # its budget is 1,500
+    assert len(log) > 2_700, len(log)  # its budget is 2,900
+    assert all(len(s) <= 3_000 for s in sections)
