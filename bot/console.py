@@ -99,7 +99,9 @@ class ConsoleChat:
             await asyncio.to_thread(path.write_text, attachment.content)
         return path
 
-    async def reply_private(self, channel: str, user: str, message: Message) -> None:
+    async def reply_private(
+        self, channel: str, user: str, message: Message, *, reply_to: str | None = None
+    ) -> None:
         self._print(render_message(message))
         if any(b.action == CONFIRM_ACTION for b in message.buttons):
             await self.pending_confirmations.put(message)

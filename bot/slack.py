@@ -6,6 +6,7 @@ Tokens and the signing secret are read here, at the edge, and nowhere else.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from typing import Any
@@ -26,17 +27,39 @@ from slack_sdk.http_retry.request import HttpRequest
 from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.replay import Refusal, ReplayGuard
 from bot.slack_blocks import to_slack
 from bot.socket_mode import SocketModeHandler
-from handlers.chat import Posted
+from handlers.chat import ConversationKind, Posted
 from handlers.dispatch import Action, Dispatcher, Invocation
-from handlers.errors import ChatError, ChatUnavailable, RateLimited
+from handlers.errors import ChatError, ChatRefused, ChatUnavailable, RateLimited
 from handlers.messages import CANCEL_ACTION, CONFIRM_ACTION, Attachment, Message
 from handlers.metrics import BotMetrics
 
 log = logging.getLogger(__name__)
+
+_INVITE = "invite the bot into the conversation (`/invite @spark-bot`)"
+# Slack's answers that no retry changes, and what a person can do about each (the method docs
+# of chat.postMessage, chat.postEphemeral, chat.update, files.completeUploadExternal).
+REFUSALS: dict[str, str] = {
+    "not_in_channel": f"{_INVITE}, or run the command in your direct message with the bot",
+    "channel_not_found": "the bot cannot see this conversation (a private channel it is not "
+    f"in, or a direct message between people): {_INVITE}, or run the command in a channel the "
+    "bot is in or in your direct message with it",
+    "is_archived": "the channel is archived: run the command in another channel",
+    "user_not_in_channel": "you are not a member of this conversation: join it, or run the "
+    "command in your direct message with the bot",
+    "messages_tab_disabled": "the bot's Messages tab is off, so it cannot write to you: an admin "
+    "turns it on (the app's App Home, Show Tabs, Messages Tab)",
+    "restricted_action": "this workspace lets only some members post in that channel: run the "
+    "command in another channel",
+    "cannot_dm_bot": "the bot cannot write to another bot",
+}
+KIND_TIMEOUT = 1.5  # s to tell whose direct message a command came from: Slack acks within 3 s
+RESPOND_TIMEOUT = 10  # s for one post to a response_url
+DIRECT_MESSAGES_KEPT = 10_000  # users whose direct-message ID with the bot is remembered
 
 
 def make_client(token: str, base_url: str | None = None) -> AsyncWebClient:
@@ -80,10 +103,12 @@ class CountedAnswers(AsyncRetryHandler):
 
 
 class SlackChat:
-    """The Chat port on Slack's Web API."""
+    """The Chat port on Slack's Web API (and the response_url of a command or a click)."""
 
-    def __init__(self, client: AsyncWebClient):
+    def __init__(self, client: AsyncWebClient, direct_messages: dict[str, str] | None = None):
         self.client = client
+        # user -> the ID of their direct message with the bot (Slack never changes it)
+        self.direct_messages = {} if direct_messages is None else direct_messages
 
     def without_waiting(self) -> SlackChat:
         # a copy of the client, sharing its settings, without the handler that sleeps on a 429
@@ -93,7 +118,7 @@ class SlackChat:
             for h in self.client.retry_handlers
             if not isinstance(h, AsyncRateLimitErrorRetryHandler)
         ]
-        return SlackChat(client)
+        return SlackChat(client, self.direct_messages)
 
     async def _call(self, what: str, call) -> Any:
         try:
@@ -101,8 +126,11 @@ class SlackChat:
         except SlackApiError as error:
             if error.response.status_code == 429:
                 raise RateLimited(what, _retry_after(error.response.headers)) from error
+            code = str(error.response.get("error"))
+            if code in REFUSALS:
+                raise ChatRefused(what, code, REFUSALS[code]) from error
             failed = ChatUnavailable if error.response.status_code >= 500 else ChatError
-            raise failed(f"{what}: Slack answered {error.response.get('error')}") from error
+            raise failed(f"{what}: Slack answered {code}") from error
         except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as error:
             raise ChatUnavailable(f"{what}: {type(error).__name__}: {error}") from error
 
@@ -139,18 +167,87 @@ class SlackChat:
             ),
         )
 
-    async def reply_private(self, channel: str, user: str, message: Message) -> None:
+    async def reply_private(
+        self, channel: str, user: str, message: Message, *, reply_to: str | None = None
+    ) -> None:
+        """Through the interaction's response_url, which works in any conversation (also where
+        the bot is no member) for 30 minutes and 5 posts; else ephemeral in the channel, which
+        needs the bot there; else in the bot's direct message with the user."""
+        payload = to_slack(message)
+        if reply_to is not None:
+            try:
+                await self._respond(reply_to, payload)
+                return
+            except ChatRefused as refused:  # expired, used up: the other ways are still open
+                log.info("a private answer to %s: %s; trying the channel", user, refused)
+        try:
+            await self._call(
+                "chat.postEphemeral",
+                self.client.chat_postEphemeral(channel=channel, user=user, **payload),
+            )
+            return
+        except ChatRefused as refused:
+            log.info("a private answer to %s: %s; trying their direct message", user, refused)
         await self._call(
-            "chat.postEphemeral",
-            self.client.chat_postEphemeral(channel=channel, user=user, **to_slack(message)),
+            "chat.postMessage",
+            self.client.chat_postMessage(
+                channel=await self.direct_message_with(user), unfurl_links=False, **payload
+            ),
         )
 
+    async def _respond(self, url: str, payload: dict[str, Any]) -> None:
+        webhook = AsyncWebhookClient(url, timeout=RESPOND_TIMEOUT)
+        try:
+            response = await webhook.send(
+                text=payload["text"],
+                blocks=payload["blocks"],
+                attachments=payload.get("attachments"),
+                response_type="ephemeral",
+                replace_original=False,
+            )
+        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as error:
+            raise ChatUnavailable(f"response_url: {type(error).__name__}: {error}") from error
+        if response.status_code >= 500:
+            raise ChatUnavailable(f"response_url: Slack answered HTTP {response.status_code}")
+        if response.status_code != 200:
+            code = (response.body or "").strip()[:80] or f"http_{response.status_code}"
+            raise ChatRefused(
+                "response_url", code, "the command's answer link no longer takes answers"
+            )
+
+    async def direct_message_with(self, user: str) -> str:
+        """The ID of the bot's direct message with `user` (conversations.open opens or resumes it)."""
+        known = self.direct_messages.get(user)
+        if known is None:
+            opened = await self._call(
+                "conversations.open", self.client.conversations_open(users=user)
+            )
+            known = str(opened["channel"]["id"])
+            if len(self.direct_messages) >= DIRECT_MESSAGES_KEPT:
+                self.direct_messages.clear()
+            self.direct_messages[user] = known
+        return known
+
+    async def conversation_kind(
+        self, channel: str, user: str, channel_name: str | None
+    ) -> ConversationKind:
+        """Slack gives every direct message an ID starting with D and the name `directmessage`,
+        whoever it is between: the asker's own one with the bot is the one conversations.open
+        returns for them (a DM between people is not the bot's to see). Unknown: not the bot's."""
+        if not (channel.startswith("D") or channel_name == "directmessage"):
+            return "channel"
+        try:
+            own = await asyncio.wait_for(self.direct_message_with(user), KIND_TIMEOUT)
+        except (ChatError, TimeoutError) as error:
+            log.warning("could not tell whose direct message %s is: %s", channel, error)
+            return "people_dm"
+        return "bot_dm" if own == channel else "people_dm"
+
     async def upload_private(self, user: str, attachment: Attachment, comment: str) -> None:
-        opened = await self._call("conversations.open", self.client.conversations_open(users=user))
         await self._call(
             "files_upload_v2",
             self.client.files_upload_v2(
-                channel=opened["channel"]["id"],
+                channel=await self.direct_message_with(user),
                 content=attachment.content,
                 filename=attachment.filename,
                 title=attachment.title,
@@ -187,13 +284,16 @@ def build_app(
         signing_secret=signing_secret,
         request_verification_enabled=signing_secret is not None,
     )
+    chat = SlackChat(client)
 
     @app.command("/spark")
     async def spark(ack, command) -> None:
         # the dispatcher answers without waiting for its database or the cluster (work and
         # writes go to tasks), so the ack comes within Slack's 3 s and can carry the reply
+        user, channel = command["user_id"], command["channel_id"]
+        kind = await chat.conversation_kind(channel, user, command.get("channel_name"))
         reply = await dispatcher.command(
-            Invocation(command["user_id"], command["channel_id"], command.get("text") or "")
+            Invocation(user, channel, command.get("text") or "", kind, command.get("response_url"))
         )
         if reply is None:
             await ack()
@@ -203,9 +303,19 @@ def build_app(
 
     async def on_action(ack, body, action, respond) -> None:
         await ack()
-        channel = (body.get("channel") or {}).get("id") or body["container"]["channel_id"]
+        where = body.get("channel") or {}
+        channel = where.get("id") or body["container"]["channel_id"]
+        user = body["user"]["id"]
+        kind = await chat.conversation_kind(channel, user, where.get("name"))
         reply = await dispatcher.action(
-            Action(body["user"]["id"], channel, action["action_id"], action.get("value") or "")
+            Action(
+                user,
+                channel,
+                action["action_id"],
+                action.get("value") or "",
+                kind,
+                body.get("response_url"),
+            )
         )
         if reply is not None:
             payload = to_slack(reply)

@@ -43,9 +43,11 @@ class DemoChat(ConsoleChat):
         self.failed |= message.tone == "failure"
         await super().update(posted, message)
 
-    async def reply_private(self, channel: str, user: str, message: Message) -> None:
+    async def reply_private(
+        self, channel: str, user: str, message: Message, *, reply_to: str | None = None
+    ) -> None:
         self.failed |= message.tone == "failure"
-        await super().reply_private(channel, user, message)
+        await super().reply_private(channel, user, message, reply_to=reply_to)
 
 
 class DemoController(Controller):

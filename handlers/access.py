@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from handlers.chat import ConversationKind
 from handlers.settings import AccessConfig, AccessLevel, Level
 
-DIRECT_MESSAGE = "D"  # Slack's IDs of direct-message conversations begin so
+# A direct message between people is no place for the bot: it is no member there, so it could
+# answer the asker privately but never post a job, its thread or a failure.
+PEOPLE_DM_REFUSAL = (
+    "This is a direct message between people, where the bot cannot post. Run `/spark {command}` "
+    "in a channel the bot is in, or in your direct message with the bot."
+)
 
 
 @dataclass(frozen=True)
@@ -24,13 +30,23 @@ class Access:
     def for_console(cls) -> Access:
         return cls(AccessConfig(), local=True)
 
-    def check(self, level: Level, user: str, channel: str, command: str) -> Decision:
+    def check(
+        self,
+        level: Level,
+        user: str,
+        channel: str,
+        command: str,
+        kind: ConversationKind = "channel",
+    ) -> Decision:
+        """May `user` run `command` (of `level`) in `channel`, a conversation of `kind`?"""
         if self.local:
             return Decision(True)
+        if kind == "people_dm":
+            return Decision(False, PEOPLE_DM_REFUSAL.format(command=command))
         levels = (
             [self.config.operate] if level == "operate" else [self.config.read, self.config.operate]
         )
-        if any(_matches(rule, user, channel) for rule in levels):
+        if any(_matches(rule, user, channel, kind) for rule in levels):
             return Decision(True)
         return Decision(False, self._denial(level, command))
 
@@ -48,10 +64,10 @@ class Access:
         return f"`/spark {command}` needs {level} access: {users}, in {', '.join(places)}."
 
 
-def _matches(rule: AccessLevel, user: str, channel: str) -> bool:
+def _matches(rule: AccessLevel, user: str, channel: str, kind: ConversationKind) -> bool:
     if channel in rule.channels:
         where = True
-    elif channel.startswith(DIRECT_MESSAGE):
+    elif kind == "bot_dm":
         where = rule.direct_messages
     else:
         where = "*" in rule.channels

@@ -10,9 +10,14 @@ schedules its own retries (a job's outbox, handlers/outbox.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from handlers.messages import Attachment, Message
+
+# Where a command was typed, as the adapter tells it: a channel (public, private, a group DM),
+# the asker's own direct message with the bot, or a direct message between people (the bot is
+# no member there: it can answer the asker privately, never post).
+ConversationKind = Literal["channel", "bot_dm", "people_dm"]
 
 
 @dataclass(frozen=True)
@@ -33,8 +38,11 @@ class Chat(Protocol):
     async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:
         """A file in a thread."""
 
-    async def reply_private(self, channel: str, user: str, message: Message) -> None:
-        """Only `user` sees it (Slack: ephemeral)."""
+    async def reply_private(
+        self, channel: str, user: str, message: Message, *, reply_to: str | None = None
+    ) -> None:
+        """Only `user` sees it, wherever they asked. `reply_to` is the adapter's own way back to
+        the interaction that asked (Slack: its response_url), tried first."""
 
     async def upload_private(self, user: str, attachment: Attachment, comment: str) -> None:
         """A file only `user` sees (Slack: in the bot's direct message with them)."""

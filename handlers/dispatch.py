@@ -11,7 +11,7 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cluster.config import ClusterConfig
@@ -20,7 +20,7 @@ from cluster.events import Event, Failed
 from cluster.redact import redact
 from handlers import commands as c
 from handlers.access import Access
-from handlers.chat import Chat
+from handlers.chat import Chat, ConversationKind
 from handlers.errors import Busy, CommandError, StoreUnavailable
 from handlers.job_state import JobState
 from handlers.jobs import ControllerFactory, Job, JobManager, JobPlan, since
@@ -48,17 +48,26 @@ RECONCILE_WITHIN = 120.0  # seconds: beyond it jobs start without the state of t
 
 @dataclass(frozen=True)
 class Invocation:
+    """A command as typed: by whom, where (and what kind of conversation that is), and the
+    adapter's way back to the asker for private answers (Slack: the command's response_url)."""
+
     user: str
     channel: str
     text: str
+    kind: ConversationKind = "channel"
+    reply_to: str | None = field(default=None, repr=False)  # a capability: never logged
 
 
 @dataclass(frozen=True)
 class Action:
+    """A button click, with the same context as a command (Slack: the action's response_url)."""
+
     user: str
     channel: str
     action: str
     value: str
+    kind: ConversationKind = "channel"
+    reply_to: str | None = field(default=None, repr=False)
 
 
 class Dispatcher:
@@ -123,7 +132,7 @@ class Dispatcher:
     async def action(self, action: Action) -> Message | None:
         """A button click; the reply replaces the clicked private message (None: leave it)."""
         if action.action == CANCEL_ACTION:
-            denied = self._denied(c.Cancel(), action.user, action.channel)
+            denied = self._denied(c.Cancel(), action.user, action.channel, action.kind)
             if denied:
                 return denied
             lock = self.jobs.cancel(
@@ -188,7 +197,7 @@ class Dispatcher:
             )
         reply = await self._start(
             command,
-            Invocation(action.user, action.channel, command.text()),
+            Invocation(action.user, action.channel, command.text(), action.kind, action.reply_to),
             consent=Consent(record.replace_foreign),
         )
         return reply or Message(
@@ -227,7 +236,7 @@ class Dispatcher:
         self, command: c.Command, invocation: Invocation, *, consent: Consent | None
     ) -> Message | None:
         spec = spec_for(command)
-        denied = self._denied(command, invocation.user, invocation.channel)
+        denied = self._denied(command, invocation.user, invocation.channel, invocation.kind)
         if denied:
             return denied
         if spec.reply is not None:
@@ -238,8 +247,10 @@ class Dispatcher:
         )
         return None
 
-    def _denied(self, command: c.Command, user: str, channel: str) -> Message | None:
-        decision = self.access.check(spec_for(command).level, user, channel, command.name)
+    def _denied(
+        self, command: c.Command, user: str, channel: str, kind: ConversationKind
+    ) -> Message | None:
+        decision = self.access.check(spec_for(command).level, user, channel, command.name, kind)
         if decision.allowed:
             return None
         self.audit(user, channel, command.text(), "denied")
@@ -248,7 +259,9 @@ class Dispatcher:
     async def _reply(self, invocation: Invocation, message: Message) -> None:
         await self.deliver(
             f"private reply to {invocation.user}",
-            self.chat.reply_private(invocation.channel, invocation.user, message),
+            self.chat.reply_private(
+                invocation.channel, invocation.user, message, reply_to=invocation.reply_to
+            ),
         )
 
     async def _run(
@@ -358,7 +371,7 @@ class Dispatcher:
             )
             return
         if plan is not None:
-            await self.jobs.run(record, plan)
+            await self.jobs.run(record, plan, reply_to=invocation.reply_to)
 
     async def _prepare(
         self,

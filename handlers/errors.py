@@ -32,6 +32,16 @@ class ChatUnavailable(ChatError):
     timeout): the same call may succeed later."""
 
 
+class ChatRefused(ChatError):
+    """The chat refuses this call whatever the timing (the bot is not in the conversation, it is
+    archived or gone): trying again changes nothing. `fix` says what a person can do about it."""
+
+    def __init__(self, what: str, code: str, fix: str):
+        super().__init__(f"{what}: the chat answered {code}")
+        self.code = code
+        self.fix = fix
+
+
 class RateLimited(ChatError):
     """The chat takes no more of these calls for now (Slack's 429): try again in `retry_after` seconds."""
 

@@ -261,13 +261,21 @@ class JobManager:
             self.cluster.with_recipe(recipe), await self.store.launch(self.cluster.name)
         )
 
-    async def run(self, record: JobRecord, plan: JobPlan, *, thread: str | None = None) -> Job:
-        """Post the parent (in `thread` if given), feed it the events, finish it; the lock is
-        released in every case."""
+    async def run(
+        self,
+        record: JobRecord,
+        plan: JobPlan,
+        *,
+        thread: str | None = None,
+        reply_to: str | None = None,
+    ) -> Job:
+        """Post the parent (in `thread` if given), then feed it the events, finish it; the lock
+        is released in every case. Nothing of the plan runs before the chat shows the parent: a
+        job nobody can follow changes nothing (its requester hears why, privately: `reply_to`)."""
         events = plan.events
         claim = self.claim
         assert claim is not None and claim.lock.job.id == record.id, "run a job open_job opened"
-        journal = Journal(tell=lambda failure: self._tell_unrecorded(record, failure))
+        journal = Journal(tell=lambda failure: self._tell_unrecorded(record, failure, reply_to))
 
         async def on_posted(
             posted: Posted,
@@ -293,6 +301,7 @@ class JobManager:
             on_posted=on_posted,
             on_checkpoint_shown=self._checkpoint_shown,
             thread=thread,
+            reply_to=reply_to,
             on_parent=lambda m: journal.write(
                 f"job {record.id}'s progress",
                 lambda: self.store.save_parent(record.id, m.model_dump_json()),
@@ -303,6 +312,11 @@ class JobManager:
         recorded = False
         try:
             view.open()
+            if await view.shown() is None:
+                await events.aclose()  # never started: nothing was asked of the cluster
+                job.end(JobState.REFUSED, f"refused: {self._not_shown(view)}")
+                await self._tell_not_shown(record, view)
+                return job
             # aclosing: a cancel that lands while the view records an event (the generator suspended
             # at a yield) must still run the controller's cleanup, now rather than at garbage collection
             async with aclosing(events):
@@ -415,7 +429,29 @@ class JobManager:
             if not await self.journal.write(what, write):
                 self._unrecorded.append((what, write))
 
-    async def _tell_unrecorded(self, record: JobRecord, failure: str) -> None:
+    def _not_shown(self, view: JobView) -> str:
+        refusal = view.outbox.refusal
+        if refusal is not None:
+            return f"the chat answered `{refusal.code}`: {refusal.fix}"
+        return (
+            f"the chat did not take the job's message for {self.settings.jobs.delivery_timeout:g} s"
+        )
+
+    async def _tell_not_shown(self, record: JobRecord, view: JobView) -> None:
+        what = f"job {record.id}'s refusal to {record.user}"
+        message = Message(
+            title=f"✘ `/spark {record.command}` did not start: the bot cannot post here",
+            tone="failure",
+            text=f"{escape(self._not_shown(view))}.\nNothing was started; the cluster is untouched.",
+        )
+        await self.deliver(
+            what,
+            self.chat.reply_private(record.channel, record.user, message, reply_to=view.reply_to),
+        )
+
+    async def _tell_unrecorded(
+        self, record: JobRecord, failure: str, reply_to: str | None = None
+    ) -> None:
         what = f"job {record.id}'s store failure to {record.user}"
         message = Message(
             title=f"⚠ The bot could not record job #{record.id}",
@@ -425,7 +461,11 @@ class JobManager:
         )
         # in a task: the job that hit the failure does not wait for the chat
         self.deliveries.start(
-            self.deliver(what, self.chat.reply_private(record.channel, record.user, message)), what
+            self.deliver(
+                what,
+                self.chat.reply_private(record.channel, record.user, message, reply_to=reply_to),
+            ),
+            what,
         )
 
     def cancel(self, user: str, job_id: int | None = None) -> LockRecord | None:

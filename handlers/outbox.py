@@ -9,6 +9,8 @@ chat takes them, in one task per outbox that runs while there is something to de
   failure, the job's end); an edit is not held behind replies the chat refuses for now;
 - thread replies wait for the parent that holds the thread; at most MAX_REPLIES wait, beyond
   that the oldest plain ones are merged into one;
+- a call the chat refuses whatever the timing (`ChatRefused`: the bot is not in the channel) is
+  given up at once; a parent refused so is what `first_post` answers;
 - a call the chat refuses for now (`RateLimited`) is tried again after its Retry-After, and one
   it cannot take at all for now (`ChatUnavailable`: an outage, a 5xx) after a growing wait (up to
   OUTAGE_MAX_DELAY), as often as it takes; any other error is tried len(ERROR_DELAYS) + 1 times,
@@ -30,7 +32,7 @@ from typing import Any
 
 from cluster.aio import log_failure
 from handlers.chat import Chat, Posted
-from handlers.errors import ChatUnavailable, RateLimited
+from handlers.errors import ChatRefused, ChatUnavailable, RateLimited
 from handlers.messages import Message, escape
 from handlers.settings import JobsConfig
 
@@ -164,6 +166,10 @@ class Outbox:
         self._edits, self._posts = _Lane(), _Lane()
         self._task: asyncio.Task[None] | None = None
         self._news = asyncio.Event()  # something was queued since the delivery task last looked
+        self._first_post = asyncio.Event()  # the parent was posted, or given up
+        if posted is not None:
+            self._first_post.set()
+        self.refusal: ChatRefused | None = None  # why the chat would not take the parent at all
 
     # -- what the job asks for: none of it waits -------------------------------------------
 
@@ -195,6 +201,12 @@ class Outbox:
         if len(self._replies) > MAX_REPLIES:
             self._merge()
         self._wake()
+
+    async def first_post(self) -> Posted | None:
+        """Once the chat has the parent message: where it is; None when it was given up (refused,
+        or refused for `delivery_timeout`): then the job has nowhere to show itself."""
+        await self._first_post.wait()
+        return self.posted
 
     async def drained(self) -> None:
         """Until nothing is left to deliver (or what is left was given up)."""
@@ -277,6 +289,12 @@ class Outbox:
                 except RateLimited as refused:
                     wait = refused.retry_after
                     log.warning("%s: %s", self.name, refused)
+                except ChatRefused as refused:
+                    lane.delivered()
+                    if lane is self._edits and self.posted is None:
+                        self.refusal = refused
+                    await self._give_up(lane, f"{refused}", everything=False)
+                    continue
                 except ChatUnavailable as down:
                     lane.errors += 1
                     wait = min(OUTAGE_MAX_DELAY, 2.0 ** (lane.errors - 1))
@@ -311,6 +329,7 @@ class Outbox:
             posted = await self.chat.post(self.channel, message, thread=self.thread)
             self.posted = posted
             self._sent(message)
+            self._first_post.set()
             if self.on_posted is not None:
                 try:
                     await self.on_posted(posted)
@@ -353,6 +372,7 @@ class Outbox:
         log.error("%s: gave up the parent message's state: %s", self.name, why)
         if self.posted is None:  # no thread for the replies either
             self._drop_replies(len(self._replies), "the parent message could not be posted")
+            self._first_post.set()
         if self._final and self.on_undelivered is not None:
             await self.on_undelivered(message, self.lost)
 

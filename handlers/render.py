@@ -86,8 +86,10 @@ class JobView:
         on_posted: Callable[[Posted], Awaitable[None]] | None = None,
         on_checkpoint_shown: Callable[[CheckpointPassed], None] | None = None,
         thread: str | None = None,
+        reply_to: str | None = None,
     ):
         self.deliver = Delivery(chat)
+        self.reply_to = reply_to  # the requester's private way back (Slack: a response_url)
         self.chat = chat
         self.channel = channel
         self.job_id = job_id
@@ -138,6 +140,10 @@ class JobView:
         """The thread its replies go to: the one it was opened in, else its own parent's."""
         return self.outbox.thread or (self.posted.ts if self.posted else None)
 
+    async def shown(self) -> Posted | None:
+        """Once the parent message is in the chat: where; None when the chat would not take it."""
+        return await self.outbox.first_post()
+
     async def delivered(self) -> None:
         """Until the chat has everything queued so far (or it was given up)."""
         await self.outbox.drained()
@@ -164,7 +170,7 @@ class JobView:
         message = final.model_copy(update={"text": f"{note}\n{final.text}".strip(), "buttons": []})
         await self.deliver(
             f"job {self.job_id}'s outcome to {self.requester}",
-            self.chat.reply_private(self.channel, self.requester, message),
+            self.chat.reply_private(self.channel, self.requester, message, reply_to=self.reply_to),
         )
 
     def _mark_running(self) -> None:

@@ -98,6 +98,29 @@ def block_text(call_or_message) -> str:
     )
 
 
+def private_answers(slack: SlackStandIn, user: str) -> list[dict]:
+    """What `user` was answered privately, in order, however it went: through the command's or
+    the click's response_url, chat.postEphemeral, or a message in their DM with the bot."""
+    answers = slack.ephemerals(user)
+    direct = slack.direct_message_of(user) if hasattr(slack, "direct_message_of") else None
+    if direct is not None:
+        answers += [dict(m, source="direct message") for m in slack.messages(direct)]
+    return answers
+
+
+async def private_answer(
+    slack: SlackStandIn, user: str, title: str | None = None, *, after: int = 0, timeout=20.0
+) -> dict:
+    """The first private answer to `user` beyond the first `after` whose header is `title` (any
+    when None), once it has come: a dict with its `text` and `blocks` (`header()` reads it)."""
+
+    def find() -> dict | None:
+        answers = private_answers(slack, user)[after:]
+        return next((a for a in answers if title is None or header(a) == title), None)
+
+    return await slack.wait_until(find, timeout)
+
+
 def attachment_color(message) -> str | None:
     attachments = message.get("attachments") or []
     return attachments[0]["color"] if attachments else None

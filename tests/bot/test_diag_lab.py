@@ -11,7 +11,16 @@ import pytest
 
 from cluster.config import Secrets
 from cluster.controller import Controller
-from tests.bot.helpers import ALICE, CH, attachment_text, down, header, settings, slack_bot
+from tests.bot.helpers import (
+    ALICE,
+    CH,
+    attachment_text,
+    down,
+    header,
+    private_answer,
+    settings,
+    slack_bot,
+)
 from tests.controller.helpers import FAST, cluster_for
 from tests.secrets import HF_TOKEN, planted_in
 
@@ -60,12 +69,12 @@ async def test_diag_uploads_every_nodes_files_to_the_jobs_thread_and_no_planted_
             done = await slack.wait_for(
                 lambda c: c.method == "files.completeUploadExternal" and c.ok, 60
             )
-            told = await slack.wait_for(lambda c: c.method == "chat.postEphemeral", 10)
+            told = await private_answer(slack, ALICE, timeout=10)
     finally:
         await down(cluster)
 
     assert done.params["thread_ts"] == parent_ts, "into the launch's thread"
-    assert "Diagnostics bundle uploaded" in json.dumps(told.params)
+    assert "Diagnostics bundle uploaded" in json.dumps(told)
     [bundle] = [f for f in slack.files().values() if f["name"].startswith("spark-diag-")]
     with tarfile.open(fileobj=io.BytesIO(bundle["content"]), mode="r:gz") as archive:
         members = archive.getmembers()

@@ -17,6 +17,8 @@ from tests.bot.helpers import (
     checkpoint_header,
     containers_present,
     header,
+    private_answer,
+    private_answers,
     settings,
     slack_bot,
 )
@@ -66,13 +68,13 @@ async def test_a_launcher_recipe_through_slack_same_checkpoints_then_down_says_w
             assert "started by the launcher" in block_text(containers)
             assert "```" in block_text(containers), "the script's lines as its log tail"
 
+            answered = len(private_answers(slack, ALICE))
             await slack.send_slash_command(ALICE, CH, "down")
-            question = await slack.wait_for_call("chat.postEphemeral", 10)
+            question = await private_answer(slack, ALICE, "Confirm", after=answered, timeout=10)
             asked = block_text(question)
             assert f"recipe `{RECIPE}`'s launcher" in asked and "`vllm_node` on every node" in asked
             assert "spark-bot did not start it" in asked
-            ephemeral = slack.ephemerals(ALICE)[-1]
-            await slack.click_button(ALICE, CH, ephemeral["ts"], "spark_confirm")
+            await slack.click_button(ALICE, CH, question["ts"], "spark_confirm")
             await slack.wait_for(
                 lambda c: c.method == "chat.update" and "Removed 2" in str(c.params), 30
             )

@@ -58,7 +58,7 @@ async def test_fifty_commands_from_twenty_users_in_one_second(slack, tmp_path):
         await slack.wait_until(
             lambda: (
                 len(shown(BUSY)) >= busy_expected
-                and len([e for e in slack.ephemerals() if e["source"] == "chat.postEphemeral"])
+                and len([e for e in slack.ephemerals() if e["source"] == "response_url"])
                 >= busy_expected + reads_expected
             ),
             45,

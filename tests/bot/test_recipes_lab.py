@@ -20,6 +20,8 @@ from tests.bot.helpers import (
     containers_present,
     down,
     header,
+    private_answer,
+    private_answers,
     settings,
     slack_bot,
 )
@@ -122,13 +124,13 @@ async def test_up_launches_each_shipped_recipe_and_names_it_everywhere(
             present = await containers_present(cluster)
             assert present == [n.name for n in recipe.nodes], (name, present)
 
-            mark = slack.calls()[-1].seq
+            answered = len(private_answers(slack, ALICE))
             await slack.send_slash_command(ALICE, CH, "recipes")
-            listing = await slack.wait_for_call("chat.postEphemeral", 20, after=mark)
+            listing = await private_answer(slack, ALICE, after=answered, timeout=20)
             assert f"`{name}` *running*" in block_text(listing)
-            mark = slack.calls()[-1].seq
+            answered = len(private_answers(slack, ALICE))
             await slack.send_slash_command(ALICE, CH, "status")
-            status = await slack.wait_for_call("chat.postEphemeral", 20, after=mark)
+            status = await private_answer(slack, ALICE, after=answered, timeout=20)
             assert f"(recipe `{name}`)" in block_text(status)
             ts = parent
             await slack.wait_until(

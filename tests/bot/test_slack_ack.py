@@ -13,7 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot.helpers import ALICE, CH, GREEN, attachment_color, header, settings, slack_bot
+from tests.bot.helpers import (
+    ALICE,
+    CH,
+    GREEN,
+    attachment_color,
+    header,
+    private_answer,
+    settings,
+    slack_bot,
+)
 from tests.handlers.doubles import CLUSTER, Hold, ScriptedControllers, status_report
 from tests.slack_standin import SlackStandIn
 
@@ -54,9 +63,7 @@ async def test_commands_are_acknowledged_while_the_database_is_held_and_run_afte
             "the verify job could not be recorded yet"
         )
 
-        await slack.wait_until(
-            header_of(slack, "chat.postEphemeral", f"Status of `{CLUSTER.name}`")
-        )
+        await private_answer(slack, ALICE, f"Status of `{CLUSTER.name}`")
         await hold.reached.wait()  # the verify job runs
         hold.release.set()
         verify = await slack.wait_until(
@@ -76,13 +83,11 @@ async def test_a_job_the_database_cannot_record_is_refused_aloud_and_an_answer_s
         with database_held(bot_settings.store.path):
             await slack.send_slash_command(ALICE, CH, "verify")
             await slack.send_slash_command(ALICE, CH, "status")
-            refusal = await slack.wait_until(
-                header_of(slack, "chat.postEphemeral", "✘ `/spark verify` did not start"), 10
+            refusal = await private_answer(
+                slack, ALICE, "✘ `/spark verify` did not start", timeout=10
             )
-            await slack.wait_until(
-                header_of(slack, "chat.postEphemeral", f"Status of `{CLUSTER.name}`")
-            )
-    assert "could not record the job in its database (database is locked)" in str(refusal.params)
+            await private_answer(slack, ALICE, f"Status of `{CLUSTER.name}`")
+    assert "could not record the job in its database (database is locked)" in str(refusal)
     assert "verify" not in [call.operation for call in controllers.calls], "nothing started"
     assert not slack.calls("chat.postMessage"), "no job message"
 

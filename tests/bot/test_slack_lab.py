@@ -19,6 +19,8 @@ from tests.bot.helpers import (
     containers_present,
     down,
     header,
+    private_answer,
+    private_answers,
     scrape,
     settings,
     slack_bot,
@@ -162,7 +164,7 @@ async def test_two_concurrent_ups_one_runs_the_other_is_told_who_holds_the_lock(
         await slack.send_slash_command(ALICE, CH, "up")
         permalink = await slack.wait_for_call("chat.getPermalink", 10)
         await slack.send_slash_command(ALICE, CH, "up max_model_len=4096")
-        busy = await slack.wait_for_call("chat.postEphemeral", 10)
+        busy = await private_answer(slack, ALICE, timeout=10)
         await slack.wait_for(
             lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 60
         )
@@ -249,13 +251,12 @@ async def test_down_asks_for_confirmation_then_tears_down(slack, cluster, tmp_pa
     async with slack_bot(slack, cluster, settings(tmp_path)):
         await up_and_wait(slack)
         await slack.send_slash_command(ALICE, CH, "down")
-        question = await slack.wait_for_call("chat.postEphemeral", 10)
-        [actions] = [b for b in question.params["blocks"] if b["type"] == "actions"]
+        question = await private_answer(slack, ALICE, "Confirm", timeout=10)
+        [actions] = [b for b in question["blocks"] if b["type"] == "actions"]
         [button] = actions["elements"]
         assert button["confirm"]["confirm"]["text"] == "Tear down" and button["style"] == "danger"
         assert await containers_present(cluster) != []
-        ephemeral = slack.ephemerals(ALICE)[-1]
-        await slack.click_button(ALICE, CH, ephemeral["ts"], "spark_confirm")
+        await slack.click_button(ALICE, CH, question["ts"], "spark_confirm")
         done = await slack.wait_for(
             lambda c: c.method == "chat.update" and "Removed 2" in str(c.params), 30
         )
@@ -269,27 +270,25 @@ async def test_status_and_a_long_log_privately_as_a_file_with_429_honoured(
     async with slack_bot(slack, cluster, settings(tmp_path)):
         await up_and_wait(slack)
         await slack.send_slash_command(BOB, CH, "status")
-        status = await slack.wait_for_call("chat.postEphemeral", 10)
+        status = await private_answer(slack, BOB, timeout=10)
         assert "`spark-lab-0` vllm_lab: *running*" in block_text(
             status
         ) and "API: healthy" in block_text(status)
 
-        slack.rate_limit("chat.postEphemeral", times=1, retry_after=1)
-        mark = slack.last_seq()
+        slack.rate_limit("conversations.open", times=1, retry_after=1)
+        mark, answered = slack.last_seq(), len(private_answers(slack, BOB))
         await slack.send_slash_command(BOB, CH, "logs head 300")
         upload = await slack.wait_for(
             lambda c: c.method == "files.completeUploadExternal", 20, after=mark
         )
-        reply = await slack.wait_for(
-            lambda c: c.method == "chat.postEphemeral" and c.status == 200, 20, after=mark
-        )
-    replies = [c for c in slack.calls("chat.postEphemeral") if c.seq > mark]
-    assert [r.status for r in replies[:2]] == [429, 200]
-    assert replies[1].time - replies[0].time >= 1.0, "Retry-After honoured"
+        reply = await private_answer(slack, BOB, after=answered, timeout=20)
+    tries = [c for c in slack.calls("conversations.open") if c.seq > mark]
+    assert [t.status for t in tries[:2]] == [429, 200]
+    assert tries[1].time - tries[0].time >= 1.0, "Retry-After honoured"
     assert not [c for c in slack.calls("chat.postMessage") if c.seq > mark], (
         "nothing of the log in the channel"
     )
-    [opened] = [c for c in slack.calls("conversations.open") if c.seq > mark]
+    [opened] = [c for c in tries if c.ok]
     assert (
         opened.params["users"] == BOB
         and upload.params["channel_id"] == opened.result["channel"]["id"]

@@ -109,7 +109,9 @@ class RecordingChat:
     async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:
         self.uploads.append((thread, attachment))
 
-    async def reply_private(self, channel: str, user: str, message: Message) -> None:
+    async def reply_private(
+        self, channel: str, user: str, message: Message, *, reply_to: str | None = None
+    ) -> None:
         self.private.append((user, message))
         await self._notify()
 
@@ -158,12 +160,25 @@ class RefusingChat(RecordingChat):
         self.gate.set()
         self.clock = clock
         self.down_until = -math.inf  # channel calls fail as in an outage until the clock says this
+        self.posts_before_hold = math.inf  # posts let through before the gate closes by itself
+        self.held = asyncio.Event()  # a call has come to the closed gate
 
     def refuse(self, method: str, times: float = math.inf) -> None:
         self.refusals[method] = times
 
+    def hold_after_posts(self, posts: int) -> None:
+        """Let `posts` posts through (a job's parent), then hold every channel call at the gate."""
+        self.posts_before_hold = posts
+
     async def _admit(self, method: str) -> None:
+        if method == "post" and self.posts_before_hold <= 0:
+            self.gate.clear()  # once: opening it again lets everything through
+            self.posts_before_hold = math.inf
+        if not self.gate.is_set():
+            self.held.set()
         await self.gate.wait()
+        if method == "post":
+            self.posts_before_hold -= 1
         if self.clock() < self.down_until:
             self.refused[method] += 1
             raise ChatUnavailable(f"chat.{method}: Slack answered service_unavailable")

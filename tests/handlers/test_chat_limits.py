@@ -46,16 +46,33 @@ async def job_ended(dispatcher: Dispatcher) -> None:
     assert (await dispatcher.store.job(1)).state == JobState.SUCCEEDED
 
 
-async def test_a_job_runs_to_its_end_while_the_chat_holds_every_call_and_its_messages_follow_in_order():
+async def test_a_job_waits_for_its_parent_message_and_nothing_runs_before_the_chat_shows_it():
     chat, controllers = RefusingChat(), launch()
     chat.gate.clear()
+    async with running_dispatcher(controllers, chat=chat, time=VirtualTime()) as (dispatcher, _):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await chat.held.wait()  # the parent's post, waiting at the gate
+        assert [call.operation for call in controllers.calls] == ["status", "status"], (
+            "only the confirmation's look at the nodes: `up` waits for its message"
+        )
+        chat.gate.set()
+        await job_ended(dispatcher)
+        assert controllers.cleaned_up == ["status", "status", "up"]
+    assert chat.parent().footer.startswith(READY_FOOTER)
+
+
+async def test_once_its_parent_is_posted_a_job_runs_to_its_end_while_the_chat_holds_every_call():
+    chat, controllers = RefusingChat(), launch()
+    chat.hold_after_posts(1)  # the parent goes; every later call waits at the gate
     async with running_dispatcher(controllers, chat=chat, time=VirtualTime()) as (dispatcher, _):
         await dispatcher.command(Invocation(ALICE, CH, "up"))
         await job_ended(dispatcher)
         assert (
             controllers.cleaned_up == ["status", "status", "up"] and not controllers.stopped_early
         )
-        assert chat.posts == [], "the job did not wait for a single message"
+        assert [sent.message.title for sent in chat.posts] == ["🚀 Launch on `lab`"], (
+            "the job did not wait for a single message after its parent"
+        )
 
         chat.refuse("post", 5)  # and the chat comes back limiting the rate
         chat.refuse("update", 5)
@@ -84,9 +101,23 @@ async def test_the_final_state_reaches_the_parent_after_30_refused_edits():
     assert chat.private == []
 
 
-@pytest.mark.parametrize(
-    "refused", [["post", "update"], ["update"]], ids=["nothing posted", "no edit"]
-)
+async def test_a_job_whose_parent_the_chat_never_takes_starts_nothing_and_says_so_privately():
+    chat, time = RefusingChat(), VirtualTime()
+    chat.refuse("post")
+    controllers = ScriptedControllers(up=[passed("ssh"), failed("weights")])
+    async with running_dispatcher(controllers, chat=chat, time=time) as (dispatcher, _):
+        await dispatcher.command(Invocation(ALICE, CH, "up", reply_to="https://answer.example/1"))
+        await dispatcher.jobs.idle(chat=False)
+        assert (await dispatcher.store.job(1)).state == JobState.REFUSED
+        assert await dispatcher.store.locks() == []
+        await dispatcher.idle()
+    assert "up" not in [call.operation for call in controllers.calls]
+    assert time.now() >= dispatcher.settings.jobs.delivery_timeout and chat.posts == []
+    [(user, told)] = chat.private
+    assert user == ALICE and "did not start" in told.title and "untouched" in told.text
+
+
+@pytest.mark.parametrize("refused", [["update"]], ids=["no edit"])
 async def test_the_requester_hears_the_outcome_privately_when_the_channel_keeps_refusing(refused):
     chat, time = RefusingChat(), VirtualTime()
     for method in refused:
