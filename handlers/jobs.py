@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LAUNCHES = ("up", "restart")  # the jobs that leave a server to watch
+# Said in a job's thread, where no slash command can be typed (Slack allows them only in the
+# message box of a conversation).
+RELAUNCH = "`/spark up` in the channel (not in this thread: Slack takes no slash command there) launches it again"
 EVENTS_KEPT = 2000  # the latest events of jobs and watches, for a diagnostics bundle
 
 ControllerFactory = Callable[[ClusterConfig], Controller]
@@ -280,11 +283,13 @@ class JobManager:
         async def on_posted(
             posted: Posted,
         ) -> None:  # in the outbox's task, whenever the chat takes it
-            claim.lock = replace(claim.lock, job=replace(record, ts=posted.ts, link=view.link))
+            claim.lock = replace(
+                claim.lock, job=replace(record, ts=posted.ts, link=view.link, thread=thread)
+            )
             await journal.write(
                 f"job {record.id}'s message",
                 lambda: self.store.set_parent(
-                    record.id, posted.ts, view.link, view.parent.model_dump_json()
+                    record.id, posted.ts, view.link, view.parent.model_dump_json(), thread
                 ),
             )
 
@@ -541,7 +546,7 @@ class JobManager:
                                 title="ℹ The cluster was stopped",
                                 tone="neutral",
                                 text=f"{escape(event.message)}. No longer watching; "
-                                "`/spark up` launches it again.",
+                                f"{RELAUNCH}.",
                             )
                         )
                         return
@@ -638,7 +643,7 @@ class JobManager:
                 title="🛑 Not restarting",
                 tone="warning",
                 mention=record.user,
-                text=f"<@{record.user}> {escape(why)}. `/spark up` launches it again.",
+                text=f"<@{record.user}> {escape(why)}. {RELAUNCH}.",
             ),
             broadcast=True,
         )
@@ -665,6 +670,7 @@ class JobManager:
             deliveries=self.deliveries,
             posted=Posted(record.channel, record.ts) if record.ts else None,
             link=record.link,
+            thread=record.thread,
             on_parent=lambda m: self.journal.write(
                 f"job {record.id}'s message",
                 lambda: self.store.save_parent(record.id, m.model_dump_json()),
@@ -777,7 +783,7 @@ class JobManager:
                         title="⚠ The cluster stopped while the bot was away",
                         tone="warning",
                         mention=watch.user,
-                        text=f"<@{watch.user}> cluster now: {describe_state(report)}. `/spark up` relaunches it.",
+                        text=f"<@{watch.user}> cluster now: {describe_state(report)}; {RELAUNCH}.",
                     ),
                     broadcast=True,
                 )

@@ -300,8 +300,8 @@ async def _diag(d: Dispatcher, command: c.Diag, invocation: Invocation) -> Messa
     name = f"spark-diag-{d.cluster.name}-{job.id if job else 'cluster'}.tar.gz"
     comment = f"🩺 Diagnostics of `{d.cluster.name}` for <@{invocation.user}>: {said}"[:3000]
     try:
-        if job is not None and job.ts and job.channel == invocation.channel:
-            thread, where = job.ts, f"the thread of job #{job.id}"
+        if job is not None and job.thread_root and job.channel == invocation.channel:
+            thread, where = job.thread_root, f"the thread of job #{job.id}"
         else:
             posted = await d.chat.post(
                 invocation.channel,

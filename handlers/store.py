@@ -75,6 +75,8 @@ MIGRATIONS: list[list[str]] = [
     ],
     # the recipe the running cluster was launched with (`/spark up RECIPE`)
     ["ALTER TABLE launches ADD COLUMN recipe TEXT"],
+    # the thread a job's parent was posted in (a restart's): what goes under the job goes there
+    ["ALTER TABLE jobs ADD COLUMN thread TEXT"],
 ]
 
 
@@ -100,6 +102,13 @@ class JobRecord:
     started_at: datetime
     ended_at: datetime | None
     parent_json: str | None
+    thread: str | None = None  # the thread its parent was posted in (a restart's), if any
+
+    @property
+    def thread_root(self) -> str | None:
+        """The ts a file or a reply about this job goes under: Slack wants a thread's parent,
+        never a reply (a restart's message is a reply in its launch's thread)."""
+        return self.thread or self.ts
 
 
 @dataclass(frozen=True)
@@ -255,11 +264,18 @@ class Store:
             raise KeyError(job_id)
         return _job(row)
 
-    async def set_parent(self, job_id: int, ts: str, link: str | None, parent_json: str) -> None:
+    async def set_parent(
+        self,
+        job_id: int,
+        ts: str,
+        link: str | None,
+        parent_json: str,
+        thread: str | None = None,
+    ) -> None:
         await self._run(
             lambda db: db.execute(
-                "UPDATE jobs SET ts=?, link=?, parent_json=?, state=? WHERE id=?",
-                (ts, link, parent_json, JobState.RUNNING, job_id),
+                "UPDATE jobs SET ts=?, link=?, parent_json=?, state=?, thread=? WHERE id=?",
+                (ts, link, parent_json, JobState.RUNNING, thread, job_id),
             )
         )
 
@@ -614,4 +630,5 @@ def _job(row: sqlite3.Row) -> JobRecord:
         started_at=datetime.fromisoformat(row["started_at"]),
         ended_at=datetime.fromisoformat(row["ended_at"]) if row["ended_at"] else None,
         parent_json=row["parent_json"],
+        thread=row["thread"],
     )

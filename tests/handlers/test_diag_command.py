@@ -71,3 +71,18 @@ async def test_the_watched_launch_gets_it_in_its_thread_with_its_events(tmp_path
     assert len(events) == len(launch_passes()) + 1 and '"kind":"ready"' in events[-1]
     assert "job #1 `/spark up`" in call.options["events_note"]
     assert "the thread of job #1" in chat.private[-1][1].text
+
+
+async def test_a_restarts_bundle_goes_under_its_launchs_thread_never_under_a_reply(tmp_path):
+    # a restart's message is a reply in its launch's thread; Slack's files.completeUploadExternal
+    # says never to use a reply's ts as thread_ts, only its parent's
+    controllers = ScriptedControllers(diag=[collected()])
+    async with running_dispatcher(controllers, settings(tmp_path)) as (dispatcher, chat):
+        store, launch_ts = dispatcher.store, "1700000000.000100"
+        restart = await store.create_job("lab", "restart", ALICE, CH)
+        await store.set_parent(restart.id, "1700000050.000200", None, "{}", thread=launch_ts)
+        await store.set_watch("lab", restart.id)
+        await dispatcher.command(Invocation(BOB, CH, "diag"))
+        await asyncio.wait_for(dispatcher.idle(), 10)
+    [(thread, _)] = chat.uploads
+    assert thread == launch_ts

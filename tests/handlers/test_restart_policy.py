@@ -87,6 +87,8 @@ async def test_a_death_is_relaunched_once_in_its_thread_then_the_maximum_stops_i
     assert in_thread[-1] == "🛑 Not restarting"
     refusal = next(p for p in chat.posts if p.message.title == "🛑 Not restarting").message
     assert "already restarted 1 time(s) within 1h (restart.max)" in refusal.text
+    # no slash command can be typed in a thread: a reply that names one says where it goes
+    assert "`/spark up` in the channel (not in this thread" in refusal.text
     assert "Ready again" in (chat.latest[restart.ts].footer or "")
     assert not [p for p in chat.posts if p.thread not in (None, launch.ts)], "one thread"
     audit = db_rows(tmp_path, "SELECT command, outcome FROM audit")
