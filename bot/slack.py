@@ -59,7 +59,8 @@ REFUSALS: dict[str, str] = {
 }
 KIND_TIMEOUT = 1.5  # s to tell whose direct message a command came from: Slack acks within 3 s
 RESPOND_TIMEOUT = 10  # s for one post to a response_url
-DIRECT_MESSAGES_KEPT = 10_000  # users whose direct-message ID with the bot is remembered
+DIRECT_MESSAGES_KEPT = 10_000
+SHARE_WAIT = 10.0  # s an upload may take to show in its thread before the next reply goes  # users whose direct-message ID with the bot is remembered
 
 
 def make_client(token: str, base_url: str | None = None) -> AsyncWebClient:
@@ -155,7 +156,10 @@ class SlackChat:
         )
 
     async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:
-        await self._call(
+        """The file in the thread, returning once Slack shows it there: Slack shares an upload
+        after files.completeUploadExternal returns, and a reply posted meanwhile would come
+        before it."""
+        response = await self._call(
             "files_upload_v2",
             self.client.files_upload_v2(
                 channel=channel,
@@ -166,6 +170,32 @@ class SlackChat:
                 initial_comment=comment,
             ),
         )
+        for file in response.get("files") or []:
+            await self._shared(str(file["id"]), channel)
+
+    async def _shared(self, file: str, channel: str) -> None:
+        """Until files.info shows `file` shared in `channel` (at most SHARE_WAIT seconds: past
+        that the file comes late, which is no reason to stop the job's messages)."""
+        deadline = asyncio.get_running_loop().time() + SHARE_WAIT
+        pause = 0.1
+        while True:
+            try:
+                info = await self._call("files.info", self.client.files_info(file=file))
+            except ChatError as error:  # e.g. missing_scope (files:read): the order is not kept
+                log.warning("could not see whether file %s is shared yet: %s", file, error)
+                return
+            shares = info.get("file", {}).get("shares") or {}
+            if any(channel in shares.get(kind, {}) for kind in ("public", "private")):
+                return
+            if asyncio.get_running_loop().time() + pause > deadline:
+                log.warning(
+                    "file %s not shared in %s after %g s; going on", file, channel, SHARE_WAIT
+                )
+                return
+            await asyncio.sleep(
+                pause
+            )  # Slack sends no answer to wait on: its event needs a subscription
+            pause = min(pause * 2, 1.0)
 
     async def reply_private(
         self, channel: str, user: str, message: Message, *, reply_to: str | None = None
