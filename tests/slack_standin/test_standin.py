@@ -118,6 +118,7 @@ async def test_slash_command_through_socket_mode_records_exact_calls(slack, clie
     assert calls[6].params["initial_comment"] == "full log"
     assert slack.file_content(calls[4].result["file_id"]) == b"vllm log\n"
 
+    await slack.wait_for_file_shared(calls[4].result["file_id"])  # Slack shares it later
     [parent] = slack.messages(CH)
     assert parent["ts"] == parent_ts and parent["text"] == "Launch started"
     assert parent["reply_count"] == 2
@@ -411,10 +412,10 @@ async def test_rate_limit_honoured_by_retry_handler(slack, client):
 
 
 async def test_armed_error_and_dropped_connection(slack, client):
-    slack.fail("chat.update", "internal_error")
+    slack.fail("chat.update", "fatal_error")
     r = await client.chat_postMessage(channel=CH, text="a")
     e = await api_error(client.chat_update(channel=CH, ts=r["ts"], text="b"))
-    assert e.response["error"] == "internal_error"
+    assert e.response["error"] == "fatal_error"
     assert (await client.chat_update(channel=CH, ts=r["ts"], text="b"))["ok"]
 
     slack.drop_connection("chat.postMessage")
