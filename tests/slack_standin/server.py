@@ -282,7 +282,7 @@ class _ResponseUrl:
     message_ts: str | None = None  # the message an interactive response_url's button was on
     envelope_id: str | None = None
     uses: int = 0
-    last_posted: tuple[str, str] | None = None  # ("message" | "ephemeral", ts) it last posted
+    last_posted: str | None = None  # the ts of the message (or ephemeral) it last posted
 
 
 class _Dropped(Exception):
@@ -1734,26 +1734,27 @@ class SlackStandIn:
     def _apply_response(self, url: _ResponseUrl, body: dict[str, Any]) -> tuple[int, str] | None:
         channel, text = url.channel, body.get("text") or ""
         blocks, _ = parse_blocks(body.get("blocks"))
-        original = url.last_posted or (("message", url.message_ts) if url.message_ts else None)
-        if original is not None and not self._still_there(channel, original[1]):
+        # a button's original is the message it was on; a slash command has none of its own, so
+        # the stand-in takes the last message its response_url posted
+        original = url.message_ts or url.last_posted
+        if original is not None and not self._still_there(channel, original):
             original = None
         if _truthy(body.get("delete_original")) and original is not None:
-            self._remove(channel, original[1])
+            self._remove(channel, original)
             return None
         if _truthy(body.get("replace_original")) and original is not None:
-            self._replace(channel, original[1], text, blocks)
+            self._replace(channel, original, text, blocks)
             return None
         thread_ts = body.get("thread_ts")
         if thread_ts is not None and self._thread_parent(channel, thread_ts) != str(thread_ts):
             return 400, "invalid_thread_ts"
         if body.get("response_type") == "in_channel":
-            posted = self._new_message(channel, text, blocks, thread_ts=thread_ts)
-            url.last_posted = ("message", posted["ts"])
+            url.last_posted = self._new_message(channel, text, blocks, thread_ts=thread_ts)["ts"]
         else:
             shown = self._new_ephemeral(
                 channel, url.user, text, blocks, "response_url", thread_ts=thread_ts
             )
-            url.last_posted = ("ephemeral", shown["ts"])
+            url.last_posted = shown["ts"]
         return None
 
     def _still_there(self, channel: str, ts: str) -> bool:
