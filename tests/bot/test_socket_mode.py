@@ -47,6 +47,9 @@ async def ack_after_a_drop(slack, client_type: type[SocketModeClient]) -> list:
 
 
 async def test_the_ack_goes_out_on_a_new_connection(slack):
+    # whether Slack takes an ack on another connection is undocumented: the stand-in refuses it
+    # unless told to, and the resend is worth something only where Slack takes it
+    slack.ack_on_any_connection = True
     [ack] = await ack_after_a_drop(slack, ResendingSocketModeClient)
     assert not isinstance(ack, BaseException), ack
     assert ack.connection_id == 2, "on the connection opened for it"

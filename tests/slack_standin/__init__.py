@@ -11,6 +11,7 @@ async with SlackStandIn() as slack:
 """
 
 from .blocks import validate_blocks
+from .conversations import IM, MPIM, PRIVATE, PUBLIC, Conversation
 from .server import (
     ACK_TIMEOUT,
     SLACK_ACK_DEADLINE,
@@ -26,10 +27,15 @@ from .signing import SignedRequest, build_signed_slash_command, sign_body, slash
 
 __all__ = [
     "ACK_TIMEOUT",
+    "IM",
+    "MPIM",
+    "PRIVATE",
+    "PUBLIC",
     "SLACK_ACK_DEADLINE",
     "Ack",
     "AckTimeout",
     "Call",
+    "Conversation",
     "HttpResult",
     "ResponseUrlPost",
     "SignedRequest",

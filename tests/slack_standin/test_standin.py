@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 
+import aiohttp
 import pytest
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
@@ -13,11 +14,20 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.signature import SignatureVerifier
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
 
 from tests import secrets
 from tests.secrets import planted_in
-from tests.slack_standin import AckTimeout, build_signed_slash_command
+from tests.slack_standin import (
+    IM,
+    MPIM,
+    PRIVATE,
+    PUBLIC,
+    AckTimeout,
+    SlackStandIn,
+    build_signed_slash_command,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -118,6 +128,7 @@ async def test_slash_command_through_socket_mode_records_exact_calls(slack, clie
     assert calls[6].params["initial_comment"] == "full log"
     assert slack.file_content(calls[4].result["file_id"]) == b"vllm log\n"
 
+    await slack.wait_for_file_shared(calls[4].result["file_id"])  # Slack shares it later
     [parent] = slack.messages(CH)
     assert parent["ts"] == parent_ts and parent["text"] == "Launch started"
     assert parent["reply_count"] == 2
@@ -411,10 +422,10 @@ async def test_rate_limit_honoured_by_retry_handler(slack, client):
 
 
 async def test_armed_error_and_dropped_connection(slack, client):
-    slack.fail("chat.update", "internal_error")
+    slack.fail("chat.update", "fatal_error")
     r = await client.chat_postMessage(channel=CH, text="a")
     e = await api_error(client.chat_update(channel=CH, ts=r["ts"], text="b"))
-    assert e.response["error"] == "internal_error"
+    assert e.response["error"] == "fatal_error"
     assert (await client.chat_update(channel=CH, ts=r["ts"], text="b"))["ok"]
 
     slack.drop_connection("chat.postMessage")
@@ -502,3 +513,258 @@ async def test_what_apps_send_is_scanned_for_planted_secrets(slack, client):
         (where.split(" ")[0], n) for where, text in slack.sent_by_apps() for n in planted_in(text)
     ]
     assert ("chat.postMessage", "HF_TOKEN") in found and ("file", "SLACK_SIGNING_SECRET") in found
+
+
+# --------------------------------------------------------------------------- conversations
+
+
+async def test_conversation_kinds_as_the_bot_sees_them(slack, client):
+    dm = slack.bot_dm("U0ALICE")
+    assert (
+        slack.bot_dm("U0ALICE")
+        == dm
+        == (await client.conversations_open(users="U0ALICE"))["channel"]["id"]
+    ), "one DM per user, the same ID every time"
+    slack.add_conversation("D0ALICEBOB", IM, members=["U0ALICE", "U0BOB"], bot_member=False)
+    slack.add_conversation("C0OPS", PRIVATE, "ops")
+    slack.add_conversation("G0TRIO", MPIM, "mpdm-alice--bob--spark-bot-1")
+    slack.add_conversation("C0LOBBY", PUBLIC, "lobby", bot_member=False)
+
+    own = (await client.conversations_info(channel=dm))["channel"]
+    assert (own["is_im"], own["user"], own["is_private"]) == (True, "U0ALICE", True)
+    private = (await client.conversations_info(channel="C0OPS"))["channel"]
+    assert (private["is_private"], private["is_member"], private["is_im"]) == (True, True, False)
+    group = (await client.conversations_info(channel="G0TRIO"))["channel"]
+    assert group["is_mpim"] and group["is_private"]
+    lobby = (await client.conversations_info(channel="C0LOBBY"))["channel"]
+    assert (lobby["is_private"], lobby["is_member"]) == (False, False)
+    e = await api_error(client.conversations_info(channel="D0ALICEBOB"))
+    assert e.response["error"] == "channel_not_found", "the bot cannot see a DM between people"
+
+    assert (await api_error(client.chat_postMessage(channel="C0LOBBY", text="x"))).response[
+        "error"
+    ] == "not_in_channel"
+    slack.join("C0LOBBY")
+    assert (await client.chat_postMessage(channel="C0LOBBY", text="invited"))["ok"]
+    assert [m["text"] for m in slack.messages("C0LOBBY")] == ["invited"]
+
+
+async def test_chat_write_public_lets_the_bot_post_but_not_whisper_where_it_is_not(slack, client):
+    slack.add_conversation("C0LOBBY", PUBLIC, "lobby", bot_member=False)
+    slack.add_conversation("C0OPS", PRIVATE, "ops", bot_member=False)
+    slack.chat_write_public = True
+    assert (await client.chat_postMessage(channel="C0LOBBY", text="hello"))["ok"]
+    for call in (
+        client.chat_postEphemeral(channel="C0LOBBY", user="U0ALICE", text="psst"),
+        client.chat_postMessage(channel="C0OPS", text="hello"),
+    ):
+        assert (await api_error(call)).response["error"] in ("not_in_channel", "channel_not_found")
+    assert slack.ephemerals() == []
+
+
+async def test_slash_command_payloads_per_conversation_kind(slack):
+    slack.add_conversation("D0ALICEBOB", IM, members=["U0ALICE", "U0BOB"], bot_member=False)
+    slack.add_conversation("C0OPS", PRIVATE, "ops")
+    slack.add_conversation("G0TRIO", MPIM, "mpdm-alice--bob--spark-bot-1")
+    seen = {}
+    app = AsyncApp(
+        client=AsyncWebClient(token=slack.bot_token, base_url=slack.api_url),
+        signing_secret=slack.signing_secret,
+    )
+
+    @app.command("/spark")
+    async def spark(ack, command):
+        seen[command["channel_id"]] = command["channel_name"]
+        await ack()
+
+    handler = AsyncSocketModeHandler(app, slack.app_token)
+    await handler.connect_async()
+    try:
+        for channel in (CH, slack.bot_dm("U0ALICE"), "D0ALICEBOB", "C0OPS", "G0TRIO"):
+            await slack.send_slash_command("U0ALICE", channel, "status")
+        slack.add_user("U0CAROL", member_of=[])
+        with pytest.raises(LookupError):
+            await slack.send_slash_command("U0CAROL", CH, "status")
+    finally:
+        await handler.close_async()
+    assert seen == {
+        CH: "spark-ops",
+        "D0ALICE": "directmessage",
+        "D0ALICEBOB": "directmessage",
+        "C0OPS": "privategroup",
+        "G0TRIO": "privategroup",
+    }
+
+
+# --------------------------------------------------------------------------- response_url
+
+
+async def post_json(url: str, body) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as http, http.post(url, json=body) as res:
+        return res.status, await res.text()
+
+
+async def issued_response_url(slack, channel: str = CH, user: str = "U0ALICE") -> str:
+    app = AsyncApp(
+        client=AsyncWebClient(token=slack.bot_token, base_url=slack.api_url),
+        signing_secret=slack.signing_secret,
+    )
+
+    @app.command("/spark")
+    async def spark(ack):
+        await ack()
+
+    handler = AsyncSocketModeHandler(app, slack.app_token)
+    await handler.connect_async()
+    try:
+        ack = await slack.send_slash_command(user, channel, "status")
+    finally:
+        await handler.close_async()
+    return ack.envelope["payload"]["response_url"]
+
+
+async def test_a_response_url_takes_five_posts_within_thirty_minutes(slack):
+    url = await issued_response_url(slack)
+    assert await post_json(url, {"blocks": [section("x" * 3001)]}) == (400, "invalid_blocks")
+    assert await post_json(url, {}) == (400, "no_text")
+    for n in range(5):
+        assert await post_json(url, {"text": f"answer {n}"}) == (200, "ok")
+    assert await post_json(url, {"text": "sixth"}) == (404, "used_url")
+    assert slack.response_url_uses(url) == 5, "refused posts do not count"
+    assert [e["text"] for e in slack.ephemerals("U0ALICE")] == [f"answer {n}" for n in range(5)]
+
+    fresh = await issued_response_url(slack)
+    slack.advance_clock(30 * 60 + 1)
+    assert await post_json(fresh, {"text": "late"}) == (404, "expired_url")
+    assert await post_json(f"{slack.base_url}/response_url/nope", {"text": "x"}) == (
+        404,
+        "no_service",
+    )
+
+
+async def test_response_url_answers_reach_a_dm_between_people(slack):
+    slack.add_conversation("D0ALICEBOB", IM, members=["U0ALICE", "U0BOB"], bot_member=False)
+    url = await issued_response_url(slack, "D0ALICEBOB")
+    assert await post_json(url, {"text": "only you"}) == (200, "ok")
+    assert await post_json(url, {"text": "both", "response_type": "in_channel"}) == (200, "ok")
+    assert [e["text"] for e in slack.ephemerals("U0ALICE", "D0ALICEBOB")] == ["only you"]
+    assert [m["text"] for m in slack.messages("D0ALICEBOB")] == ["both"]
+    assert [m["text"] for m in slack.seen_by("U0BOB")] == ["both"]
+    assert await post_json(url, {"text": "edited", "replace_original": True}) == (200, "ok")
+    assert [m["text"] for m in slack.messages("D0ALICEBOB")] == ["edited"]
+    assert await post_json(url, {"delete_original": True}) == (200, "ok")
+    assert slack.messages("D0ALICEBOB") == []
+
+
+async def test_response_url_thread_ts_must_be_a_parent(slack, client):
+    parent = await client.chat_postMessage(channel=CH, text="job")
+    url = await issued_response_url(slack)
+    body = {"text": "in the thread", "response_type": "in_channel", "thread_ts": parent["ts"]}
+    assert await post_json(url, body) == (200, "ok")
+    assert [r["text"] for r in slack.thread(CH, parent["ts"])] == ["in the thread"]
+    assert await post_json(url, {**body, "thread_ts": "1.000001"}) == (400, "invalid_thread_ts")
+
+
+async def test_an_ack_payload_with_invalid_blocks_shows_nothing(slack):
+    app = AsyncApp(
+        client=AsyncWebClient(token=slack.bot_token, base_url=slack.api_url),
+        signing_secret=slack.signing_secret,
+    )
+
+    @app.command("/spark")
+    async def spark(ack):
+        await ack(text="t", blocks=[section("x" * 3001)])
+
+    handler = AsyncSocketModeHandler(app, slack.app_token)
+    await handler.connect_async()
+    try:
+        ack = await slack.send_slash_command("U0ALICE", CH, "status")
+    finally:
+        await handler.close_async()
+    assert ack.refused == "invalid_blocks" and "3001" in ack.refusal_details[0]
+    assert slack.ephemerals() == []
+
+
+async def test_an_ack_on_another_connection_does_not_count(slack):
+    envelopes: asyncio.Queue = asyncio.Queue()
+
+    async def listener(_, request) -> None:
+        await envelopes.put(request.envelope_id)
+
+    conns = []
+    for _ in range(2):
+        client = SocketModeClient(
+            app_token=slack.app_token,
+            web_client=AsyncWebClient(token=slack.bot_token, base_url=slack.api_url),
+            auto_reconnect_enabled=False,
+        )
+        client.socket_mode_request_listeners.append(listener)
+        await client.connect()
+        conns.append(client)
+    try:
+        await slack.wait_for_connection(2)
+        sending = asyncio.create_task(slack.send_slash_command("U0ALICE", CH, "x", timeout=1))
+        eid = await envelopes.get()
+        other = conns[0]  # the envelope went out on the newest connection
+        await other.send_message(json.dumps({"envelope_id": eid}))
+        with pytest.raises(AckTimeout):
+            await sending
+        assert [a.envelope_id for a in slack.stray_acks] == [eid] and slack.acks == []
+    finally:
+        for client in conns:
+            await client.close()
+
+
+async def test_ssl_check_comes_unsigned(slack):
+    seen = []
+
+    async def check(request: web.Request) -> web.Response:
+        seen.append((dict(await request.post()), request.headers.get("x-slack-signature")))
+        return web.Response(text="")
+
+    app = web.Application()
+    app.router.add_post("/slack/events", check)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
+        assert (await slack.send_ssl_check(url)).status == 200
+        await slack.send_ssl_check(url, signed=True)
+    finally:
+        await runner.cleanup()
+    assert [(form["ssl_check"], signature is None) for form, signature in seen] == [
+        ("1", True),
+        ("1", False),
+    ]
+
+
+# --------------------------------------------------------------------------- file shares
+
+
+async def test_a_file_is_shared_after_the_upload_returns():
+    async with SlackStandIn(file_share_delay=None) as slack:
+        client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+        parent = await client.chat_postMessage(channel=CH, text="job")
+        upload = await client.files_upload_v2(
+            channel=CH, thread_ts=parent["ts"], content="log\n", filename="x.log"
+        )
+        file_id = upload["file"]["id"]
+        assert "shares" not in upload["file"] or not upload["file"]["shares"]
+        assert (await client.files_info(file=file_id))["file"]["shares"] == {}
+        await client.chat_postMessage(channel=CH, thread_ts=parent["ts"], text="next reply")
+        assert slack.pending_file_shares == [file_id]
+        [shared] = await slack.share_pending_files()
+        shares = (await client.files_info(file=file_id))["file"]["shares"]
+        assert shares["public"][CH][0]["ts"] == shared["ts"]
+        assert [r.get("text") or r["files"][0]["name"] for r in slack.thread(CH, parent["ts"])] == [
+            "next reply",
+            "x.log",
+        ], "a reply posted right after the upload comes before the file, as in Slack"
+        e = await api_error(
+            client.files_upload_v2(
+                channel=CH, thread_ts=shared["ts"], content="again\n", filename="y.log"
+            )
+        )
+        assert e.response["error"] == "invalid_thread_ts", "a reply's ts, not its parent's"
