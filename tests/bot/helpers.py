@@ -18,7 +18,7 @@ from handlers.settings import BotSettings
 from handlers.store import Store
 from tests.controller.helpers import collect
 from tests.handlers.doubles import ALICE, BOB, CH, settings  # noqa: F401 - the bot tests' users, channel, settings
-from tests.slack_standin import SlackStandIn
+from tests.slack_standin import IM, SlackStandIn
 
 RED, GREEN = "#e01e5a", "#2eb67d"
 
@@ -102,9 +102,13 @@ def private_answers(slack: SlackStandIn, user: str) -> list[dict]:
     """What `user` was answered privately, in order, however it went: through the command's or
     the click's response_url, chat.postEphemeral, or a message in their DM with the bot."""
     answers = slack.ephemerals(user)
-    direct = slack.direct_message_of(user) if hasattr(slack, "direct_message_of") else None
-    if direct is not None:
-        answers += [dict(m, source="direct message") for m in slack.messages(direct)]
+    direct = [
+        c.id
+        for c in slack.conversations.values()
+        if c.kind == IM and c.members == {slack.bot_user_id, user}
+    ]
+    for dm in direct:
+        answers += [dict(m, source="direct message") for m in slack.messages(dm)]
     return answers
 
 
