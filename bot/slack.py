@@ -56,6 +56,11 @@ REFUSALS: dict[str, str] = {
     "restricted_action": "this workspace lets only some members post in that channel: run the "
     "command in another channel",
     "cannot_dm_bot": "the bot cannot write to another bot",
+    "cant_update_message": f"the bot is no longer in that channel: {_INVITE} again",
+    "message_not_found": "the job's message was deleted: its updates have nowhere to go",
+    "thread_not_found": "the job's message was deleted: its thread has nowhere to go",
+    "invalid_thread_ts": "the job's message was deleted: its thread has nowhere to go",
+    "user_not_found": "Slack knows no such user",
 }
 KIND_TIMEOUT = 1.5  # s to tell whose direct message a command came from: Slack acks within 3 s
 RESPOND_TIMEOUT = 10  # s for one post to a response_url
