@@ -20,8 +20,13 @@ class SlackConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Literal["socket", "http"] = "socket"
-    host: str = "0.0.0.0"
+    mode: Literal["socket", "http"] = Field(
+        "socket",
+        description="socket: Socket Mode (no public URL; SLACK_APP_TOKEN); http: signed requests (SLACK_SIGNING_SECRET)",
+    )
+    host: str = Field(
+        "0.0.0.0", description="the address /health, /metrics (and /slack/events) listen on"
+    )
     port: int = Field(
         3000, ge=0, le=65535, description="HTTP mode: /slack/events; both modes: /health"
     )
@@ -35,12 +40,14 @@ class SlackConfig(BaseModel):
 class SparkBotConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    cluster: ClusterConfig
-    access: AccessConfig = AccessConfig()
-    commands: CommandsConfig = CommandsConfig()
-    jobs: JobsConfig = JobsConfig()
-    store: StoreConfig = StoreConfig()
-    slack: SlackConfig = SlackConfig()
+    cluster: ClusterConfig = Field(description="the nodes, the container and what it serves")
+    access: AccessConfig = Field(AccessConfig(), description="who may run what, where (Slack IDs)")
+    commands: CommandsConfig = Field(
+        CommandsConfig(), description="what chat commands may change, and their limits"
+    )
+    jobs: JobsConfig = Field(JobsConfig(), description="how jobs show in the chat")
+    store: StoreConfig = Field(StoreConfig(), description="the bot's database")
+    slack: SlackConfig = Field(SlackConfig(), description="how the bot meets Slack")
 
     @model_validator(mode="after")
     def _one_meaning_per_word(self) -> SparkBotConfig:

@@ -64,12 +64,20 @@ class _Model(BaseModel):
 
 class SSHConfig(_Model):
     host: str = Field(pattern=_HOST, description="address or host name sshd listens on")
-    port: int = Field(22, ge=1, le=65535)
-    user: str = Field(pattern=_USER)
+    port: int = Field(22, ge=1, le=65535, description="sshd's port")
+    user: str = Field(
+        pattern=_USER,
+        description="the user spark-bot logs in as (it needs the docker group, or root)",
+    )
     key: Path | None = Field(None, description="private key; None uses the SSH agent")
-    known_hosts: Path = Field(Path("~/.ssh/known_hosts"))
+    known_hosts: Path = Field(
+        Path("~/.ssh/known_hosts"),
+        description="the known_hosts file the node's host key is checked against (an unknown or changed key is refused)",
+    )
     jump: Name | None = Field(None, description="name of the node to tunnel through")
-    keepalive_interval: Seconds = 15
+    keepalive_interval: Seconds = Field(
+        15, description="seconds between SSH keepalives (a dead link is found within three)"
+    )
     config_file: Path | None = Field(
         None,
         description="an OpenSSH client config to honour (Host aliases, ProxyCommand...); "
@@ -85,11 +93,20 @@ class SSHConfig(_Model):
 
 
 class NodeConfig(_Model):
-    name: Name
-    driver: Literal["ssh", "local"] = "ssh"
-    ssh: SSHConfig | None = None
-    fabric_ip: IPAddress
-    docker_socket: str = Field("/var/run/docker.sock", pattern=r"^/[A-Za-z0-9._/-]+$")
+    name: Name = Field(description="the node's name in messages, logs and `logs NODE`")
+    driver: Literal["ssh", "local"] = Field(
+        "ssh",
+        description="ssh: reach the node over SSH (its Docker socket forwarded); local: this machine",
+    )
+    ssh: SSHConfig | None = Field(None, description="how to reach the node (driver ssh)")
+    fabric_ip: IPAddress = Field(
+        description="the node's address on the RoCE fabric: Ray, NCCL and the distributed store use it"
+    )
+    docker_socket: str = Field(
+        "/var/run/docker.sock",
+        pattern=r"^/[A-Za-z0-9._/-]+$",
+        description="the Docker engine's socket on the node",
+    )
     local_env: dict[EnvName, str] = Field(
         default_factory=dict,
         description="driver 'local': environment variables set for the node's host commands "
@@ -116,39 +133,63 @@ InterfaceChoice = Literal["auto"] | InterfaceName | list[InterfaceName]
 
 
 class NetworkConfig(_Model):
-    eth_if: InterfaceChoice = "auto"
-    ib_if: InterfaceChoice = "auto"
+    eth_if: InterfaceChoice = Field(
+        "auto",
+        description="the fabric's Ethernet interface (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME): auto finds the one holding fabric_ip, or name it (or a list, one per node)",
+    )
+    ib_if: InterfaceChoice = Field(
+        "auto",
+        description="the RDMA devices NCCL may use (NCCL_IB_HCA): auto finds those that are up on the fabric, or name them",
+    )
 
 
 class Mount(_Model):
-    source: str = Field(pattern=r"^[~/][A-Za-z0-9._/-]*$")
-    target: str = Field(pattern=r"^/[A-Za-z0-9._/-]*$")
-    read_only: bool = False
+    source: str = Field(
+        pattern=r"^[~/][A-Za-z0-9._/-]*$",
+        description="a folder on the node (`~` is the SSH user's home)",
+    )
+    target: str = Field(pattern=r"^/[A-Za-z0-9._/-]*$", description="where the container sees it")
+    read_only: bool = Field(False, description="mount it read-only")
 
 
 class ContainerConfig(_Model):
-    image: str = Field(pattern=_IMAGE)
-    name: Name
-    privileged: bool = True
-    cap_add: list[Literal["IPC_LOCK", "SYS_NICE", "SYS_PTRACE"]] = Field(default_factory=list)
+    image: str = Field(
+        pattern=_IMAGE,
+        description="the image every node runs (its ID must be the same everywhere: preflight checks)",
+    )
+    name: Name = Field(description="the container's name on every node")
+    privileged: bool = Field(
+        True, description="run privileged (the RDMA devices and IPC_LOCK without listing them)"
+    )
+    cap_add: list[Literal["IPC_LOCK", "SYS_NICE", "SYS_PTRACE"]] = Field(
+        default_factory=list,
+        description="capabilities added when not privileged (IPC_LOCK for RDMA memory registration)",
+    )
     devices: list[Annotated[str, Field(pattern=r"^/dev/[A-Za-z0-9._/-]+$")]] = Field(
-        default_factory=list
+        default_factory=list,
+        description="device nodes passed in when not privileged (e.g. /dev/infiniband)",
     )
     ipc: Literal["host", "private"] = Field(
         "host", description="host IPC, or a private one with shm_size"
     )
-    shm_size: str | None = Field("64g", pattern=_SIZE)
-    ulimits: dict[Annotated[str, Field(pattern=r"^[a-z]+$")], tuple[int, int]] = Field(
-        default_factory=lambda: {"nofile": (1048576, 1048576), "memlock": (-1, -1)}
+    shm_size: str | None = Field(
+        "64g", pattern=_SIZE, description="/dev/shm's size with ipc private (e.g. 64g)"
     )
-    gpus: bool = True
+    ulimits: dict[Annotated[str, Field(pattern=r"^[a-z]+$")], tuple[int, int]] = Field(
+        default_factory=lambda: {"nofile": (1048576, 1048576), "memlock": (-1, -1)},
+        description="the container's ulimits: name -> (soft, hard); -1 is unlimited",
+    )
+    gpus: bool = Field(True, description="expose every GPU of the node (--gpus all)")
     init: bool = Field(
         True,
         description="Docker's init (tini) as PID 1: a stop's SIGTERM reaches vLLM and Ray even "
         "before they install their handlers (a bare PID 1 ignores it, and the stop waits out its grace)",
     )
     mounts: list[Mount] = Field(default_factory=list)
-    env: dict[EnvName, str] = Field(default_factory=dict)
+    env: dict[EnvName, str] = Field(
+        default_factory=dict,
+        description="environment variables in the container (values only from a safe alphabet; secrets go in secret_env)",
+    )
     secret_env: dict[EnvName, SecretSource] = Field(
         default_factory=dict,
         description="container variable -> name of the bot's environment variable holding it",
@@ -176,20 +217,49 @@ def _plain_env(env: dict[str, str]) -> dict[str, str]:
 
 
 class ServeConfig(_Model):
-    model: str = Field(pattern=_MODEL)
-    served_model_name: Name | None = None
-    backend: Literal["ray", "mp"] = "ray"
-    tensor_parallel_size: int = Field(2, ge=1, le=64)
-    pipeline_parallel_size: int = Field(1, ge=1, le=64)
-    gpu_memory_utilization: float = Field(0.90, gt=0, le=1)
-    max_model_len: int | None = Field(None, ge=16, le=10_000_000)
-    max_num_seqs: int | None = Field(None, ge=1, le=65536)
-    reasoning_parser: Name | None = None
-    trust_remote_code: bool = False
-    extra_args: list[Annotated[str, Field(pattern=_VLLM_ARG)]] = Field(default_factory=list)
-    port: int = Field(8000, ge=1, le=65535)
-    ray_port: int = Field(6379, ge=1, le=65535)
-    master_port: int = Field(29501, ge=1, le=65535)
+    model: str = Field(
+        pattern=_MODEL,
+        description="the Hugging Face repo id (or a path in the container) vllm serve loads",
+    )
+    served_model_name: Name | None = Field(
+        None, description="the name the API serves it under (default: the model)"
+    )
+    backend: Literal["ray", "mp"] = Field(
+        "ray",
+        description="the distributed executor: ray (a Ray cluster over the nodes) or mp (one headless vllm per node)",
+    )
+    tensor_parallel_size: int = Field(
+        2, ge=1, le=64, description="--tensor-parallel-size: the ranks each layer is split over"
+    )
+    pipeline_parallel_size: int = Field(
+        1, ge=1, le=64, description="--pipeline-parallel-size: the stages the layers are split into"
+    )
+    gpu_memory_utilization: float = Field(
+        0.90,
+        gt=0,
+        le=1,
+        description="--gpu-memory-utilization: the share of each GPU's memory vLLM may take",
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, le=10_000_000, description="--max-model-len (default: the model's own)"
+    )
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=65536, description="--max-num-seqs (default: vLLM's)"
+    )
+    reasoning_parser: Name | None = Field(
+        None,
+        description="--reasoning-parser (e.g. qwen3): the answer's reasoning apart from its content",
+    )
+    trust_remote_code: bool = Field(False, description="--trust-remote-code")
+    extra_args: list[Annotated[str, Field(pattern=_VLLM_ARG)]] = Field(
+        default_factory=list,
+        description="further vllm serve arguments, each an `--flag` or `--flag=value` from a safe alphabet",
+    )
+    port: int = Field(8000, ge=1, le=65535, description="the API's port on the head")
+    ray_port: int = Field(6379, ge=1, le=65535, description="the Ray head's GCS port (backend ray)")
+    master_port: int = Field(
+        29501, ge=1, le=65535, description="the distributed store's port on the head (backend mp)"
+    )
     min_free_memory_gib: float = Field(
         0, ge=0, description="preflight refuses a node with less MemAvailable than this"
     )
@@ -207,7 +277,10 @@ API_KEY_ENV = "VLLM_API_KEY"  # vLLM's own variable: with it set, /v1/* asks for
 
 
 class APIConfig(_Model):
-    access: Literal["ssh_forward", "direct"] = "ssh_forward"
+    access: Literal["ssh_forward", "direct"] = Field(
+        "ssh_forward",
+        description="ssh_forward: the bot reaches the API through its SSH connection to the head; direct: at api.host",
+    )
     host: str | None = Field(
         None, pattern=_HOST, description="with access=direct: the head's reachable address"
     )
@@ -298,17 +371,25 @@ class Recipe(_Model):
     INHERITED_SERVE it leaves out come from the cluster's `serve`. Image, env and mounts are
     added to the cluster's container (env and mounts on top, the image in place of its)."""
 
-    description: str = Field("", max_length=300)
+    description: str = Field(
+        "", max_length=300, description="one line for `recipes` and `/spark recipes`"
+    )
     sources: list[Annotated[str, Field(max_length=300)]] = Field(
         default_factory=list, description="where its flags come from (URLs, documents)"
     )
     nodes: Literal["all", "head"] = Field(
         "all", description="every node of the cluster, or the head alone (a model that fits one)"
     )
-    image: str | None = Field(None, pattern=_IMAGE)
-    env: dict[EnvName, str] = Field(default_factory=dict)
-    mounts: list[Mount] = Field(default_factory=list)
-    serve: ServeConfig
+    image: str | None = Field(
+        None, pattern=_IMAGE, description="the image this recipe runs instead of the container's"
+    )
+    env: dict[EnvName, str] = Field(
+        default_factory=dict, description="environment variables added to the container's"
+    )
+    mounts: list[Mount] = Field(default_factory=list, description="mounts added to the container's")
+    serve: ServeConfig = Field(
+        description="the whole serve section of this setup (what it leaves out of INHERITED_SERVE comes from the cluster's)"
+    )
     launcher: LauncherConfig | None = Field(
         None,
         description="the operator's own launch script: it starts the containers, spark-bot "
@@ -337,44 +418,72 @@ class ExtraSignature(_Model):
     """A failure an operator taught the bot: searched in each log message (prefixes stripped)
     before the built-in rows; `{name}` in title, cause and fix is filled from the match."""
 
-    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)
-    pattern: Regex
-    cause: str = Field(min_length=1)
-    fix: str = Field(min_length=1)
-    title: str | None = None
-    role: Literal["cause", "symptom"] = "cause"
-    fatal: bool = True
+    id: str = Field(
+        pattern=r"^[a-z][a-z0-9_]*$",
+        max_length=48,
+        description="the row's id (lowercase, digits and _), shown by `diagnose` and in the metrics",
+    )
+    pattern: Regex = Field(
+        description="a regular expression searched in each log message (its rank and time prefixes stripped)"
+    )
+    cause: str = Field(min_length=1, description="why it fails, for the operator")
+    fix: str = Field(min_length=1, description="what to change")
+    title: str | None = Field(None, description="what failed, one line (default: the id)")
+    role: Literal["cause", "symptom"] = Field(
+        "cause",
+        description="cause: the root; symptom: only says something died (a cause found with it wins)",
+    )
+    fatal: bool = Field(
+        True, description="the launch or the engine has failed (else a finding worth reporting)"
+    )
     source: str = Field("", description="where the line comes from (release, file, issue)")
 
 
 class ExtraSpelling(_Model):
     """Another wording of a checkpoint's log line (a new vLLM release's)."""
 
-    pattern: Regex
-    source: str = ""
-    provisional: bool = False
+    pattern: Regex = Field(
+        description="a regular expression for the checkpoint's line in another release"
+    )
+    source: str = Field("", description="where the wording comes from (release, file)")
+    provisional: bool = Field(
+        False, description="a guess not yet seen in a real log: a match says so"
+    )
 
 
 class Knowledge(_Model):
     """What an operator teaches spark-bot without editing it (`knowledge: FILE`)."""
 
-    signatures: list[ExtraSignature] = Field(default_factory=list)
-    checkpoints: dict[LoggedCheckpoint, list[ExtraSpelling]] = Field(default_factory=dict)
+    signatures: list[ExtraSignature] = Field(
+        default_factory=list, description="failure rows tried before the built-in table"
+    )
+    checkpoints: dict[LoggedCheckpoint, list[ExtraSpelling]] = Field(
+        default_factory=dict, description="more wordings of a checkpoint's log line, by checkpoint"
+    )
 
 
 class Timeouts(_Model):
-    connect: Seconds = 10
+    connect: Seconds = Field(10, description="seconds for SSH to connect to a node")
     docker: Seconds = Field(
         30,
         description="bound on each Docker API request (inspect, create, "
         "exec...); followed logs and events are bounded by the phase timeouts",
     )
-    preflight: Seconds = 60
-    containers: Seconds = 180
-    ray: Seconds = 180
-    weights: Seconds = 1800
-    engine: Seconds = 900
-    api: Seconds = 900
+    preflight: Seconds = Field(60, description="seconds for all of preflight's checks")
+    containers: Seconds = Field(
+        180, description="seconds for the containers to start (and the launcher to start them)"
+    )
+    ray: Seconds = Field(
+        180, description="seconds for Ray to show every node and GPU (backend ray)"
+    )
+    weights: Seconds = Field(1800, description="seconds for the weights to load on every rank")
+    engine: Seconds = Field(
+        900,
+        description="seconds from the weights to the engine's start (KV cache, compile, CUDA graphs)",
+    )
+    api: Seconds = Field(
+        900, description="seconds for the API server to answer once the engine runs"
+    )
     stall: Seconds = Field(300, description="no new log output for this long fails the phase")
     image_stall: Seconds = Field(
         120,
@@ -386,7 +495,7 @@ class Timeouts(_Model):
         description="`sync-model`: no byte of the model arriving for this long fails the copy "
         "(rsync's --timeout too; a copy of many GB has no overall bound)",
     )
-    down: Seconds = 60
+    down: Seconds = Field(60, description="seconds for `down` to stop and remove the containers")
     launcher: Seconds = Field(
         30,
         description="bound on each command that starts, reads or signals the operator's "
@@ -440,15 +549,21 @@ class RestartPolicy(_Model):
 
 
 class ClusterConfig(_Model):
-    name: Name = "sparks"
+    name: Name = Field(
+        "sparks", description="the cluster's name in messages, the lock and the containers' label"
+    )
     nodes: list[NodeConfig] = Field(min_length=1, description="head first")
-    network: NetworkConfig = NetworkConfig()
-    container: ContainerConfig
-    serve: ServeConfig
-    api: APIConfig = APIConfig()
-    timeouts: Timeouts = Timeouts()
-    watch: WatchConfig = WatchConfig()
-    log_tail_lines: int = Field(30, ge=1, le=500)
+    network: NetworkConfig = Field(NetworkConfig(), description="the fabric's interfaces")
+    container: ContainerConfig = Field(description="the container every node runs")
+    serve: ServeConfig = Field(description="what vllm serve runs and how")
+    api: APIConfig = Field(APIConfig(), description="how the bot reaches the API")
+    timeouts: Timeouts = Field(Timeouts(), description="the bound on each phase (seconds)")
+    watch: WatchConfig = Field(
+        WatchConfig(), description="what the watch of a serving cluster checks"
+    )
+    log_tail_lines: int = Field(
+        30, ge=1, le=500, description="log lines kept with each checkpoint and failure"
+    )
     restart: RestartPolicy | None = Field(
         None, description="relaunch after a death while watched (off unless given)"
     )

@@ -27,8 +27,11 @@ class AccessLevel(_Model):
     """Who may run a level's commands, and where: both lists must match ("*" matches any
     channel, but a direct message only with `direct_messages`)."""
 
-    users: list[UserId] = Field(default_factory=list)
-    channels: list[ChannelId] = Field(default_factory=list)
+    users: list[UserId] = Field(default_factory=list, description='Slack user IDs ("*": anyone)')
+    channels: list[ChannelId] = Field(
+        default_factory=list,
+        description='Slack channel IDs ("*": any channel, not a direct message)',
+    )
     direct_messages: bool = Field(False, description="also in direct messages with the bot")
 
 
@@ -39,13 +42,19 @@ class AccessConfig(_Model):
     Least privilege by default: anyone may read, but only in the channels the config names;
     nobody may operate until users and channels are listed."""
 
-    read: AccessLevel = AccessLevel(users=["*"])
-    operate: AccessLevel = AccessLevel()
+    read: AccessLevel = Field(
+        AccessLevel(users=["*"]),
+        description="who may run status, verify, recipes, logs, diag, help, and where",
+    )
+    operate: AccessLevel = Field(
+        AccessLevel(),
+        description="who may run up, down, bench, sync-image, sync-model, cancel (and read), and where",
+    )
 
 
 class Bound(_Model):
-    min: float
-    max: float
+    min: float = Field(description="the least value `/spark up` may set")
+    max: float = Field(description="the greatest value `/spark up` may set")
 
     @model_validator(mode="after")
     def _ordered(self) -> Bound:
@@ -58,11 +67,22 @@ class CommandsConfig(_Model):
     """What `/spark up` may change (only the listed serve settings, within their bounds), the
     limits of the other commands, and how long a confirmation can be answered."""
 
-    overrides: dict[OverrideName, Bound] = Field(default_factory=dict)
-    presets: dict[PresetName, dict[OverrideName, float]] = Field(default_factory=dict)
-    logs_max_lines: int = Field(500, ge=1, le=5000)
-    bench_max_concurrency: int = Field(64, ge=1, le=1024)
-    bench_max_tokens: int = Field(2048, ge=2, le=32768)
+    overrides: dict[OverrideName, Bound] = Field(
+        default_factory=dict,
+        description="the serve settings `/spark up key=value` may change, each with its bounds",
+    )
+    presets: dict[PresetName, dict[OverrideName, float]] = Field(
+        default_factory=dict, description="named sets of overrides: `/spark up NAME`"
+    )
+    logs_max_lines: int = Field(
+        500, ge=1, le=5000, description="the most lines `/spark logs` shows"
+    )
+    bench_max_concurrency: int = Field(
+        64, ge=1, le=1024, description="the highest concurrency `/spark bench` may sweep to"
+    )
+    bench_max_tokens: int = Field(
+        2048, ge=2, le=32768, description="the most tokens a `/spark bench` request may ask for"
+    )
     confirm_within: float = Field(
         600,
         ge=10,
@@ -90,7 +110,9 @@ class JobsConfig(_Model):
     update_interval: float = Field(
         1.5, ge=0, le=60, description="least seconds between two edits of a job's parent message"
     )
-    watch_health_interval: float = Field(30, gt=0, le=3600)
+    watch_health_interval: float = Field(
+        30, gt=0, le=3600, description="seconds between two /health checks of the watch"
+    )
     inline_log_lines: int = Field(15, ge=1, le=100, description="log lines shown in a thread reply")
     delivery_timeout: float = Field(
         180,
