@@ -112,6 +112,9 @@ class NodeConfig(_Model):
         description="driver 'local': environment variables set for the node's host commands "
         "(e.g. PATH), on top of the bot's own environment",
     )
+    gpus: int = Field(
+        1, ge=1, le=16, description="the GPUs vLLM may use on this node (a DGX Spark has one)"
+    )
     memory_gib: float | None = Field(
         None,
         gt=0,
@@ -548,6 +551,20 @@ class RestartPolicy(_Model):
     within: Duration = Field(3600, description="the window: seconds, or 30m, 1h, 2d")
 
 
+def _enough_gpus(where: str, serve: ServeConfig, nodes: list[NodeConfig]) -> None:
+    """vLLM places one rank per GPU: more ranks than the nodes have GPUs starts containers that
+    wait for GPUs that are not there (a Ray placement group never placed, a rank never joining)."""
+    gpus = sum(node.gpus for node in nodes)
+    if serve.world_size > gpus:
+        each = ", ".join(f"{node.name}: {node.gpus}" for node in nodes)
+        raise ValueError(
+            f"{where}: TP x PP = {serve.tensor_parallel_size} x {serve.pipeline_parallel_size} = "
+            f"{serve.world_size} ranks need {serve.world_size} GPUs; the nodes have {gpus} ({each}). "
+            "Lower tensor_parallel_size or pipeline_parallel_size, or add nodes "
+            "(nodes[].gpus says how many GPUs a node has)"
+        )
+
+
 class ClusterConfig(_Model):
     name: Name = Field(
         "sparks", description="the cluster's name in messages, the lock and the containers' label"
@@ -617,6 +634,7 @@ class ClusterConfig(_Model):
                 f"serve: backend mp runs one rank per node; TP x PP = {self.serve.world_size} "
                 f"needs {self.serve.world_size} nodes, the config has {len(self.nodes)}"
             )
+        _enough_gpus("serve", self.serve, self.nodes)
         if self.api.access == "direct" and self.api.host is None:
             raise ValueError("api: access 'direct' needs api.host (the head's address)")
         if self.api.access == "direct" and ipaddress.ip_address(self.api.bind).is_loopback:
@@ -636,6 +654,7 @@ class ClusterConfig(_Model):
                     f"{recipe.serve.world_size} needs {recipe.serve.world_size} nodes, the "
                     f"recipe uses {used} (nodes: {recipe.nodes})"
                 )
+            _enough_gpus(f"recipe {name}: serve", recipe.serve, self.nodes[:used])
         return self
 
     def _known(self) -> str:

@@ -257,3 +257,26 @@ def test_a_path_with_a_nul_character_is_refused_by_name(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"cluster\.nodes\.0\.ssh\.key: .*cannot hold a NUL"):
         load_config(path)
+
+
+def test_more_ranks_than_the_nodes_have_gpus_is_refused_before_anything_starts(tmp_path):
+    # TP 4 on two Sparks of one GPU each passed every check and started both containers, which
+    # then waited for GPUs that do not exist (issue 26, item 6)
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    four = seed.replace("tensor_parallel_size: 2", "tensor_parallel_size: 4")
+    with pytest.raises(ConfigError) as refused:
+        load_config(_write(tmp_path, four))
+    said = str(refused.value)
+    assert "4 ranks need 4 GPUs; the nodes have 2 (spark-head: 1, spark-worker: 1)" in said
+    assert main(["check-config", str(tmp_path / "bad.yaml")]) == 2
+
+
+def test_a_node_with_more_gpus_carries_more_ranks(tmp_path):
+    seed = (CONFIGS / "sparks.example.yaml").read_text()
+    four = seed.replace("tensor_parallel_size: 2", "tensor_parallel_size: 4")
+    data = yaml.safe_load(four)
+    for node in data["cluster"]["nodes"]:
+        node["gpus"] = 2
+    path = tmp_path / "four.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_config(path).cluster.serve.world_size == 4
