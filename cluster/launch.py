@@ -109,6 +109,8 @@ class Launch:
                         # A death the lines do not explain (Ray's "subprocesses exited", a
                         # silent phase): ask the nodes why before reporting it, as watch does.
                         event = amend(event, await probe(self.config, self.connection))
+                    if isinstance(event, Failed) and self.started:
+                        event = self._saying_what_is_left(event)
                     yield event
         except BaseException:
             # Cancelled or broken mid-launch: leave no container behind, even if cancelled again.
@@ -119,6 +121,14 @@ class Launch:
                 self._launcher_end.cancel()
                 await asyncio.gather(self._launcher_end, return_exceptions=True)
             await self.monitor.aclose()
+
+    def _saying_what_is_left(self, failed: Failed) -> Failed:
+        """A failed launch leaves the containers it started, for `logs` and `diag`: its failure
+        says which, and what removes them."""
+        name = self.config.container.name
+        where = ", ".join(node.name for node in self.started)
+        left = f"Left for `logs` and `diag`: `{name}` on {where}; `down` removes it."
+        return failed.model_copy(update={"fix": f"{failed.fix} {left}".strip()})
 
     def _steps(self) -> list[Step]:
         if self.config.launcher is not None:

@@ -54,6 +54,19 @@ async def test_launch_fault_is_diagnosed(clean, fault, checkpoint, signatures, e
     assert failure.elapsed_s < 45
 
 
+async def test_a_failed_launch_says_which_containers_it_left_and_down_removes_them(clean):
+    controller = controller_for(clean, env={"SPARK_EMU_FAULT": "nccl_error"}, timeouts=FAST)
+    failure = only_failure(await collect(controller.up()))
+    name = controller.config.container.name
+    nodes = ", ".join(node.name for node in controller.config.nodes)
+    assert f"Left for `logs` and `diag`: `{name}` on {nodes}; `down` removes it." in failure.fix
+    [status] = await collect(controller.status())
+    assert [c.present for c in status.containers] == [True, True], "left as it says"
+    await collect(controller.down())
+    [status] = await collect(controller.status())
+    assert not any(c.present for c in status.containers)
+
+
 async def test_slow_start_still_reaches_ready(clean):
     controller = controller_for(clean, env={"SPARK_EMU_FAULT": "slow_start"})
     events = await collect(controller.up())
