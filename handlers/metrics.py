@@ -23,7 +23,7 @@ WATCH_STATES: tuple[WatchState, ...] = (
     "serving_lost",  # the watch reported a failure while serving; until the next watch starts
 )
 
-# seconds; the goal is under 1 s (README), a chat that refuses for minutes lands in the last ones
+# seconds; the goal is under 1 s (docs/performance.md), a chat that refuses for minutes lands in the last ones
 CHECKPOINT_POST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 NODE_ERROR = "node_error"  # the signature label of a failure no row diagnosed (a node not reached)

@@ -22,7 +22,7 @@ def local_cluster(
 ) -> ClusterConfig:
     """Nodes `spark-a`, `spark-b`, ... (or `names`) on `sockets`, fabric 10.0.0.1, .2, ...; a
     plain container (no GPUs, no ulimits, no env) named `vllm_<name>`; `serve` on top of the
-    model `org/model`."""
+    model `org/model` over a rank per node (one GPU each), at most 2."""
     names = names or [f"spark-{chr(ord('a') + i)}" for i in range(len(sockets))]
     fabric_ips = fabric_ips or [f"10.0.0.{i + 1}" for i in range(len(sockets))]
     return ClusterConfig(
@@ -40,6 +40,8 @@ def local_cluster(
             ulimits={},
             env={},
         ),
-        serve=ServeConfig(**{"model": "org/model", **(serve or {})}),
+        serve=ServeConfig(
+            **{"model": "org/model", "tensor_parallel_size": min(2, len(names)), **(serve or {})}
+        ),
         **({"timeouts": timeouts} if timeouts else {}),
     )

@@ -144,7 +144,9 @@ async def test_a_confirmation_is_asked_and_answered_wherever_the_asker_is(slack,
         answered = len(private_answers(slack, ALICE))
         await slack.click_button(ALICE, channel, question["ts"], "spark_confirm")
         if where == "bot dm":  # the job runs there, in the bot's own conversation
-            await slack.wait_for(lambda c: c.method == "chat.postMessage" and c.ok)
+            job = await slack.wait_for(lambda c: c.method == "chat.postMessage" and c.ok)
+            ts = job.result["ts"]
+            await slack.wait_until(lambda: attachment_color(slack.message(channel, ts)) == GREEN)
             assert "down" in [call.operation for call in controllers.calls]
         else:  # the confirmed job cannot show itself there: the click's answer says so
             told = await private_answer(slack, ALICE, after=answered)

@@ -184,8 +184,8 @@ def test_a_launcher_recipe_names_its_container_and_down_knows_it(tmp_path):
     assert base.launcher_containers == {"vllm_node": "mine"}
 
 
-def test_the_readmes_example_launcher_recipe_loads(tmp_path):
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_docs_example_launcher_recipe_loads(tmp_path):
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "recipes.md").read_text()
     start = readme.index("```yaml\n# configs/recipes/minimax-m2.5-script.yaml")
     example = readme[start + len("```yaml\n") : readme.index("```", start + 8)]
     (tmp_path / "recipes").mkdir()

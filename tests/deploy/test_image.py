@@ -154,7 +154,7 @@ def _compose(lab: LabInfo, project: Path, *argv: str) -> subprocess.CompletedPro
 
 
 def _compose_project(lab: LabInfo, slack: SlackStandIn, project: Path) -> None:
-    """A deployment as the README lays it out: .env, configs/sparks.yaml, ssh/."""
+    """A deployment as docs/deploy.md lays it out: .env, configs/sparks.yaml, ssh/."""
     (project / "configs").mkdir()
     _bot_config(lab, slack, project / "configs").rename(project / "configs" / "sparks.yaml")
     (project / "ssh").mkdir(mode=0o755)
