@@ -343,6 +343,25 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix="Run the containers with `--privileged`, or `--device=/dev/infiniband "
             "--cap-add=IPC_LOCK`; set NCCL_IB_HCA to the (Up) devices from `ibdev2netdev`.",
     ),
+    # --- vLLM's CPU backend -------------------------------------------------------------------------
+    FailureSignature(
+        id="cpu_shm_group_spans_nodes", role="cause", fatal=True,
+        pattern=_re(r"open shm in SHMManager failed"),
+        title="vLLM's CPU shared-memory communicator could not open another rank's segment",
+        cause="A tensor-parallel group spanning nodes took vLLM's CPU shared-memory path: its "
+              "ranks agreed on one segment name, which vLLM makes from the distributed init "
+              "port (VLLM_DIST_IDENT), the same on every node under Ray, and each rank then "
+              "looked for the others' segments in its own /dev/shm. CPUs whose vLLM kernels have "
+              "no SHM operations (the AVX2 build) fall back to torch.distributed instead.",
+        fix="Keep each tensor-parallel group on one node, or give the ranks a group name of "
+            "their own per node so vLLM falls back to torch.distributed (gloo) across nodes "
+            "(the lab's image puts the hostname in it: lab/real_engine/image/sitecustomize.py); "
+            "the multiprocessing backend across nodes (--nnodes, --headless) does not take this "
+            "path.",
+        source="vLLM 0.32.0 distributed/device_communicators/cpu_communicator.py "
+               "(_CPUSHMDistributed.make_group_name, join_shm_manager) and v1/worker/"
+               "cpu_worker.py (VLLM_DIST_IDENT), seen on the lab's Ray nodes on an AVX-512 CPU",
+    ),
     # --- multiprocessing backend ----------------------------------------------------------------
     FailureSignature(
         id="mp_semlock_across_nodes", role="cause", fatal=True,
