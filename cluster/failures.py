@@ -343,6 +343,29 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix="Run the containers with `--privileged`, or `--device=/dev/infiniband "
             "--cap-add=IPC_LOCK`; set NCCL_IB_HCA to the (Up) devices from `ibdev2netdev`.",
     ),
+    # --- Docker, as a launcher script drives it ------------------------------------------------------
+    FailureSignature(
+        id="docker_caps_refused", role="cause", fatal=True,
+        pattern=_re(r"unable to apply caps: operation not permitted"),
+        title="Docker could not give the container the capabilities it asks for",
+        cause="The container asks for a capability the host does not grant (`--privileged` "
+              "asks for every one, `--cap-add` for one): the capability bounding set of the "
+              "Docker engine's host lacks it.",
+        fix="Drop `--privileged` or that `--cap-add` from the `docker run` (RDMA needs "
+            "`--cap-add IPC_LOCK` and the devices, `--device=/dev/infiniband`), or run where "
+            "`grep CapBnd /proc/self/status` shows the capability; then relaunch.",
+        source="runc (libcontainer capabilities), through dockerd's `docker run` error; seen "
+               "with eugr/spark-vllm-docker's launch-cluster.sh on the lab",
+    ),
+    FailureSignature(
+        id="docker_run_refused", role="cause", fatal=True,
+        pattern=_re(r"^docker: Error response from daemon: (?P<detail>.+)"),
+        title="Docker refused to run a container",
+        cause="The Docker engine refused the `docker run`: {detail}",
+        fix="Run that `docker run` by hand on the node to see Docker's whole answer; fix the "
+            "option or image it names, then relaunch.",
+        source="the docker CLI's words for a refused create or start",
+    ),
     # --- vLLM's CPU backend -------------------------------------------------------------------------
     FailureSignature(
         id="cpu_shm_group_spans_nodes", role="cause", fatal=True,

@@ -142,6 +142,12 @@ SAMPLES: dict[str, str | list[str]] = {
         "(Worker_TP1 pid=77)                          ^^^^^^^^^^^^^^^^^^^^^^^^^",
         "(Worker_TP1 pid=77) FileNotFoundError: [Errno 2] No such file or directory",
     ],
+    "docker_caps_refused": "docker: Error response from daemon: failed to create shim task: OCI "
+    "runtime create failed: runc create failed: unable to start container process: unable to "
+    "apply caps: operation not permitted: unknown",
+    "docker_run_refused": "docker: Error response from daemon: Conflict. The container name "
+    '"/vllm_node" is already in use by container "5f1c". You have to remove (or rename) that '
+    "container to be able to reuse that name.",
     "cpu_shm_group_spans_nodes": ENGINE
     + vllm("ERROR", "RuntimeError: open shm in SHMManager failed. errno: 2", "core.py:1510"),
     "workerproc_init_failed": ENGINE
