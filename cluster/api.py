@@ -24,11 +24,19 @@ def api_client(
     )
 
 
+def error_text(exc: BaseException) -> str:
+    """An HTTP client error in words: its type and message, or, when it carries none (httpx's
+    ReadError as a restarting server drops the connection), what that means."""
+    if str(exc).strip():
+        return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__} (no reason given: the server closed the connection)"
+
+
 async def health(client: httpx.AsyncClient) -> tuple[bool, str]:
     try:
         response = await client.get("/health")
     except httpx.HTTPError as exc:
-        return False, f"GET /health failed: {type(exc).__name__}: {exc}"
+        return False, f"GET /health failed: {error_text(exc)}"
     return response.status_code == 200, f"GET /health -> {response.status_code}"
 
 

@@ -34,6 +34,9 @@ from cluster.logtext import clean_line, is_nccl_line, strip_prefixes
 CONTEXT_LINES = 5  # cleaned lines kept before the evidence in a Diagnosis
 STALL_WINDOW = 5  # last non-empty lines examined by diagnose_stall
 UNRECOGNISED_TAIL = 20  # last lines attached to an unrecognised failure
+# Lines after a symptom searched for the root of the traceback it heads (vLLM 0.32 on CPU under
+# Ray: 74 lines from "EngineCore failed to start." to the worker's RuntimeError).
+ROOT_AFTER_SYMPTOM_LINES = 200
 
 
 class Diagnosis(BaseModel):
@@ -155,6 +158,9 @@ class LogDiagnoser:
         self._line_number = 0
         self._first_cause: Diagnosis | None = None
         self._first_symptom: Diagnosis | None = None
+        # Line number of the first symptom while no error explains it: the traceback it heads
+        # may hold its root.
+        self._unexplained_symptom_at: int | None = None
         self._findings: dict[str, Diagnosis] = {}
         self._stop: str | None = None
 
@@ -223,6 +229,15 @@ class LogDiagnoser:
             else match_line(message, (m for _, _, m in self._recent), self._table, self._screen)
         )
         result: Diagnosis | None = None
+        if (
+            found is None
+            and not is_source
+            and self._unexplained_symptom_at is not None
+            and self._line_number - self._unexplained_symptom_at <= ROOT_AFTER_SYMPTOM_LINES
+            and self._first_cause is None
+            and _EXCEPTION_LINE.match(message)
+        ):
+            self._explain_symptom(cleaned, message)
         if found is not None:
             sig, m = found
             context = [c for _, c, _ in list(self._recent)[-CONTEXT_LINES:]]
@@ -244,6 +259,8 @@ class LogDiagnoser:
                             }
                         )
                     self._first_symptom = symptom
+                    if earlier is None:
+                        self._unexplained_symptom_at = self._line_number
                 result = self.diagnosis
             elif sig.id not in self._findings:
                 self._findings[sig.id] = diagnosis_of(
@@ -251,6 +268,24 @@ class LogDiagnoser:
                 )
         self._recent.append((self._line_number, cleaned, message))
         return result
+
+    def _explain_symptom(self, cleaned: str, message: str) -> None:
+        """The first exception after a symptom that had no error before it: vLLM logs
+        "EngineCore failed to start." and then the traceback, whose first exception line is the
+        root (chained ones follow it, and clean-up errors such as Ray's ActorHandleNotFoundError
+        come after). It becomes the evidence, with the lines before it."""
+        assert self._first_symptom is not None
+        self._unexplained_symptom_at = None
+        symptom = self._first_symptom
+        self._first_symptom = symptom.model_copy(
+            update={
+                "cause": f"{symptom.cause} Likely cause (unrecognised), the first error of the "
+                f"traceback after it: `{message.strip()[:300]}`",
+                "evidence": cleaned,
+                "line_number": self._line_number,
+                "context": [c for _, c, _ in list(self._recent)[-CONTEXT_LINES:]],
+            }
+        )
 
     def diagnose_stall(self, phase: str, idle_seconds: float) -> Diagnosis:
         """Diagnosis for "no output for `idle_seconds` in `phase`": an NCCL initialisation hang

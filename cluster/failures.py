@@ -343,6 +343,48 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix="Run the containers with `--privileged`, or `--device=/dev/infiniband "
             "--cap-add=IPC_LOCK`; set NCCL_IB_HCA to the (Up) devices from `ibdev2netdev`.",
     ),
+    # --- Docker, as a launcher script drives it ------------------------------------------------------
+    FailureSignature(
+        id="docker_caps_refused", role="cause", fatal=True,
+        pattern=_re(r"unable to apply caps: operation not permitted"),
+        title="Docker could not give the container the capabilities it asks for",
+        cause="The container asks for a capability the host does not grant (`--privileged` "
+              "asks for every one, `--cap-add` for one): the capability bounding set of the "
+              "Docker engine's host lacks it.",
+        fix="Drop `--privileged` or that `--cap-add` from the `docker run` (RDMA needs "
+            "`--cap-add IPC_LOCK` and the devices, `--device=/dev/infiniband`), or run where "
+            "`grep CapBnd /proc/self/status` shows the capability; then relaunch.",
+        source="runc (libcontainer capabilities), through dockerd's `docker run` error; seen "
+               "with eugr/spark-vllm-docker's launch-cluster.sh on the lab",
+    ),
+    FailureSignature(
+        id="docker_run_refused", role="cause", fatal=True,
+        pattern=_re(r"^docker: Error response from daemon: (?P<detail>.+)"),
+        title="Docker refused to run a container",
+        cause="The Docker engine refused the `docker run`: {detail}",
+        fix="Run that `docker run` by hand on the node to see Docker's whole answer; fix the "
+            "option or image it names, then relaunch.",
+        source="the docker CLI's words for a refused create or start",
+    ),
+    # --- vLLM's CPU backend -------------------------------------------------------------------------
+    FailureSignature(
+        id="cpu_shm_group_spans_nodes", role="cause", fatal=True,
+        pattern=_re(r"open shm in SHMManager failed"),
+        title="vLLM's CPU shared-memory communicator could not open another rank's segment",
+        cause="A tensor-parallel group spanning nodes took vLLM's CPU shared-memory path: its "
+              "ranks agreed on one segment name, which vLLM makes from the distributed init "
+              "port (VLLM_DIST_IDENT), the same on every node under Ray, and each rank then "
+              "looked for the others' segments in its own /dev/shm. CPUs whose vLLM kernels have "
+              "no SHM operations (the AVX2 build) fall back to torch.distributed instead.",
+        fix="Keep each tensor-parallel group on one node, or give the ranks a group name of "
+            "their own per node so vLLM falls back to torch.distributed (gloo) across nodes "
+            "(the lab's image puts the hostname in it: lab/real_engine/image/sitecustomize.py); "
+            "the multiprocessing backend across nodes (--nnodes, --headless) does not take this "
+            "path.",
+        source="vLLM 0.32.0 distributed/device_communicators/cpu_communicator.py "
+               "(_CPUSHMDistributed.make_group_name, join_shm_manager) and v1/worker/"
+               "cpu_worker.py (VLLM_DIST_IDENT), seen on the lab's Ray nodes on an AVX-512 CPU",
+    ),
     # --- multiprocessing backend ----------------------------------------------------------------
     FailureSignature(
         id="mp_semlock_across_nodes", role="cause", fatal=True,

@@ -28,7 +28,7 @@ from cluster.containers import (
     ray_worker_command,
     serve_command,
 )
-from cluster.diagnosis import diagnose, explained_by
+from cluster.diagnosis import LogDiagnoser, diagnose, explained_by
 from cluster.errors import DockerRefused, NodeError
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
 from cluster.failures import (
@@ -534,6 +534,9 @@ class Launch:
         name, nodes, head = self.config.container.name, self.connection.ordered(), self.config.head
         limit = self.config.timeouts.containers
         deadline, delay, said = time.monotonic() + limit, 0.2, 0
+        table, words = for_cluster(self.config)
+        output = LogDiagnoser(table=table, words=words)
+        read = 0  # of the launcher's lines, fed to `output`
         while True:
             found = await asyncio.gather(*(n.docker.find_container(name) for n in nodes))
             infos = dict(zip([n.name for n in nodes], found, strict=True))
@@ -542,6 +545,14 @@ class Launch:
             ]
             if not waiting:
                 break
+            # A script whose `docker run` failed may wait on for a container that never comes
+            # (launch-cluster.sh does, to its own timeout): its output says why at once.
+            for line in launcher.lines_after(read):
+                output.feed(line)
+            read = launcher.total_lines
+            if output.failed:
+                yield await self._launcher_output_failed(output)
+                return
             if launcher.total_lines > said:
                 said = launcher.total_lines
                 yield Progress(
@@ -594,6 +605,21 @@ class Launch:
             log_tail=launcher.tail(self.config.log_tail_lines),
             warning=warning,
         )
+
+    async def _launcher_output_failed(self, output: LogDiagnoser) -> Failed:
+        """The failure the launcher's output shows while its containers are awaited; the
+        launcher is stopped (it would only wait on, or start more), what it started is left for
+        `logs` and `down`."""
+        assert self.launcher is not None
+        diagnosis = output.diagnosis
+        assert diagnosis is not None
+        head = self.config.head.name
+        failed = self.follower.failure_from(diagnosis, RAY_STARTED, head)
+        try:
+            stopped = await self.launcher.stop()
+        except NodeError as error:
+            stopped = f"the launcher could not be stopped: {error.problem}"
+        return failed.model_copy(update={"cause": f"{failed.cause} ({stopped}.)"})
 
     # -- API --------------------------------------------------------------------------------
 

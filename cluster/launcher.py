@@ -92,6 +92,11 @@ class Launcher:
     def tail(self, lines: int) -> list[str]:
         return list(self.lines)[-lines:]
 
+    def lines_after(self, total: int) -> list[str]:
+        """The lines after the first `total` of its output, those still kept."""
+        new = min(self.total_lines - total, len(self.lines))
+        return list(self.lines)[len(self.lines) - new :] if new > 0 else []
+
     async def start(self) -> int:
         """Start the script in its own session; its process group's id."""
         cap = str(self.settings.output_file_bytes)

@@ -97,6 +97,10 @@ MonitorItem = (
 _Queued = tuple[str, str, datetime | None]
 
 QUEUED_LINES = 20_000  # lines waiting for the reader (a launch busy posting to chat)
+# Docker orders a container's events (a stop's `kill` before its `die`), not the log stream
+# against the event stream: what the log stream's end says waits this long for the event
+# stream to tell the container's end (its `die`, or the stream's own end).
+EVENTS_SETTLE_S = 5.0
 
 
 class ClusterMonitor:
@@ -152,9 +156,10 @@ class ClusterMonitor:
     def _start(
         self, node: NodeConnection, backlog: int | str, since: datetime | None = None
     ) -> None:
+        end_told = asyncio.Event()  # the event stream told the container's end, or ended
         tasks = [
-            asyncio.create_task(self._follow_log(node, backlog, since)),
-            asyncio.create_task(self._watch_events(node)),
+            asyncio.create_task(self._follow_log(node, backlog, end_told, since)),
+            asyncio.create_task(self._watch_events(node, end_told)),
         ]
         self._followed[node.name] = tasks
         self._tasks.extend(tasks)
@@ -196,7 +201,11 @@ class ClusterMonitor:
         return MATTERS if self._matters(item.text) else PLAIN
 
     async def _follow_log(
-        self, node: NodeConnection, backlog: int | str, since: datetime | None = None
+        self,
+        node: NodeConnection,
+        backlog: int | str,
+        end_told: asyncio.Event,
+        since: datetime | None = None,
     ) -> None:
         name = self.container_name
         lines = LineSplitter()
@@ -212,6 +221,7 @@ class ClusterMonitor:
                 self._publish_line(node.name, last)
             # The stream ends when the container stops: say how it ended, in case the
             # event stream (subscribed after the start) missed the `die`.
+            await _settled(end_told)
             state = (await node.docker.inspect_container(name))["State"]
             if not state.get("Running"):
                 self._queue.put(
@@ -226,6 +236,7 @@ class ClusterMonitor:
                 )
             )
         except NodeError as exc:
+            await _settled(end_told)  # a stop's `kill` may be on its way (the engine stopping)
             self._queue.put(FollowLost(node.name, f"log stream broke: {exc.problem}"))
 
     def _publish_line(self, node: str, raw: str, since: datetime | None = None) -> None:
@@ -241,7 +252,7 @@ class ClusterMonitor:
         self._tails[node].append(text)
         self._queue.put((node, text, logged_at))
 
-    async def _watch_events(self, node: NodeConnection) -> None:
+    async def _watch_events(self, node: NodeConnection, end_told: asyncio.Event) -> None:
         oom = False
         try:
             events = node.docker.events(self.container_name, ["die", "oom", "kill"])
@@ -259,13 +270,21 @@ class ClusterMonitor:
                         self._queue.put(
                             ContainerExited(node.name, int(code) if code is not None else None, oom)
                         )
+                        end_told.set()
+            self._queue.put(FollowLost(node.name, "Docker event stream ended"))
         except NodeError as exc:
             self._queue.put(FollowLost(node.name, f"Docker event stream broke: {exc.problem}"))
-            return
-        self._queue.put(FollowLost(node.name, "Docker event stream ended"))
+        finally:
+            end_told.set()  # ended, broke or cancelled: nothing more will be told
 
     async def aclose(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+
+
+async def _settled(end_told: asyncio.Event) -> None:
+    """Until the event stream has told the container's end (or ended), at most EVENTS_SETTLE_S."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(end_told.wait(), EVENTS_SETTLE_S)

@@ -142,6 +142,14 @@ SAMPLES: dict[str, str | list[str]] = {
         "(Worker_TP1 pid=77)                          ^^^^^^^^^^^^^^^^^^^^^^^^^",
         "(Worker_TP1 pid=77) FileNotFoundError: [Errno 2] No such file or directory",
     ],
+    "docker_caps_refused": "docker: Error response from daemon: failed to create shim task: OCI "
+    "runtime create failed: runc create failed: unable to start container process: unable to "
+    "apply caps: operation not permitted: unknown",
+    "docker_run_refused": "docker: Error response from daemon: Conflict. The container name "
+    '"/vllm_node" is already in use by container "5f1c". You have to remove (or rename) that '
+    "container to be able to reuse that name.",
+    "cpu_shm_group_spans_nodes": ENGINE
+    + vllm("ERROR", "RuntimeError: open shm in SHMManager failed. errno: 2", "core.py:1510"),
     "workerproc_init_failed": ENGINE
     + vllm(
         "ERROR",
@@ -576,6 +584,50 @@ def test_unrecognised_names_the_first_exception_line_as_the_likely_cause():
         ["ok", "2026-12-01 06:18:28,593\tERROR worker.py:1 -- the GCS died", "bye"], "x"
     )
     assert only_error_level.line_number == 2
+
+
+# A real Ray launch on the lab (vLLM 0.32 CPU, TP=2 over two nodes, an AVX-512 CPU): the head
+# logs "EngineCore failed to start." first, the traceback's root 74 lines later, then Ray's
+# clean-up errors (ActorHandleNotFoundError) to the end.
+SHM_ACROSS_NODES = "real-vllm-0.32-cpu-ray-shm-across-nodes.log"
+SHM_ROOT = "RuntimeError: open shm in SHMManager failed. errno: 2"
+
+
+def test_a_real_cpu_shm_group_across_nodes_is_named_by_its_root_line():
+    d = diagnose(read_log(SHM_ACROSS_NODES))
+    assert d is not None and d.signature_id == "cpu_shm_group_spans_nodes", d
+    assert d.evidence.endswith(SHM_ROOT) and "VLLM_DIST_IDENT" in d.cause
+    assert any("join_shm_manager" in line for line in d.context), d.context
+
+
+def test_a_symptom_with_no_error_before_it_quotes_the_root_of_the_traceback_it_heads():
+    """The same real log with no row for its root: the symptom names the traceback's first
+    exception, not the clean-up errors after it nor nothing."""
+    table = tuple(s for s in SIGNATURES if s.id != "cpu_shm_group_spans_nodes")
+    d = diagnose(read_log(SHM_ACROSS_NODES), table=table)
+    assert d is not None and d.signature_id == "engine_start_failed", d
+    assert f"the first error of the traceback after it: `{SHM_ROOT}`" in d.cause, d.cause
+    assert "ActorHandleNotFoundError" not in d.cause
+    assert d.evidence.endswith(SHM_ROOT)
+
+
+def test_a_symptom_explained_before_it_keeps_that_error_and_its_own_line():
+    lines = [
+        ENGINE + vllm("ERROR", "ValueError: the first error"),
+        ENGINE + vllm("ERROR", "EngineCore failed to start."),
+        ENGINE + vllm("ERROR", "KeyError: a later one"),
+    ]
+    d = diagnose(lines)
+    assert d is not None and "the first error before it: `ValueError: the first error`" in d.cause
+    assert "later one" not in d.cause and d.evidence.endswith("EngineCore failed to start.")
+
+
+def test_an_exception_long_after_a_symptom_is_not_its_root():
+    far = ["INFO nothing to see"] * 250
+    d = diagnose(
+        [ENGINE + vllm("ERROR", "EngineCore failed to start."), *far, "KeyError: unrelated"]
+    )
+    assert d is not None and "unrelated" not in d.cause and "Likely cause" not in d.cause
 
 
 # --- logtext ---------------------------------------------------------------------------------------

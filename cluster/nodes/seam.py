@@ -8,6 +8,7 @@ place), so nothing above the drivers catches a library error or tests a status c
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -185,8 +186,30 @@ def file_errors(node: str, path: str, timeout: float) -> Iterator[None]:
         raise command_error(node, [f"read {path}"], timeout, error) from error
 
 
+AGENT_TIMEOUT_S = 5.0  # asking the local SSH agent which keys it holds
+
+
+async def agent_keys_text() -> str:
+    """What the SSH agent offered for a login with no ssh.key: no agent, an agent with no
+    key, or its keys."""
+    socket = os.environ.get("SSH_AUTH_SOCK")
+    if not socket:
+        return "no key: no ssh.key is set and there is no SSH agent (SSH_AUTH_SOCK is not set)"
+    try:
+        async with asyncio.timeout(AGENT_TIMEOUT_S):
+            async with asyncssh.connect_agent(socket) as agent:
+                keys = await agent.get_keys()
+    except (OSError, asyncssh.Error, TimeoutError) as error:
+        return f"no key: the SSH agent at {socket} does not answer ({_reason(error)})"
+    if not keys:
+        return f"no key: the SSH agent at {socket} holds none (`ssh-add -l`)"
+    return f"the SSH agent's {len(keys)} key(s) (at {socket})"
+
+
 @asynccontextmanager
-async def ssh_login_errors(config: NodeConfig, where: str) -> AsyncIterator[None]:
+async def ssh_login_errors(
+    config: NodeConfig, where: str, connect_timeout: float
+) -> AsyncIterator[None]:
     """Open an SSH connection; a refused host key, login or route leaves as a NodeError."""
     ssh = config.ssh
     assert ssh is not None
@@ -211,11 +234,22 @@ async def ssh_login_errors(config: NodeConfig, where: str) -> AsyncIterator[None
             "Host key checking stays on.",
         ) from exc
     except asyncssh.PermissionDenied as exc:
-        key = ssh.key or "the SSH agent's keys"
+        key = ssh.key or await agent_keys_text()
         raise NodeUnreachable(
             config.name,
             f"SSH login as {where} was refused with {key}",
-            f"Add its public key to ~{ssh.user}/.ssh/authorized_keys on the node.",
+            "Set ssh.key, or load a key into the agent (`ssh-add`), and add its public key to "
+            f"~{ssh.user}/.ssh/authorized_keys on the node."
+            if not ssh.key
+            else f"Add its public key to ~{ssh.user}/.ssh/authorized_keys on the node.",
+        ) from exc
+    except TimeoutError as exc:
+        raise NodeUnreachable(
+            config.name,
+            f"sshd at {where} did not answer within {connect_timeout:g} s (timeouts.connect)",
+            "Is the node up and sshd running? If it is only slow to answer (busy, far away), "
+            f"raise timeouts.connect. Try `ssh -p {ssh.port} {ssh.user}@{ssh.host}` from the "
+            "bot's machine.",
         ) from exc
     except _SSH_ERRORS as exc:
         raise NodeUnreachable(

@@ -205,7 +205,7 @@ async def _open_ssh(
     missing = await asyncio.to_thread(_missing_local_file, config)
     if missing is not None:
         raise missing
-    async with ssh_login_errors(config, where):
+    async with ssh_login_errors(config, where, timeout):
         connection = await asyncssh.connect(ssh.host, **options)
     _read_in_small_pieces(connection)
     return connection

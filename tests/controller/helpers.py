@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from bot.config import load_config
 from cluster.config import ClusterConfig, NodeConfig, Secrets
 from cluster.controller import Controller
+from cluster.errors import FileUnreadable
 from cluster.events import Event
+from cluster.nodes import CommandResult, FileBytes, NodeConnection
 from lab.api import LabInfo
 
 LAB_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lab.yaml"
@@ -64,3 +66,38 @@ def controller_for(lab: LabInfo, **kwargs) -> Controller:
 
 async def collect(events: AsyncIterator[Event]) -> list[Event]:
     return [event async for event in events]
+
+
+class FakeNode(NodeConnection):
+    """A node of configs/lab.yaml that answers from tables: files by path, commands by their
+    first word; `docker` is a Docker engine double."""
+
+    def __init__(
+        self, name: str, files: dict[str, str], commands: dict[str, CommandResult], docker
+    ):
+        super().__init__(load_config(LAB_CONFIG).cluster.node(name), docker, 0.0)
+        self.files, self.commands = files, commands
+        self.ran: list[Sequence[str]] = []
+
+    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        self.ran.append(argv)
+        return self.commands.get(argv[0], CommandResult(127, "", f"{argv[0]}: not found"))
+
+    async def read_file(self, path: str, *, timeout: float, limit: int = 32768) -> str:
+        if path not in self.files:
+            raise FileUnreadable(self.name, f"cannot read {path}", "check it")
+        return self.files[path]
+
+    async def read_bytes(self, path: str, *, timeout: float, offset: int, length: int):
+        text = (await self.read_file(path, timeout=timeout)).encode()
+        return FileBytes(text[offset : offset + length], len(text))
+
+    async def api_base_url(self, port: int) -> str:
+        return "http://api"
+
+    async def stream(self, argv: Sequence[str], *, timeout: float):
+        raise AssertionError("the double streams no command")
+        yield ""
+
+    async def aclose(self) -> None:
+        return None

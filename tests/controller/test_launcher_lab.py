@@ -178,6 +178,49 @@ async def test_a_launcher_that_fails_gives_its_failure_with_its_lines(clean_laun
     assert "launch-pair.sh" in failure.fix and "cd /root/spark-vllm-docker" in failure.fix
 
 
+# A script that waits on for its containers after its `docker run` failed, as
+# eugr/spark-vllm-docker's launch-cluster.sh does (to its own timeout). --cap-add SYS_RESOURCE:
+# the lab's host lacks it in its bounding set, so runc refuses the container.
+WAITS_AFTER_A_FAILED_RUN = """#!/bin/bash
+echo "Starting container vllm_node on the head"
+docker run -d --name vllm_node --network host --cap-add SYS_RESOURCE {image} sleep infinity
+echo "Waiting for the cluster to form (up to 120 s)"
+for _ in $(seq 120); do
+    [ "$(docker inspect -f '{{{{.State.Running}}}}' vllm_node 2>/dev/null)" = true ] && exit 0
+    sleep 1
+done
+echo "Error: the cluster did not form"
+exit 1
+"""
+
+
+async def test_a_launcher_whose_docker_run_failed_is_stopped_with_dockers_reason_at_once(
+    clean_launcher,
+):
+    base = script_cluster(clean_launcher)
+    assert base.launcher is not None
+    folder = Path(clean_launcher.head.home) / "spark-vllm-docker"
+    script = folder / "waits-after-a-failed-run.sh"
+    script.write_text(WAITS_AFTER_A_FAILED_RUN.format(image=base.container.image))
+    script.chmod(0o755)
+    launcher = base.launcher.model_copy(update={"command": ["./" + script.name]})
+    recipe = base.recipes[RECIPE].model_copy(update={"launcher": launcher})
+    config = base.model_copy(update={"recipes": {RECIPE: recipe}}).with_recipe(RECIPE)
+    events = await collect(Controller(config, Secrets({})).up())
+    failure = events[-1]
+    assert isinstance(failure, Failed) and failure.signature == "docker_caps_refused", failure
+    started = passed(events)["launcher"].elapsed_s
+    limit = config.timeouts.containers
+    assert failure.elapsed_s - started < limit / 2, (
+        f"told {failure.elapsed_s - started:.1f} s after the launcher started, not at the "
+        f"containers' timeout ({limit:g} s)"
+    )
+    assert failure.checkpoint == "containers" and "unable to apply caps" in failure.evidence
+    assert "--cap-add" in failure.fix
+    assert "SIGTERM" in failure.cause, "the script was stopped: it would have waited on"
+    assert not await group_alive(clean_launcher, pgid_of(events))
+
+
 async def test_cancel_mid_launch_stops_the_script_and_leaves_no_container(clean_launcher):
     config = script_cluster(clean_launcher)
     controller = Controller(config, Secrets({}))

@@ -6,12 +6,20 @@ from __future__ import annotations
 import ast
 import asyncio
 import gc
+import os
+import re
+import signal
+import subprocess
 from pathlib import Path
 
 import aiodocker
 import aiohttp
+import asyncssh
+import httpx
 import pytest
 
+from bot.config import load_config
+from cluster.api import error_text
 from cluster.config import ClusterConfig, Secrets, Timeouts
 from cluster.controller import Controller
 from cluster.errors import (
@@ -24,8 +32,8 @@ from cluster.errors import (
 )
 from cluster.events import Failed
 from cluster.nodes.local import LocalNode
-from cluster.nodes.seam import command_error, docker_error
-from tests.controller.helpers import collect
+from cluster.nodes.seam import command_error, docker_error, ssh_login_errors
+from tests.controller.helpers import LAB_CONFIG, collect
 from tests.docker_standin import docker_standin, hanging
 from tests.local_cluster import local_cluster
 
@@ -189,3 +197,63 @@ async def test_a_connect_cancelled_while_the_engine_answers_leaks_no_session(tmp
     del connecting
     gc.collect()
     assert not [m for m in reported if "Unclosed" in m], reported
+
+
+# --- the words of a refused or silent SSH login ---------------------------------------------------
+
+AGENT_NODE = load_config(LAB_CONFIG).cluster.nodes[0]
+NO_KEY = AGENT_NODE.model_copy(
+    update={"ssh": AGENT_NODE.ssh.model_copy(update={"key": None})}  # type: ignore[union-attr]
+)
+
+
+async def refused(config, error: Exception, connect_timeout: float = 10.0) -> NodeUnreachable:
+    with pytest.raises(NodeUnreachable) as caught:
+        async with ssh_login_errors(config, "root@198.18.0.10:22", connect_timeout):
+            raise error
+    return caught.value
+
+
+@pytest.fixture
+def empty_agent(tmp_path):
+    """A real ssh-agent holding no key, on a socket of the test's own (it forks once it
+    listens, and says its pid)."""
+    socket = tmp_path / "agent.sock"
+    said = subprocess.run(
+        ["ssh-agent", "-s", "-a", str(socket)], capture_output=True, text=True, check=True
+    ).stdout
+    pid = int(re.search(r"SSH_AGENT_PID=(\d+)", said).group(1))  # type: ignore[union-attr]
+    try:
+        yield str(socket)
+    finally:
+        os.kill(pid, signal.SIGTERM)
+
+
+async def test_a_refused_login_says_whether_there_was_no_agent_or_an_agent_with_no_key(
+    monkeypatch, empty_agent
+):
+    denied = asyncssh.PermissionDenied("Permission denied")
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    no_agent = await refused(NO_KEY, denied)
+    assert "no ssh.key is set and there is no SSH agent (SSH_AUTH_SOCK is not set)" in str(
+        no_agent
+    ), no_agent
+    monkeypatch.setenv("SSH_AUTH_SOCK", empty_agent)
+    keyless = await refused(NO_KEY, denied)
+    assert f"the SSH agent at {empty_agent} holds none" in str(keyless), keyless
+    assert "ssh-add" in keyless.fix
+    with_key = await refused(AGENT_NODE, denied)
+    assert f"refused with {AGENT_NODE.ssh.key}" in str(with_key)  # type: ignore[union-attr]
+
+
+async def test_a_connect_timeout_names_the_setting_and_how_long_it_waited():
+    silent = await refused(AGENT_NODE, TimeoutError(), connect_timeout=10)
+    assert "did not answer within 10 s (timeouts.connect)" in silent.problem, silent
+    assert "raise timeouts.connect" in silent.fix
+
+
+def test_an_http_error_without_words_says_what_it_means():
+    assert error_text(httpx.ReadError("")) == (
+        "ReadError (no reason given: the server closed the connection)"
+    )
+    assert error_text(httpx.ConnectError("refused")) == "ConnectError: refused"

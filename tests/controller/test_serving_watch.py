@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
 import httpx
 
@@ -28,10 +27,10 @@ from cluster.memory import (
     parse_oom_kills,
 )
 from cluster.monitor import ClusterMonitor, ContainerExited, LogLine
-from cluster.nodes import ClusterConnection, CommandResult, FileBytes, NodeConnection
+from cluster.nodes import ClusterConnection, CommandResult
 from cluster.postmortem import Finding, ProbeReport, amend, needs_probe, probe
 from cluster.reporter import Reporter
-from tests.controller.helpers import LAB_CONFIG
+from tests.controller.helpers import LAB_CONFIG, FakeNode
 
 CONFIG = load_config(LAB_CONFIG).cluster
 HEAD, WORKER = (n.name for n in CONFIG.nodes)
@@ -269,40 +268,6 @@ class FakeDocker:
 
     async def exec_output(self, name: str, argv: list[str], *, timeout: float) -> str:
         return self.ray_output
-
-
-class FakeNode(NodeConnection):
-    """A node that answers from tables: files by path, commands by their first word."""
-
-    def __init__(
-        self, name: str, files: dict[str, str], commands: dict[str, CommandResult], docker
-    ):
-        super().__init__(CONFIG.node(name), docker, 0.0)
-        self.files, self.commands = files, commands
-        self.ran: list[Sequence[str]] = []
-
-    async def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
-        self.ran.append(argv)
-        return self.commands.get(argv[0], CommandResult(127, "", f"{argv[0]}: not found"))
-
-    async def read_file(self, path: str, *, timeout: float, limit: int = 32768) -> str:
-        if path not in self.files:
-            raise FileUnreadable(self.name, f"cannot read {path}", "check it")
-        return self.files[path]
-
-    async def read_bytes(self, path: str, *, timeout: float, offset: int, length: int):
-        text = (await self.read_file(path, timeout=timeout)).encode()
-        return FileBytes(text[offset : offset + length], len(text))
-
-    async def api_base_url(self, port: int) -> str:
-        return "http://api"
-
-    async def stream(self, argv: Sequence[str], *, timeout: float):
-        raise AssertionError("the double streams no command")
-        yield ""
-
-    async def aclose(self) -> None:
-        return None
 
 
 RAY_ONE_NODE = "Active:\n 1 node_abc\nPending:\n (no pending nodes)\nUsage:\n 0.0/1.0 GPU\n"

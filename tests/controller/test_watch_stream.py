@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from bot.config import load_config
 from cluster.checkpoints import SERVING
 from cluster.config import Secrets
+from cluster.errors import DockerUnavailable
 from cluster.events import Failed, Progress
 from cluster.follow import LogFollower
 from cluster.monitor import ClusterMonitor, FollowLost, FollowResumed, HealthLost, LogLine
 from cluster.reporter import Reporter
-from tests.controller.helpers import LAB_CONFIG
+from tests.controller.helpers import LAB_CONFIG, FakeNode
 
 CONFIG = load_config(LAB_CONFIG).cluster
 
@@ -112,3 +117,52 @@ async def test_a_lost_stream_when_the_api_does_not_answer_is_the_failure():
     assert (
         isinstance(failed, Failed) and failed.signature == "follow_lost" and failed.node == worker
     )
+
+
+class StoppingEngine:
+    """A Docker engine double stopping with its container (SIGTERM, then the container's end),
+    whose log stream ends before its event stream has delivered the `kill` and the `die` (two
+    connections: either may be read first). After the end, `inspect` fails (the engine's API
+    has closed) or says the container has exited."""
+
+    def __init__(self, inspect_after_the_end: str):
+        self.inspect_after_the_end = inspect_after_the_end
+        self.log_ended = asyncio.Event()
+
+    async def follow_log(self, name: str, **options: object):
+        yield "2026-12-01T10:00:00.000000000Z INFO:     Shutting down\n"
+        self.log_ended.set()
+
+    async def events(self, container: str, actions: list[str]):
+        await self.log_ended.wait()
+        yield {"Action": "kill", "Actor": {"Attributes": {"signal": "15"}}}
+        yield {"Action": "die", "Actor": {"Attributes": {"exitCode": "0"}}}
+
+    async def inspect_container(self, name: str):
+        if self.inspect_after_the_end == "fails":
+            raise DockerUnavailable("spark-lab-0", "the Docker engine does not answer", "start it")
+        return {"State": {"Running": False, "ExitCode": 0, "OOMKilled": False}}
+
+
+@pytest.mark.parametrize("inspect_after_the_end", ["fails", "says exited"])
+async def test_a_stop_is_told_as_a_stop_when_the_log_stream_ends_before_the_kill_event(
+    inspect_after_the_end,
+):
+    """Docker orders a container's events (the kill before the die), not its two streams: what
+    the log stream's end says waits for the event stream to tell the container's end."""
+    head = CONFIG.head.name
+    monitor = ClusterMonitor("vllm", Secrets({}), 10)
+    monitor.follow(FakeNode(head, {}, {}, StoppingEngine(inspect_after_the_end)))
+    follower = LogFollower(CONFIG, monitor, Reporter())
+
+    async def still_serving(item: FollowLost) -> str | None:
+        return "its Docker engine does not answer"
+
+    failures = follower.failures(SERVING, still_serving=still_serving)
+    try:
+        first_event = await asyncio.wait_for(anext(failures), 10)
+    finally:
+        await failures.aclose()
+        await monitor.aclose()
+    assert isinstance(first_event, Progress) and first_event.phase == "stopped", first_event
+    assert "Docker engine stopping" in first_event.message

@@ -35,9 +35,12 @@ async def test_slash_up_on_the_real_ray_cluster_posts_every_checkpoint_with_its_
         async with slack_bot(slack, cluster, settings(tmp_path)):
             ack = await slack.send_slash_command(ALICE, CH, "up")
             assert ack.payload is None and ack.latency < 3
+            # A failure is posted inside its phase timeout: it ends the wait with its words.
             ready = await slack.wait_for(
-                lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 300
+                lambda c: c.method == "chat.postMessage" and header(c).startswith(("✅", "✘")),
+                300,
             )
+            assert header(ready) == "✅ Ready", block_text(ready)
             parent_ts = ready.params["thread_ts"]
             await slack.wait_until(
                 lambda: "Ready" in attachment_text(slack.message(CH, parent_ts)), 10
