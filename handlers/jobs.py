@@ -545,8 +545,7 @@ class JobManager:
                             Message(
                                 title="ℹ The cluster was stopped",
                                 tone="neutral",
-                                text=f"{escape(event.message)}. No longer watching; "
-                                f"{RELAUNCH}.",
+                                text=f"{escape(event.message)}. No longer watching; {RELAUNCH}.",
                             )
                         )
                         return
