@@ -36,7 +36,7 @@ def _freed(node: str, before: MemoryBreakdown | None, after: MemoryBreakdown | N
     if before is None or after is None:
         return f"{node}: done (its /proc/meminfo is not what Linux writes)"
     return (
-        f"{node}: {before.free / GIB:.1f} -> {after.free / GIB:.1f} GiB free "
+        f"{node}: {before.free / GIB:.1f} GiB free before, {after.free / GIB:.1f} GiB after "
         f"({max(0, after.free - before.free) / GIB:.1f} GiB given back; "
         f"{after.reclaimable / GIB:.1f} GiB still cached or reclaimable)"
     )

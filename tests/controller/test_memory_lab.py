@@ -48,7 +48,7 @@ async def test_the_page_cache_in_the_way_is_named_and_dropped_from_the_command_l
 
     code, out, _ = await spark_bot("drop-caches")
     assert code == 0, out
-    assert "spark-lab-1: 37.0 -> 117.4 GiB free (80.4 GiB given back" in out
+    assert "spark-lab-1: 37.0 GiB free before, 117.4 GiB after (80.4 GiB given back" in out
     assert lab_api.node_memory(1)["Cached"] < GIB_KB
 
     code, out, _ = await spark_bot("preflight")
