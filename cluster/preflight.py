@@ -47,6 +47,7 @@ from cluster.memory import GIB, MemoryBreakdown, parse_memory_breakdown
 from cluster.memory_return import LastStop, held_by, is_back, last_stop, read_breakdown
 from cluster.modelcache import ModelCheck, check_model
 from cluster.nodes import ClusterConnection, NodeConnection, node_home
+from cluster.ray_memory_monitor import env_warning, launcher_warning
 from cluster.reporter import Reporter
 from cluster.startup_memory import StartupMemory, balance
 from cluster.steps import Step, run_steps
@@ -308,22 +309,25 @@ class Preflight:
             f"\nmemory back on {name} after {waited:.1f} s"
             for name, waited in self.memory_returned.items()
         )
+        head = self.connection.head
+        ray_monitor = env_warning(self.config) or await launcher_warning(
+            self.config, head, self.facts[head.name].home
+        )
         if not self.config.memory.unified:
-            yield self._passed(
-                "memory", memory + (f" (need {need:g} GiB)" if need else "") + returned
-            )
+            evidence = memory + (f" (need {need:g} GiB)" if need else "") + returned
+            yield self.reporter.passed(BY_ID["memory"], evidence, warning=ray_monitor)
             return
         startup = self._startup_memory()
         if isinstance(startup, str):
-            yield self.reporter.passed(
-                BY_ID["memory"], memory + returned, warning=f"not checked: {startup}"
-            )
+            warning = "; ".join(w for w in (f"not checked: {startup}", ray_monitor) if w)
+            yield self.reporter.passed(BY_ID["memory"], memory + returned, warning=warning)
             return
         failure = self._startup_failure(startup)
         if failure is not None:
             yield failure
             return
-        yield self._passed("memory", "\n".join(s.describe() for s in startup) + returned)
+        evidence = "\n".join(s.describe() for s in startup) + returned
+        yield self.reporter.passed(BY_ID["memory"], evidence, warning=ray_monitor)
 
     def _startup_memory(self) -> list[StartupMemory] | str:
         """Each node against what vLLM claims at start-up; why not, in words."""
