@@ -118,6 +118,13 @@ InterfaceChoice = Literal["auto"] | InterfaceName | list[InterfaceName]
 class NetworkConfig(_Model):
     eth_if: InterfaceChoice = "auto"
     ib_if: InterfaceChoice = "auto"
+    link_speed_mbps: int = Field(
+        200_000,
+        ge=1,
+        le=10_000_000,
+        description="the fabric link's nominal speed (a Spark's ConnectX-7 port: 200 Gb/s); "
+        "preflight warns of a link trained slower",
+    )
 
 
 class Mount(_Model):

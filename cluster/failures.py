@@ -936,6 +936,17 @@ MEMORY_NOT_RETURNED = KnownFailure(
     fix="reboot {node} (`sudo reboot`), then `up` again; if it only comes back slowly, raise "
         "memory.return_timeout",
 )
+FABRIC_MTU_MISMATCH = KnownFailure(
+    id="fabric_mtu_mismatch", role="cause", fatal=True,
+    source="spark-bot preflight (/sys/class/net/<if>/mtu on every node)",
+    title="the fabric's MTU differs between the nodes: {listing}",
+    cause="RoCE needs the same MTU at both ends of the link: frames larger than one end takes "
+          "are dropped, and NCCL's first large transfer stalls or fails (ibv_modify_qp, a "
+          "collective timeout) minutes into the load",
+    fix="set the same MTU, 9000, on both ends: `sudo ip link set dev {interface} mtu 9000` on "
+        "{lower} (and `mtu: 9000` for it in the node's netplan, so a reboot keeps it); then "
+        "`up` again",
+)
 DROP_CACHES_NOT_CONFIGURED = KnownFailure(
     id="drop_caches_not_configured", role="cause", fatal=True, source="spark-bot drop-caches",
     title="the config names no command to drop the page cache (memory.drop_caches)",
@@ -1017,6 +1028,7 @@ ROWS_WITHOUT_A_LOG_LINE: tuple[KnownFailure, ...] = (
     MEMORY_IN_USE,
     MEMORY_HELD,
     MEMORY_NOT_RETURNED,
+    FABRIC_MTU_MISMATCH,
     DROP_CACHES_NOT_CONFIGURED,
     DROP_CACHES_REFUSED,
 )

@@ -7,12 +7,15 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
+from cluster import fabric_link
 from cluster.checkpoints import BY_ID, Checkpoint
 from cluster.config import ClusterConfig
 from cluster.containers import LABEL_CLUSTER
 from cluster.errors import InterfaceProblem
 from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.failures import (
+    FABRIC_LINK_DOWN,
+    FABRIC_MTU_MISMATCH,
     FOREIGN_CONTAINER,
     IMAGE_DIFFERS,
     IMAGE_MISSING,
@@ -52,6 +55,7 @@ from cluster.reporter import Reporter
 from cluster.startup_memory import StartupMemory, balance
 from cluster.steps import Step, run_steps
 
+NO_INTERFACES = NodeInterfaces(eth_if="", ib_if=(), local_ip="")
 MEMORY_WAIT_REPORT_S = 15.0  # while waiting for memory to come back, a word at least this often
 
 
@@ -187,7 +191,45 @@ class Preflight:
                 return
             self.facts[node.name].interfaces = result
             described.append(f"{node.name}: {result.describe()}")
-        yield self._passed("interfaces", "\n".join(described))
+        links = await self._fabric_links()
+        broken = fabric_link.down(links)
+        if broken is not None:
+            yield self._failed(
+                "interfaces",
+                broken.node,
+                FABRIC_LINK_DOWN,
+                {"interface": broken.interface, "node": broken.node, "state": broken.operstate},
+                evidence=broken.describe(),
+            )
+            return
+        listing = "; ".join(link.describe() for link in links)
+        if fabric_link.mtu_mismatch(links):
+            lower = min(links, key=lambda link: link.mtu or 0)
+            yield self._failed(
+                "interfaces",
+                lower.node,
+                FABRIC_MTU_MISMATCH,
+                {"listing": listing, "interface": lower.interface, "lower": lower.node},
+                evidence=listing,
+            )
+            return
+        slower = fabric_link.warnings(links, self.config.network.link_speed_mbps)
+        yield self.reporter.passed(
+            BY_ID["interfaces"],
+            "\n".join([*described, f"fabric: {listing}"]),
+            warning="; ".join(slower) or None,
+        )
+
+    async def _fabric_links(self) -> list[fabric_link.LinkFacts]:
+        """Every fabric netdev of every node that exists as an interface of its own."""
+        wanted = [
+            (node, netdev)
+            for node in self._nodes
+            for netdev in (self.facts[node.name].interfaces or NO_INTERFACES).netdevs
+        ]
+        timeout = self.config.timeouts.preflight
+        found = await asyncio.gather(*(fabric_link.read_link(n, i, timeout) for n, i in wanted))
+        return [link for link in found if link is not None]
 
     async def _node_interfaces(self, node: NodeConnection) -> NodeInterfaces | str:
         config = self.config

@@ -142,6 +142,11 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
         }
         for row in ("memory_held", "memory_not_returned")
     },
+    "fabric_mtu_mismatch": {
+        "listing": "spark-a enp1s0f1np1: up, MTU 9000; spark-b enp1s0f1np1: up, MTU 1500",
+        "interface": "enp1s0f1np1",
+        "lower": "spark-b",
+    },
     "drop_caches_not_configured": {},
     "drop_caches_refused": {
         "command": "sudo -n /usr/local/sbin/drop-caches",
