@@ -901,7 +901,7 @@ MEMORY_PAGE_CACHE_BY_HAND = KnownFailure(
     fix="on {short}: `sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`, then `up` again; to let "
         "spark-bot do it (the `drop-caches` command, a button in Slack), name the command in "
         "memory.drop_caches (e.g. [sudo, -n, /usr/local/sbin/drop-caches]) and grant it on the "
-        "nodes (docs/memory.md)",
+        "nodes (docs/reliability.md, 'Before the load')",
 )
 MEMORY_IN_USE = KnownFailure(
     id="memory_in_use", role="cause", fatal=True,
