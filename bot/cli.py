@@ -59,6 +59,7 @@ EXAMPLES = {
     "preflight": "preflight --config configs/sparks.yaml",
     "sync-image": "sync-image --config configs/sparks.yaml",
     "sync-model": "sync-model --config configs/sparks.yaml",
+    "drop-caches": "drop-caches --config configs/sparks.yaml",
     "bench": "bench --config configs/sparks.yaml --concurrency 1,2,4 --max-tokens 256",
     "run": "run --config configs/sparks.yaml",
     "console": "console --config configs/sparks.yaml",
@@ -371,6 +372,7 @@ def _parser() -> _Parser:
         ("preflight", "check every node without starting anything"),
         ("sync-image", SPECS["sync-image"].summary),
         ("sync-model", SPECS["sync-model"].summary),
+        ("drop-caches", SPECS["drop-caches"].summary),
     ]:
         sub = command(name, _operation(name), help_text)
         sub.add_argument("--config", required=True, help="path to the YAML config")

@@ -188,6 +188,13 @@ SYNC_MODEL: tuple[Checkpoint, ...] = (
 )
 
 
+# What `drop-caches` reports against: every node's page cache dropped by the config's command.
+DROP_CACHES: tuple[Checkpoint, ...] = (
+    BY_ID["ssh"],
+    Checkpoint("caches_dropped", "Page cache dropped on every node", "preflight"),
+)
+
+
 def spellings_for(checkpoint: Checkpoint, knowledge: Knowledge) -> tuple[Spelling, ...]:
     """The built-in spellings, then those an operator taught in the knowledge file."""
     taught = tuple(

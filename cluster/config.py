@@ -144,6 +144,13 @@ class NetworkConfig(_Model):
         "auto",
         description="the RDMA devices NCCL may use (NCCL_IB_HCA): auto finds those that are up on the fabric, or name them",
     )
+    link_speed_mbps: int = Field(
+        200_000,
+        ge=1,
+        le=10_000_000,
+        description="the fabric link's nominal speed (a Spark's ConnectX-7 port: 200 Gb/s); "
+        "preflight warns of a link trained slower",
+    )
 
 
 class Mount(_Model):
@@ -543,6 +550,52 @@ def _duration(value: object) -> object:
 Duration = Annotated[float, BeforeValidator(_duration), Field(gt=0, le=7 * 86_400)]
 
 
+class MemoryConfig(_Model):
+    """Each node's unified memory before a load (a GB10's GPU memory is the system's): what
+    preflight asks of it, what it may do about the page cache, and how long `up` waits for the
+    memory of the last launch to come back."""
+
+    unified: bool = Field(
+        True,
+        description="the GPU's memory is the node's (GB10): preflight checks each node's free "
+        "memory in /proc/meminfo against what vLLM claims at start-up (gpu_memory_utilization x "
+        "memory_gib), telling the page cache apart from memory in use; false for GPUs with "
+        "memory of their own",
+    )
+    drop_caches: list[LauncherArg] | None = Field(
+        None,
+        min_length=1,
+        max_length=16,
+        description="the argv that drops a node's page cache, run over SSH as the config's user, "
+        "never through a shell, e.g. [sudo, -n, /usr/local/sbin/drop-caches]: the rights it "
+        "needs are granted on the node (a sudoers rule for that one script); unset: spark-bot "
+        "never drops caches, its findings say how to",
+    )
+    return_timeout: Seconds = Field(
+        120,
+        description="after a container of ours stopped (down, a failed launch, a restart), `up` "
+        "waits this long at most for each node's memory to come back to its level before that "
+        "launch",
+    )
+    return_poll: Seconds = Field(1.0, le=60, description="how often that wait reads /proc/meminfo")
+    return_window: Duration = Field(
+        3600, description="a stop longer ago than this is not waited for (the memory is what it is)"
+    )
+    return_tolerance_gib: float = Field(
+        2.0, ge=0, le=1000, description="back means within this much of the level before"
+    )
+
+    @field_validator("drop_caches", mode="before")
+    @classmethod
+    def _argv(cls, command: object) -> object:
+        if isinstance(command, str):
+            raise ValueError(
+                "an argv list such as [sudo, -n, /usr/local/sbin/drop-caches], never a shell "
+                "string: it runs without a shell"
+            )
+        return command
+
+
 class RestartPolicy(_Model):
     """Opt-in: when the watch sees the server die, tear down and launch again in the launch's
     thread, at most `max` times within `within` (then say so and stop)."""
@@ -577,6 +630,9 @@ class ClusterConfig(_Model):
     timeouts: Timeouts = Field(Timeouts(), description="the bound on each phase (seconds)")
     watch: WatchConfig = Field(
         WatchConfig(), description="what the watch of a serving cluster checks"
+    )
+    memory: MemoryConfig = Field(
+        MemoryConfig(), description="the nodes' unified memory: the cache, its drop, its return"
     )
     log_tail_lines: int = Field(
         30, ge=1, le=500, description="log lines kept with each checkpoint and failure"

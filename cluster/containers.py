@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from cluster.config import ClusterConfig, NodeConfig, Secrets
@@ -61,7 +62,9 @@ def create_body(
     command: list[str],
     env: dict[str, str],
     home: str,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
+    """`labels`: more of them, beside the cluster's, role, node and recipe."""
     container = config.container
     host: dict[str, Any] = {
         "NetworkMode": "host",
@@ -96,6 +99,7 @@ def create_body(
             LABEL_ROLE: role,
             "spark-bot.node": node.name,
             **({LABEL_RECIPE: config.recipe} if config.recipe else {}),
+            **(labels or {}),
         },
         "HostConfig": host,
     }

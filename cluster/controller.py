@@ -16,6 +16,7 @@ from cluster.bench.runner import DEFAULT_PROMPT, BenchOptions, run_bench
 from cluster.checkpoints import BENCH
 from cluster.config import ClusterConfig, Secrets
 from cluster.diag import collect
+from cluster.drop_caches import drop_caches
 from cluster.events import DiagnosticsCollected, Event, LogTail, Progress, Removed, StatusReport
 from cluster.failures import CLUSTER_NOT_UP
 from cluster.imagesync import ImageSync
@@ -100,6 +101,16 @@ class Controller:
             async with aclosing(sync.run()) as events:
                 async for event in events:
                     yield event
+
+    async def drop_caches(self) -> AsyncGenerator[Event, None]:
+        """Drop every node's page cache with the config's command (memory.drop_caches); the
+        memory each node gave back, or why it refused."""
+        async with (
+            connect_cluster(self.config) as connection,
+            aclosing(drop_caches(self.config, connection, Reporter())) as events,
+        ):
+            async for event in events:
+                yield event
 
     async def verify(self) -> AsyncGenerator[Event, None]:
         async with (

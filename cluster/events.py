@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from cluster.bench.models import BenchReport
 
 Remedy = Literal[
-    "sync-image", "sync-model"
+    "sync-image", "sync-model", "drop-caches"
 ]  # the commands a failure may offer (each asks before it runs)
 
 

@@ -915,6 +915,102 @@ ENGINE_BUSY = KnownFailure(
     cause="other requests share the engine: every figure would be too low",
     fix="wait until the other requests finish, or pass --allow-busy to measure anyway",
 )
+_UNIFIED_MEMORY = (
+    "on a GB10 the GPU's memory is the node's, and CUDA's free figure leaves out the page cache "
+    "(vllm-project/vllm#35313): vLLM refuses a rank with less free memory at start-up than "
+    "gpu_memory_utilization x its memory (vllm/v1/worker/utils.py request_memory), after the "
+    "minutes of loading the other ranks did"
+)
+_PAGE_CACHE_TITLE = "the page cache holds the memory vLLM needs on {short}: {listing}"
+_PAGE_CACHE_CAUSE = (
+    "the node's memory is free but for its page cache (the last model's files, copies, logs), "
+    "which the kernel gives back only when asked; " + _UNIFIED_MEMORY
+)
+MEMORY_PAGE_CACHE = KnownFailure(
+    id="memory_page_cache", role="cause", fatal=True,
+    source="spark-bot preflight (/proc/meminfo; cluster/startup_memory.py)",
+    title=_PAGE_CACHE_TITLE,
+    cause=_PAGE_CACHE_CAUSE,
+    fix="drop the page cache with `drop-caches` (`spark-bot drop-caches --config F`, or the "
+        "button in Slack): it runs the config's `{command}` on every node; then `up` again",
+    remedy="drop-caches",
+)
+MEMORY_PAGE_CACHE_BY_HAND = KnownFailure(
+    id="memory_page_cache_by_hand", role="cause", fatal=True,
+    source="spark-bot preflight (/proc/meminfo; cluster/startup_memory.py)",
+    title=_PAGE_CACHE_TITLE,
+    cause=_PAGE_CACHE_CAUSE,
+    fix="on {short}: `sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`, then `up` again; to let "
+        "spark-bot do it (the `drop-caches` command, a button in Slack), name the command in "
+        "memory.drop_caches (e.g. [sudo, -n, /usr/local/sbin/drop-caches]) and grant it on the "
+        "nodes (docs/reliability.md, 'Before the load')",
+)
+MEMORY_IN_USE = KnownFailure(
+    id="memory_in_use", role="cause", fatal=True,
+    source="spark-bot preflight (/proc/meminfo; cluster/startup_memory.py)",
+    title="memory in use on {short} leaves less than vLLM claims: {listing}",
+    cause="something on the node holds its memory (another process or container, a model still "
+          "loaded, memory not given back after a crash); dropping the page cache would not "
+          "free enough; " + _UNIFIED_MEMORY,
+    fix="find what holds it on {short} (`ps -eo rss,pid,comm --sort=-rss | head`, `docker ps`) "
+        "and stop it; or lower serve.gpu_memory_utilization to {utilization} or less; if "
+        "nothing visible holds it, reboot the node",
+)
+_NOT_BACK = (
+    "{node}: {available} GiB available after waiting {waited} s, {before} GiB before the last "
+    "launch (its containers have stopped)"
+)
+MEMORY_HELD = KnownFailure(
+    id="memory_held", role="cause", fatal=True,
+    source="spark-bot preflight (Docker's events of our last container, /proc/meminfo, ps)",
+    title="memory held on " + _NOT_BACK + ": {holders}",
+    cause="the last launch's memory did not come back when its container stopped: the processes "
+          "named hold it (a model server or engine left running, a process outside the container)",
+    fix="stop {holder} on {node} (or find who runs it), then `up` again",
+)
+MEMORY_NOT_RETURNED = KnownFailure(
+    id="memory_not_returned", role="cause", fatal=True,
+    source="spark-bot preflight (Docker's events of our last container, /proc/meminfo, ps)",
+    title="memory not returned on " + _NOT_BACK,
+    cause="the last launch's memory did not come back when its container stopped, and no "
+          "process `ps` on the node shows holds it (the GPU driver's, or a process in another "
+          "PID namespace): not returned",
+    fix="reboot {node} (`sudo reboot`), then `up` again; if it only comes back slowly, raise "
+        "memory.return_timeout",
+)
+FABRIC_MTU_MISMATCH = KnownFailure(
+    id="fabric_mtu_mismatch", role="cause", fatal=True,
+    source="spark-bot preflight (/sys/class/net/<if>/mtu on every node)",
+    title="the fabric's MTU differs between the nodes: {listing}",
+    cause="RoCE needs the same MTU at both ends of the link: frames larger than one end takes "
+          "are dropped, and NCCL's first large transfer stalls or fails (ibv_modify_qp, a "
+          "collective timeout) minutes into the load",
+    fix="set the same MTU, 9000, on both ends: `sudo ip link set dev {interface} mtu 9000` on "
+        "{lower} (and `mtu: 9000` for it in the node's netplan, so a reboot keeps it); then "
+        "`up` again",
+)
+DROP_CACHES_NOT_CONFIGURED = KnownFailure(
+    id="drop_caches_not_configured", role="cause", fatal=True, source="spark-bot drop-caches",
+    title="the config names no command to drop the page cache (memory.drop_caches)",
+    cause="spark-bot drops a node's page cache only with a command the config names and the "
+          "node grants: it runs nothing as root of its own accord",
+    fix="on each node, install a script that drops the cache (`/usr/local/sbin/drop-caches`: "
+        "`#!/bin/sh` `sync` `echo 3 > /proc/sys/vm/drop_caches`, owned by root, mode 755), let "
+        "the SSH user run it without a password (sudoers: `USER ALL=(root) NOPASSWD: "
+        "/usr/local/sbin/drop-caches`), then set `memory.drop_caches: [sudo, -n, "
+        "/usr/local/sbin/drop-caches]`; or run `sync; echo 3 | sudo tee "
+        "/proc/sys/vm/drop_caches` on the node by hand",
+)
+DROP_CACHES_REFUSED = KnownFailure(
+    id="drop_caches_refused", role="cause", fatal=True, source="spark-bot drop-caches",
+    title="`{command}` exited {status} on {node}: {stderr}",
+    cause="the node refused or failed the command the config names (memory.drop_caches): sudo "
+          "asks a password when no sudoers rule lets the SSH user run it (`sudo -n` then says "
+          "`a password is required`), or the script is missing",
+    fix="on {node}: `sudo -n -l` as the SSH user must list the script; add the sudoers rule "
+        "(`USER ALL=(root) NOPASSWD: /usr/local/sbin/drop-caches`) and check the script exists; "
+        "then run drop-caches again",
+)
 # fmt: on
 
 # The rows no log line matches (spark-bot's own findings: preflight, the API checks, the probe,
@@ -969,6 +1065,14 @@ ROWS_WITHOUT_A_LOG_LINE: tuple[KnownFailure, ...] = (
     RAY_NODES_MISSING,
     CLUSTER_NOT_UP,
     ENGINE_BUSY,
+    MEMORY_PAGE_CACHE,
+    MEMORY_PAGE_CACHE_BY_HAND,
+    MEMORY_IN_USE,
+    MEMORY_HELD,
+    MEMORY_NOT_RETURNED,
+    FABRIC_MTU_MISMATCH,
+    DROP_CACHES_NOT_CONFIGURED,
+    DROP_CACHES_REFUSED,
 )
 # By id: what a Failed's signature names when it is not in the log table.
 ROW_WITHOUT_A_LOG_LINE_BY_ID: dict[str, KnownFailure] = {

@@ -20,6 +20,9 @@ class NodeInterfaces:
     eth_if: str
     ib_if: tuple[str, ...]
     local_ip: str
+    # the fabric's netdevs: ETH_IF's, then those behind the RoCE devices Up (both logical
+    # interfaces of a ConnectX-7 port, in NVIDIA's two-subnet layout)
+    netdevs: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return (
@@ -91,7 +94,8 @@ def resolve_interfaces(
                 f"configured ib_if {', '.join(down)} is not Up in ibdev2netdev "
                 f"(Up: {', '.join(sorted(up)) or 'none'})"
             )
-    return NodeInterfaces(eth_if=eth_if, ib_if=ib_if, local_ip=fabric_ip)
+    netdevs = tuple(dict.fromkeys([*eth_if.split(","), *(netdev for _, netdev in devices)]))
+    return NodeInterfaces(eth_if=eth_if, ib_if=ib_if, local_ip=fabric_ip, netdevs=netdevs)
 
 
 def _summary(addresses: dict[str, list[str]]) -> str:

@@ -45,6 +45,7 @@ from cluster.follow import Expectation, LogFollower, must_see
 from cluster.interfaces import NodeInterfaces
 from cluster.inventory import remove_container
 from cluster.launcher import Launcher
+from cluster.memory_return import LABEL_MEMORY_BEFORE
 from cluster.monitor import ClusterMonitor
 from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.postmortem import amend, needs_probe, probe
@@ -200,7 +201,9 @@ class Launch:
         env = node_environment(self.config, facts.interfaces, self.secrets)
         if self.preflight.model is not None:
             env.update(self.preflight.model.hub_offline())  # every node has the model
-        body = create_body(self.config, node.config, role, command, env, facts.home)
+        # the memory before this launch, which the next `up` awaits after a stop (memory_return)
+        labels = {LABEL_MEMORY_BEFORE: str(facts.memory.available)} if facts.memory else {}
+        body = create_body(self.config, node.config, role, command, env, facts.home, labels)
         return await node.docker.create_and_start(body, self.config.container.name)
 
     def _interfaces(self, node: str) -> NodeInterfaces:

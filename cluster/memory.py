@@ -45,17 +45,70 @@ class MemoryReading:
         return f"{self.available_gib:.1f} of {self.total_gib:.1f} GiB available"
 
 
-def parse_meminfo(text: str) -> tuple[int, int]:
-    """(MemTotal, MemAvailable) in bytes; ValueError when either is missing."""
+def _meminfo_fields(text: str) -> dict[str, int]:
     values: dict[str, int] = {}
     for line in text.splitlines():
         match = _MEMINFO_LINE.match(line)
         if match:
             values[match["key"]] = int(match["value"]) * 1024
+    return values
+
+
+def parse_meminfo(text: str) -> tuple[int, int]:
+    """(MemTotal, MemAvailable) in bytes; ValueError when either is missing."""
+    values = _meminfo_fields(text)
     try:
         return values["MemTotal"], values["MemAvailable"]
     except KeyError as missing:
         raise ValueError(f"/proc/meminfo has no {missing.args[0]}") from None
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """A node's memory split as the page cache matters on unified memory (bytes): what is free
+    now, what the kernel would give back if asked (the page cache less shared memory, which
+    cannot be dropped, buffers, reclaimable slab), and what is in use."""
+
+    total: int
+    free: int
+    available: int
+    cached: int = 0
+    buffers: int = 0
+    reclaimable_slab: int = 0
+    shmem: int = 0
+
+    @property
+    def reclaimable(self) -> int:
+        return max(0, self.cached - self.shmem + self.buffers + self.reclaimable_slab)
+
+    @property
+    def in_use(self) -> int:
+        return max(0, self.total - self.free - self.reclaimable)
+
+    def describe(self) -> str:
+        return (
+            f"{self.free / GIB:.1f} GiB free, {self.reclaimable / GIB:.1f} GiB page cache and "
+            f"reclaimable, {self.in_use / GIB:.1f} GiB in use (MemAvailable "
+            f"{self.available / GIB:.1f} of {self.total / GIB:.1f} GiB)"
+        )
+
+
+def parse_memory_breakdown(text: str) -> MemoryBreakdown:
+    """ValueError when /proc/meminfo lacks MemTotal, MemFree or MemAvailable."""
+    values = _meminfo_fields(text)
+    try:
+        total, free, available = (values[k] for k in ("MemTotal", "MemFree", "MemAvailable"))
+    except KeyError as missing:
+        raise ValueError(f"/proc/meminfo has no {missing.args[0]}") from None
+    return MemoryBreakdown(
+        total=total,
+        free=free,
+        available=available,
+        cached=values.get("Cached", 0),
+        buffers=values.get("Buffers", 0),
+        reclaimable_slab=values.get("SReclaimable", 0),
+        shmem=values.get("Shmem", 0),
+    )
 
 
 def parse_oom_kills(text: str) -> int | None:

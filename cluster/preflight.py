@@ -7,17 +7,25 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
+from cluster import fabric_link
 from cluster.checkpoints import BY_ID, Checkpoint
 from cluster.config import ClusterConfig
 from cluster.containers import LABEL_CLUSTER
 from cluster.errors import InterfaceProblem
-from cluster.events import CheckpointPassed, Event, Failed
+from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.failures import (
+    FABRIC_LINK_DOWN,
+    FABRIC_MTU_MISMATCH,
     FOREIGN_CONTAINER,
     IMAGE_DIFFERS,
     IMAGE_MISSING,
     IMAGE_NOT_ON_HEAD,
     INTERFACES_UNEXPECTED,
+    MEMORY_HELD,
+    MEMORY_IN_USE,
+    MEMORY_NOT_RETURNED,
+    MEMORY_PAGE_CACHE,
+    MEMORY_PAGE_CACHE_BY_HAND,
     MEMORY_SHORT,
     MODEL_DOES_NOT_FIT,
     MODEL_INCOMPLETE,
@@ -38,11 +46,17 @@ from cluster.fit import (
     read_model_facts,
 )
 from cluster.interfaces import NodeInterfaces, resolve_interfaces
-from cluster.memory import parse_meminfo
+from cluster.memory import GIB, MemoryBreakdown, parse_memory_breakdown
+from cluster.memory_return import LastStop, held_by, is_back, last_stop, read_breakdown
 from cluster.modelcache import ModelCheck, check_model
 from cluster.nodes import ClusterConnection, NodeConnection, node_home
+from cluster.ray_memory_monitor import env_warning, launcher_warning
 from cluster.reporter import Reporter
+from cluster.startup_memory import StartupMemory, balance
 from cluster.steps import Step, run_steps
+
+NO_INTERFACES = NodeInterfaces(eth_if="", ib_if=(), local_ip="")
+MEMORY_WAIT_REPORT_S = 15.0  # while waiting for memory to come back, a word at least this often
 
 
 def reachable(connection: ClusterConnection, reporter: Reporter) -> Event:
@@ -62,8 +76,7 @@ class NodeFacts:
     docker_version: str = ""
     image_id: str | None = None
     interfaces: NodeInterfaces | None = None
-    mem_available_gib: float = 0.0
-    mem_total_gib: float = 0.0
+    memory: MemoryBreakdown | None = None  # None: /proc/meminfo is not what Linux writes
     home: str = "/root"
     stale_container: str | None = None
     stale_is_ours: bool = False  # labelled by spark-bot for this cluster
@@ -82,6 +95,8 @@ class Preflight:
     facts: dict[str, NodeFacts] = field(default_factory=dict)
     fit: Fit | None = None  # the estimate, when the model's files allowed one
     model: ModelCheck | None = None  # the model's files on every node
+    # node -> seconds waited for the last launch's memory to come back, where it was awaited
+    memory_returned: dict[str, float] = field(default_factory=dict)
 
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None) -> CheckpointPassed:
         return self.reporter.passed(BY_ID[checkpoint], evidence, node=node)
@@ -104,6 +119,7 @@ class Preflight:
             Step(BY_ID["docker"], self._engines),
             Step(BY_ID["image"], self._same_image),
             Step(BY_ID["interfaces"], self._interfaces),
+            Step(BY_ID["memory"], self._memory_returns),
             Step(BY_ID["memory"], self._memory),
             Step(BY_ID["model"], self._model),
             Step(BY_ID["fit"], self._fits),
@@ -175,7 +191,45 @@ class Preflight:
                 return
             self.facts[node.name].interfaces = result
             described.append(f"{node.name}: {result.describe()}")
-        yield self._passed("interfaces", "\n".join(described))
+        links = await self._fabric_links()
+        broken = fabric_link.down(links)
+        if broken is not None:
+            yield self._failed(
+                "interfaces",
+                broken.node,
+                FABRIC_LINK_DOWN,
+                {"interface": broken.interface, "node": broken.node, "state": broken.operstate},
+                evidence=broken.describe(),
+            )
+            return
+        listing = "; ".join(link.describe() for link in links)
+        if fabric_link.mtu_mismatch(links):
+            lower = min(links, key=lambda link: link.mtu or 0)
+            yield self._failed(
+                "interfaces",
+                lower.node,
+                FABRIC_MTU_MISMATCH,
+                {"listing": listing, "interface": lower.interface, "lower": lower.node},
+                evidence=listing,
+            )
+            return
+        slower = fabric_link.warnings(links, self.config.network.link_speed_mbps)
+        yield self.reporter.passed(
+            BY_ID["interfaces"],
+            "\n".join([*described, f"fabric: {listing}"]),
+            warning="; ".join(slower) or None,
+        )
+
+    async def _fabric_links(self) -> list[fabric_link.LinkFacts]:
+        """Every fabric netdev of every node that exists as an interface of its own."""
+        wanted = [
+            (node, netdev)
+            for node in self._nodes
+            for netdev in (self.facts[node.name].interfaces or NO_INTERFACES).netdevs
+        ]
+        timeout = self.config.timeouts.preflight
+        found = await asyncio.gather(*(fabric_link.read_link(n, i, timeout) for n, i in wanted))
+        return [link for link in found if link is not None]
 
     async def _node_interfaces(self, node: NodeConnection) -> NodeInterfaces | str:
         config = self.config
@@ -196,11 +250,93 @@ class Preflight:
         except InterfaceProblem as problem:
             return str(problem)
 
+    def _available_gib(self, node: str) -> float:
+        memory = self.facts[node].memory
+        return memory.available / GIB if memory else 0.0
+
+    async def _memory_returns(self) -> AsyncGenerator[Event, None]:
+        """After a stop of our containers (down, a failed launch, a restart), each node's unified
+        memory back to its level before that launch, waited for up to memory.return_timeout."""
+        nodes, memory = self._nodes, self.config.memory
+        if not memory.unified:
+            return
+        stops = await asyncio.gather(
+            *(last_stop(n, self.config.name, memory.return_window) for n in nodes)
+        )
+        waiting: dict[str, tuple[NodeConnection, LastStop]] = {}
+        for node, stop in zip(nodes, stops, strict=True):
+            now = self.facts[node.name].memory
+            if (
+                stop is not None
+                and now is not None
+                and not is_back(now, stop, memory.return_tolerance_gib)
+            ):
+                waiting[node.name] = (node, stop)
+        if not waiting:
+            return
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline, told = started + memory.return_timeout, started
+        yield self._memory_progress(
+            f"waiting up to {memory.return_timeout:g} s for the last launch's memory to come "
+            f"back: {self._still_missing(waiting)}"
+        )
+        while waiting and (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(memory.return_poll, left))  # the poll's interval
+            names = list(waiting)
+            readings = await asyncio.gather(
+                *(read_breakdown(waiting[n][0], self.config.timeouts.preflight) for n in names)
+            )
+            for name, reading in zip(names, readings, strict=True):
+                if reading is None:
+                    continue
+                self.facts[name].memory = reading
+                if is_back(reading, waiting[name][1], memory.return_tolerance_gib):
+                    del waiting[name]
+                    self.memory_returned[name] = loop.time() - started
+                    yield self._memory_progress(
+                        f"memory back on {name} after {self.memory_returned[name]:.1f} s: "
+                        f"{reading.available / GIB:.1f} GiB available",
+                        node=name,
+                    )
+            if waiting and loop.time() - told >= MEMORY_WAIT_REPORT_S:
+                told = loop.time()
+                yield self._memory_progress(f"still waiting: {self._still_missing(waiting)}")
+        if not waiting:
+            return
+        name, (node, stop) = next(iter(waiting.items()))
+        now = self.facts[name].memory
+        assert now is not None
+        missing = stop.available_before - now.available
+        holders = await held_by(node, missing, self.config.timeouts.preflight)
+        values = {
+            "node": name,
+            "waited": f"{memory.return_timeout:g}",
+            "available": f"{now.available / GIB:.1f}",
+            "before": f"{stop.available_before / GIB:.1f}",
+            "holders": "; ".join(h.describe() for h in holders),
+            "holder": holders[0].command if holders else "",
+        }
+        failure = MEMORY_HELD if holders else MEMORY_NOT_RETURNED
+        yield self._failed("memory", name, failure, values, evidence=now.describe())
+
+    def _still_missing(self, waiting: dict[str, tuple[NodeConnection, LastStop]]) -> str:
+        return "; ".join(
+            f"{name}: {self._available_gib(name):.1f} GiB available, "
+            f"{stop.available_before / GIB:.1f} GiB before the last launch"
+            for name, (_, stop) in waiting.items()
+        )
+
+    def _memory_progress(self, message: str, node: str | None = None) -> Progress:
+        return Progress(
+            elapsed_s=self.reporter.elapsed(), phase="memory", node=node, message=message
+        )
+
     async def _memory(self) -> AsyncGenerator[Event, None]:
         nodes, need = self._nodes, self.config.serve.min_free_memory_gib
-        short = [n.name for n in nodes if self.facts[n.name].mem_available_gib < need]
+        short = [n.name for n in nodes if self._available_gib(n.name) < need]
         memory = "; ".join(
-            f"{n.name}: MemAvailable {self.facts[n.name].mem_available_gib:.1f} GiB" for n in nodes
+            f"{n.name}: MemAvailable {self._available_gib(n.name):.1f} GiB" for n in nodes
         )
         if short:
             yield self._failed(
@@ -211,7 +347,66 @@ class Preflight:
                 evidence=memory,
             )
             return
-        yield self._passed("memory", memory + (f" (need {need:g} GiB)" if need else ""))
+        returned = "".join(
+            f"\nmemory back on {name} after {waited:.1f} s"
+            for name, waited in self.memory_returned.items()
+        )
+        head = self.connection.head
+        ray_monitor = env_warning(self.config) or await launcher_warning(
+            self.config, head, self.facts[head.name].home
+        )
+        if not self.config.memory.unified:
+            evidence = memory + (f" (need {need:g} GiB)" if need else "") + returned
+            yield self.reporter.passed(BY_ID["memory"], evidence, warning=ray_monitor)
+            return
+        startup = self._startup_memory()
+        if isinstance(startup, str):
+            warning = "; ".join(w for w in (f"not checked: {startup}", ray_monitor) if w)
+            yield self.reporter.passed(BY_ID["memory"], memory + returned, warning=warning)
+            return
+        failure = self._startup_failure(startup)
+        if failure is not None:
+            yield failure
+            return
+        evidence = "\n".join(s.describe() for s in startup) + returned
+        yield self.reporter.passed(BY_ID["memory"], evidence, warning=ray_monitor)
+
+    def _startup_memory(self) -> list[StartupMemory] | str:
+        """Each node against what vLLM claims at start-up; why not, in words."""
+        startup = []
+        for node in self._nodes:
+            memory = self.facts[node.name].memory
+            if memory is None:
+                return f"/proc/meminfo on {node.name} is not what Linux writes"
+            startup.append(
+                StartupMemory(
+                    node.name,
+                    memory,
+                    self.config.serve.gpu_memory_utilization,
+                    self._memory_gib(node),
+                )
+            )
+        return startup
+
+    def _startup_failure(self, startup: list[StartupMemory]) -> Failed | None:
+        short = [s for s in startup if not s.fits]
+        if not short:
+            return None
+        listing = "; ".join(s.describe() for s in startup)
+        gap = balance(startup) if len(short) < len(startup) else ""
+        values = {
+            "short": ", ".join(s.node for s in short),
+            "listing": listing + (f". {gap}" if gap else ""),
+        }
+        evidence = "\n".join(s.describe() for s in startup)
+        if all(s.cache_in_the_way for s in short):
+            command = self.config.memory.drop_caches
+            values["command"] = " ".join(command or ())
+            failure = MEMORY_PAGE_CACHE if command else MEMORY_PAGE_CACHE_BY_HAND
+            return self._failed("memory", short[0].node, failure, values, evidence=evidence)
+        held = next(s for s in short if not s.cache_in_the_way)
+        values["utilization"] = f"{min(s.utilization_that_fits() for s in short):g}"
+        return self._failed("memory", held.node, MEMORY_IN_USE, values, evidence=evidence)
 
     async def _model(self) -> AsyncGenerator[Event, None]:
         """The model's files complete on every node that serves it, before a load that would
@@ -234,7 +429,8 @@ class Preflight:
         )
 
     def _memory_gib(self, node: NodeConnection) -> float:
-        return node.config.memory_gib or self.facts[node.name].mem_total_gib
+        memory = self.facts[node.name].memory
+        return node.config.memory_gib or (memory.total / GIB if memory else 0.0)
 
     def _head_model_files(self) -> ModelFiles | None:
         """What the model check read on the head, when it ran and found the files."""
@@ -385,11 +581,9 @@ class Preflight:
         )
         facts.docker_version = f"{version.get('Version')} (API {version.get('ApiVersion')})"
         try:
-            total, available = parse_meminfo(meminfo)
+            facts.memory = parse_memory_breakdown(meminfo)
         except ValueError:  # not Linux's /proc/meminfo: the memory check says 0 GiB
-            total = available = 0
-        facts.mem_available_gib = available / 1024**3
-        facts.mem_total_gib = total / 1024**3
+            facts.memory = None
         facts.home = home
         facts.image_id = await node.docker.image_id(config.container.image)
         info = await node.docker.find_container(config.container.name)

@@ -22,6 +22,7 @@ from pathlib import Path
 from cluster.config import (
     ClusterConfig,
     ContainerConfig,
+    MemoryConfig,
     NodeConfig,
     ServeConfig,
     Timeouts,
@@ -101,6 +102,8 @@ def demo_config(machines: list[NodeMachine], *, fault: str | None, host_path: st
             stall=15,
             down=10,
         ),
+        # the demo's nodes read this machine's /proc/meminfo, which no GPU shares
+        memory=MemoryConfig(unified=False),
         log_tail_lines=10,
     )
 

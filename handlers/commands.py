@@ -208,6 +208,10 @@ class SyncModel(BaseCommand):
     name: ClassVar[str] = "sync-model"
 
 
+class DropCaches(BaseCommand):
+    name: ClassVar[str] = "drop-caches"
+
+
 class Help(BaseCommand):
     name: ClassVar[str] = "help"
 
@@ -223,6 +227,7 @@ Command = (
     | Down
     | SyncImage
     | SyncModel
+    | DropCaches
     | Cancel
     | Help
 )

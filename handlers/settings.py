@@ -37,7 +37,7 @@ class AccessLevel(_Model):
 
 class AccessConfig(_Model):
     """read: status, verify, recipes, logs, diag, help. operate: up, down, bench, sync-image,
-    sync-model, cancel (and read).
+    sync-model, drop-caches, cancel (and read).
 
     Least privilege by default: anyone may read, but only in the channels the config names;
     nobody may operate until users and channels are listed."""

@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from cluster.checkpoints import BENCH, SYNC_IMAGE, SYNC_MODEL, launch_plan, verify_plan
+from cluster.checkpoints import (
+    BENCH,
+    DROP_CACHES,
+    SYNC_IMAGE,
+    SYNC_MODEL,
+    launch_plan,
+    verify_plan,
+)
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
 from cluster.events import (
@@ -527,6 +534,33 @@ async def _sync_model(
     )
 
 
+async def _ask_drop_caches(d: Dispatcher, command: c.DropCaches) -> Question:
+    argv = d.cluster.memory.drop_caches
+    how = (
+        f"with `{escape(' '.join(argv))}` (the config's memory.drop_caches, no shell)"
+        if argv
+        else "(the config names no command for it: the job will say how to grant one)"
+    )
+    return Question(
+        f"Drop the page cache on every node of `{d.cluster.name}` {how}? The memory it holds "
+        "becomes free for the next load.",
+        "Drop caches",
+        "Files are read from disk again when next used (the next load reads the model's files "
+        "from disk); nothing running loses memory it holds.",
+    )
+
+
+async def _drop_caches(
+    d: Dispatcher, command: c.DropCaches, record: JobRecord, consent: Consent | None
+) -> JobPlan:
+    return JobPlan(
+        title=f"🧽 Drop the page cache on `{d.cluster.name}`",
+        checkpoints=list(DROP_CACHES),
+        events=d.controller_for(d.cluster).drop_caches(),
+        success_footer=lambda job: "Page cache dropped on every node",
+    )
+
+
 # -- the registry -----------------------------------------------------------------------------
 
 SPECS: dict[str, CommandSpec] = {
@@ -605,6 +639,14 @@ SPECS: dict[str, CommandSpec] = {
             level="operate",
             job=_sync_model,
             confirmation=Confirmation("asks for confirmation", _ask_sync_model),
+        ),
+        CommandSpec(
+            c.DropCaches,
+            summary="drop every node's page cache with the config's command (memory.drop_caches),"
+            " when the cache holds the memory the next load needs",
+            level="operate",
+            job=_drop_caches,
+            confirmation=Confirmation("asks for confirmation", _ask_drop_caches),
         ),
         CommandSpec(
             c.Cancel, summary="stop the running job and clean up", level="operate", reply=_cancel

@@ -24,8 +24,10 @@ from pathlib import Path
 
 from . import (
     dockerd,
+    fabric,
     hf_cache,
     image,
+    meminfo,
     mountns,
     netns,
     preflight,
@@ -47,12 +49,16 @@ __all__ = [
     "lab_down",
     "lab_info",
     "lab_up",
+    "node_memory",
     "put_lab_model",
     "put_model",
     "remove_model",
     "restore_image",
     "set_fabric_link",
+    "set_fabric_mtu",
+    "set_fabric_speed",
     "set_image_variant",
+    "set_node_memory",
     "start_dockerd",
     "start_sshd",
     "status",
@@ -243,6 +249,8 @@ def _bring_up_node(node: T.Node, wanted: list[T.Node], isolated: bool) -> bool:
     trust.write_hosts(node, wanted, isolated)  # before sshd: `ip netns exec` binds it then
     sshd.start(node)
     rdma.ensure(node)
+    meminfo.ensure(node)
+    fabric.ensure(node)
     if dockerd.start(node):
         dockerd.remove_all_containers(node)  # freshly started: containers are stale
     return relinked
@@ -370,6 +378,8 @@ def start_sshd(node: int) -> None:
     n = _node(node)
     sshd.start(n)
     rdma.ensure(n)
+    meminfo.ensure(n)
+    fabric.ensure(n)
 
 
 def drop_ssh_sessions(node: int) -> int:
@@ -404,6 +414,29 @@ def set_fabric_link(node: int, up: bool) -> None:
     rdma.refresh(n)  # its sessions' /sys/class/infiniband: the port's state
     if up:
         netns.flush_neighbours([n])
+
+
+def set_fabric_mtu(node: int, mtu: int) -> None:
+    """The MTU of the node's fabric interface (9000 when the lab comes up)."""
+    fabric.set_mtu(_node(node), mtu)
+
+
+def set_fabric_speed(node: int, mbps: int) -> None:
+    """The link speed the node's sysfs reports for its fabric interface (200000 Mb/s when the
+    lab comes up): a link trained at less than its nominal speed."""
+    fabric.set_speed(_node(node), mbps)
+
+
+def set_node_memory(node: int, **gib: float) -> None:
+    """The node's /proc/meminfo in its sessions: idle, with the fields named changed (GiB):
+    e.g. `Cached=80, MemFree=37` for the last model's page cache, `MemFree=20` alone for memory
+    held by something (it is in no cache: `drop-caches` cannot free it). `lab_up` sets it idle."""
+    meminfo.set_memory(_node(node), **gib)
+
+
+def node_memory(node: int) -> dict[str, int]:
+    """The node's /proc/meminfo figures now (kB), e.g. after its `drop-caches`."""
+    return meminfo.read_memory(_node(node))
 
 
 # --- status -----------------------------------------------------------------

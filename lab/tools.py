@@ -19,6 +19,7 @@ def _emulator_wrapper(node: T.Node, name: str) -> str:
     return f"""#!/bin/sh
 # spark-lab {node.name}: emulated {name}
 export SPARK_LAB_NODE={node.index}
+export SPARK_LAB_MEMINFO={node.meminfo}
 export PYTHONPATH="{node.lib_dir}${{PYTHONPATH:+:$PYTHONPATH}}"
 exec python3 -m emulator {name} "$@"
 """

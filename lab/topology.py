@@ -51,7 +51,7 @@ BASE_PACKAGES_LABEL = "spark-lab.base-packages"
 SSH_PORT = 22
 SSH_USER = "root"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-EMULATED_TOOLS = ("nvidia-smi", "ibdev2netdev")  # wrappers in each node's bin dir
+EMULATED_TOOLS = ("nvidia-smi", "ibdev2netdev", "drop-caches")  # wrappers in each node's bin dir
 # dockerd registers its "nvidia" device driver (`--gpus`, DeviceRequests with driver nvidia) only
 # when this is on its PATH (moby daemon/nvidia_linux.go); the lab's stand-in lives in the bin dir.
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
@@ -171,6 +171,16 @@ class Node:
     @property
     def docker_host(self) -> str:
         return f"unix://{self.docker_sock}"
+
+    @property
+    def meminfo(self) -> Path:
+        """Bound over /proc/meminfo in the node's SSH sessions (lab/meminfo.py)."""
+        return self.run_dir / "meminfo"
+
+    @property
+    def fabric_speed_file(self) -> Path:
+        """Bound over the fabric interface's sysfs `speed` in its SSH sessions (lab/fabric.py)."""
+        return self.run_dir / "fabric-speed"
 
     @property
     def docker_pidfile(self) -> Path:

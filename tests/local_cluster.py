@@ -7,7 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cluster.config import ClusterConfig, ContainerConfig, NodeConfig, ServeConfig, Timeouts
+from cluster.config import (
+    ClusterConfig,
+    ContainerConfig,
+    MemoryConfig,
+    NodeConfig,
+    ServeConfig,
+    Timeouts,
+)
 
 
 def local_cluster(
@@ -22,7 +29,8 @@ def local_cluster(
 ) -> ClusterConfig:
     """Nodes `spark-a`, `spark-b`, ... (or `names`) on `sockets`, fabric 10.0.0.1, .2, ...; a
     plain container (no GPUs, no ulimits, no env) named `vllm_<name>`; `serve` on top of the
-    model `org/model` over a rank per node (one GPU each), at most 2."""
+    model `org/model` over a rank per node (one GPU each), at most 2; this machine's memory is
+    no GPU's (`memory.unified` off)."""
     names = names or [f"spark-{chr(ord('a') + i)}" for i in range(len(sockets))]
     fabric_ips = fabric_ips or [f"10.0.0.{i + 1}" for i in range(len(sockets))]
     return ClusterConfig(
@@ -43,5 +51,6 @@ def local_cluster(
         serve=ServeConfig(
             **{"model": "org/model", "tensor_parallel_size": min(2, len(names)), **(serve or {})}
         ),
+        memory=MemoryConfig(unified=False),
         **({"timeouts": timeouts} if timeouts else {}),
     )

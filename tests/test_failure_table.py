@@ -122,6 +122,38 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     },
     "cluster_not_up": {"container": "vllm", "node": "spark-a"},
     "engine_busy": {"busy": "the server is busy: vllm:num_requests_running=1, waiting=0"},
+    **{
+        row: {
+            "short": "spark-b",
+            "listing": "spark-b: 37.0 GiB free, 80.0 GiB page cache and reclaimable, ...",
+            "command": "sudo -n /usr/local/sbin/drop-caches",
+            "utilization": "0.3",
+        }
+        for row in ("memory_page_cache", "memory_page_cache_by_hand", "memory_in_use")
+    },
+    **{
+        row: {
+            "node": "spark-b",
+            "waited": "120",
+            "available": "20.0",
+            "before": "119.5",
+            "holders": "python3 (pid 4242, 98.0 GiB resident)",
+            "holder": "python3",
+        }
+        for row in ("memory_held", "memory_not_returned")
+    },
+    "fabric_mtu_mismatch": {
+        "listing": "spark-a enp1s0f1np1: up, MTU 9000; spark-b enp1s0f1np1: up, MTU 1500",
+        "interface": "enp1s0f1np1",
+        "lower": "spark-b",
+    },
+    "drop_caches_not_configured": {},
+    "drop_caches_refused": {
+        "command": "sudo -n /usr/local/sbin/drop-caches",
+        "status": "1",
+        "node": "spark-b",
+        "stderr": "sudo: a password is required",
+    },
     "serving_hung": {"detail": "a canary completion (4 tokens) got no complete answer in 60 s"},
     "container_oom_killed": {"node": "spark-b", "checkpoint": "Serving"},
     "kernel_oom_kill": {

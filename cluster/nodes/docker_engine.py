@@ -27,6 +27,7 @@ from cluster.nodes.seam import docker_errors, opening_engine
 R = TypeVar("R")
 
 _UNBOUNDED = aiohttp.ClientTimeout(total=None, sock_read=None)
+PAST_EVENTS_BYTES = 1 << 20  # 256 events of ~1 KB, with room
 
 
 class DockerEngine:
@@ -98,6 +99,35 @@ class DockerEngine:
         """The ID of the image `reference` on this node, None when the node does not have it."""
         info = await self.inspect_image(reference)
         return None if info is None else str(info["Id"])
+
+    async def past_events(
+        self, *, within_s: float, filters: dict[str, list[str]]
+    ) -> list[dict[str, Any]]:
+        """The engine's events of the last `within_s` seconds (by the engine's own clock) that
+        match `filters`, oldest first: what it still keeps of them (moby keeps its last 256)."""
+
+        async def read() -> list[dict[str, Any] | None]:
+            info = await self._client.system.info()
+            now = datetime.fromisoformat(str(info["SystemTime"]).replace("Z", "+00:00"))
+            until = now.timestamp()
+            params = {
+                "since": f"{until - within_s:.3f}",
+                "until": f"{until:.3f}",
+                "filters": json.dumps(filters),
+            }
+            response = await self._client._do_query("events", method="GET", params=params)
+            data = b""
+            try:
+                while len(data) < PAST_EVENTS_BYTES:
+                    chunk = await response.content.read(PAST_EVENTS_BYTES - len(data))
+                    if not chunk:
+                        break
+                    data += chunk
+            finally:
+                response.close()
+            return [_json_or_none(line) for line in data.decode(errors="replace").splitlines()]
+
+        return [e for e in await self._bounded("listing its recent events", read()) if e]
 
     async def save_image(
         self, reference: str, *, chunk_bytes: int, stall_s: float
@@ -278,3 +308,12 @@ class DockerEngine:
 
     def _container(self, name: str) -> aiodocker.containers.DockerContainer:
         return self._client.containers.container(name)
+
+
+def _json_or_none(line: str) -> dict[str, Any] | None:
+    """One event of the engine's stream; None for a blank line or the one a bounded read cut."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -2,7 +2,7 @@
 
 import sys
 
-TOOLS = ("vllm", "ray", "nvidia-smi", "ibdev2netdev")
+TOOLS = ("vllm", "ray", "nvidia-smi", "ibdev2netdev", "drop-caches")
 
 
 def main(argv=None):
@@ -17,6 +17,8 @@ def main(argv=None):
         from .ray_cli import main as run
     elif tool == "nvidia-smi":
         from .gpu_tools import nvidia_smi_main as run
+    elif tool == "drop-caches":
+        from .meminfo import drop_caches_main as run
     else:
         from .gpu_tools import ibdev2netdev_main as run
     return run(rest)

@@ -4,7 +4,9 @@ its progress on the job's message; the next `/spark up` is Ready.
 
 - `sync-image`: a worker with another image ID; the head's image is streamed into it.
 - `sync-model`: a shard missing from the worker's Hugging Face cache; the head's model is copied
-  to the worker over the fabric, the model check's result at its end."""
+  to the worker over the fabric, the model check's result at its end.
+- `drop-caches`: the worker's memory held by its page cache (the last model's files); the
+  config's command drops it on every node, what each gave back at its end."""
 
 from __future__ import annotations
 
@@ -55,6 +57,16 @@ def image_is_the_heads(lab: LabInfo, edits: list[str]) -> None:
     assert image.image_id(T.Node(1)) == lab.image_id
 
 
+def cache_full(request: pytest.FixtureRequest) -> LabInfo:
+    lab = request.getfixturevalue("lab")
+    lab_api.set_node_memory(1, MemFree=37, Cached=80)
+    return lab
+
+
+def cache_dropped(lab: LabInfo, edits: list[str]) -> None:
+    assert lab_api.node_memory(1)["MemFree"] > 110 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class LabRemedy:
     command: str
@@ -93,6 +105,18 @@ REMEDIES = [
         footer="The model complete on every node in",
         mended=lambda lab, edits: None,  # the model check at the end says so (the footer)
         restore=lambda: lab_api.put_lab_model(1),
+    ),
+    LabRemedy(
+        command="drop-caches",
+        label="Drop caches",
+        breaks=cache_full,
+        failure_title="✘ Free memory for the model failed",
+        failure_says="the page cache holds the memory vLLM needs on spark-lab-1",
+        done_header="✔ Page cache dropped on every node",
+        done_says="37.0 GiB free before, 117.4 GiB after",
+        footer="Page cache dropped on every node in",
+        mended=cache_dropped,
+        restore=lambda: lab_api.set_node_memory(1),
     ),
 ]
 

@@ -18,7 +18,7 @@ from cluster.events import CheckpointPassed, Failed, Progress, Ready, parse_even
 from cluster.launcher import live_in_group
 from lab.api import LabInfo
 from tests.controller.helpers import FAST as LAB_FAST
-from tests.controller.helpers import LAB_CONFIG, cluster_for, collect
+from tests.controller.helpers import LAB_CONFIG, cluster_for, collect, controller_for
 from tests.controller.test_cli_lab import spark_bot
 from tests.lab.helpers import ssh_to
 
@@ -241,3 +241,29 @@ async def test_cancel_mid_launch_stops_the_script_and_leaves_no_container(clean_
     assert not await group_alive(clean_launcher, pgid_of(seen)), "the script's group is gone"
     [status] = await collect(controller.status())
     assert not [c for c in status.containers if c.present], status.containers
+
+
+async def test_preflight_warns_of_a_launcher_that_leaves_rays_memory_monitor_on(
+    clean_launcher, tmp_path
+):
+    code, out, _ = await spark_bot(
+        "preflight", "--recipe", RECIPE, config=config_file(clean_launcher, tmp_path)
+    )
+    assert code == 0, out
+    assert "⚠ the launcher (`./launch-pair.sh`) does not set RAY_memory_monitor_refresh_ms=0" in out
+    assert "`-e RAY_memory_monitor_refresh_ms=0`" in out
+
+    quiet = config_file(clean_launcher, tmp_path, "-e", "RAY_memory_monitor_refresh_ms=0")
+    code, out, _ = await spark_bot("preflight", "--recipe", RECIPE, config=quiet)
+    assert code == 0 and "RAY_memory_monitor_refresh_ms" not in out, out
+
+
+async def test_preflight_warns_when_the_config_turns_rays_memory_monitor_back_on(clean):
+    controller = controller_for(clean, env={"RAY_memory_monitor_refresh_ms": "250"})
+    memory = next(
+        e for e in await collect(controller.preflight()) if getattr(e, "checkpoint", "") == "memory"
+    )
+    assert isinstance(memory, CheckpointPassed), memory
+    assert memory.warning and memory.warning.startswith(
+        "container.env sets RAY_memory_monitor_refresh_ms=250"
+    )

@@ -11,6 +11,7 @@ import pytest
 from cluster.checkpoints import BY_ID
 from cluster.config import Mount, NodeConfig
 from cluster.events import CheckpointPassed
+from cluster.memory import GIB, MemoryBreakdown
 from cluster.modelcache import check_model
 from cluster.nodes.connect import ClusterConnection
 from cluster.nodes.local import LocalNode
@@ -21,6 +22,9 @@ from tests.model_cache import TINY_CONFIG, cut_short, lay_out_model, safetensors
 
 MODEL = CLUSTER.serve.model
 HEAD, WORKER = (node.name for node in CLUSTER.nodes)
+SPARK_MEMORY = MemoryBreakdown(
+    total=int(121.6 * GIB), free=int(117 * GIB), available=int(119 * GIB)
+)
 SHARD_2 = "model-00002-of-00002.safetensors"
 
 
@@ -152,7 +156,7 @@ async def preflight_model_and_fit(config, tmp_path: Path, *, model_check: bool =
         config, ClusterConnection(config, {HEAD: head, WORKER: worker}), Reporter()
     )
     preflight.facts = {
-        name: NodeFacts(home=str(tmp_path / home), mem_total_gib=121.6)
+        name: NodeFacts(home=str(tmp_path / home), memory=SPARK_MEMORY)
         for name, home in ((HEAD, "head"), (WORKER, "worker"))
     }
     events = [event async for event in preflight._model()] if model_check else []

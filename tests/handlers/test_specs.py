@@ -26,6 +26,7 @@ def test_every_command_is_declared_once_with_the_access_level_the_settings_docum
         "down": "operate",
         "sync-image": "operate",
         "sync-model": "operate",
+        "drop-caches": "operate",
         "cancel": "operate",
         "help": "read",
     }
