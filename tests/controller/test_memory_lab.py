@@ -36,30 +36,39 @@ def lab_config_with(tmp_path: Path, **memory) -> str:
     return str(path)
 
 
-async def test_the_page_cache_in_the_way_is_named_and_dropped_from_the_command_line(idle_after):
-    lab_api.set_node_memory(1, MemFree=37, Cached=80)  # the last model's files in the cache
+def unstopped(tmp_path: Path) -> str:
+    """The lab's config with no earlier stop in sight: an earlier test's `down` would make the
+    preflight wait for the memory of that launch (test_after_a_stop_...) before its own finding."""
+    return lab_config_with(tmp_path, return_window=0.001)
 
-    code, out, _ = await spark_bot("preflight")
+
+async def test_the_page_cache_in_the_way_is_named_and_dropped_from_the_command_line(
+    idle_after, tmp_path
+):
+    lab_api.set_node_memory(1, MemFree=37, Cached=80)  # the last model's files in the cache
+    config = unstopped(tmp_path)
+
+    code, out, _ = await spark_bot("preflight", config=config)
     assert code == 1, out
     assert "the page cache holds the memory vLLM needs on spark-lab-1" in out
     assert "spark-lab-1: 37.0 GiB free, 80.4 GiB page cache and reclaimable" in out
     assert "spark-lab-1 has 80.0 GiB less free memory than spark-lab-0" in out
     assert "run:      spark-bot drop-caches --config" in out
 
-    code, out, _ = await spark_bot("drop-caches")
+    code, out, _ = await spark_bot("drop-caches", config=config)
     assert code == 0, out
     assert "spark-lab-1: 37.0 GiB free before, 117.4 GiB after (80.4 GiB given back" in out
     assert lab_api.node_memory(1)["Cached"] < GIB_KB
 
-    code, out, _ = await spark_bot("preflight")
+    code, out, _ = await spark_bot("preflight", config=config)
     assert code == 0, out
     assert "vLLM claims 109.5 GiB free at start-up (0.9 x 121.63 GiB)" in out
 
 
-async def test_memory_in_use_is_no_cache_to_drop(idle_after):
+async def test_memory_in_use_is_no_cache_to_drop(idle_after, tmp_path):
     lab_api.set_node_memory(1, MemFree=20)  # held by something: in no cache
 
-    code, out, _ = await spark_bot("preflight")
+    code, out, _ = await spark_bot("preflight", config=unstopped(tmp_path))
     assert code == 1, out
     assert "memory in use on spark-lab-1 leaves less than vLLM claims" in out
     assert "lower serve.gpu_memory_utilization to 0.18 or less" in out
