@@ -9,7 +9,6 @@ from __future__ import annotations
 from . import sshd
 from . import topology as T
 from .errors import LabError
-from .preflight import tool
 from .proc import run
 
 MTU = 9000
@@ -18,12 +17,6 @@ SPEED_MBPS = 200_000  # a ConnectX-7 port at 200 Gb/s (sysfs `speed` is in Mb/s)
 
 def _speed_path() -> str:
     return f"/sys/class/net/{T.FABRIC_IFNAME}/speed"
-
-
-def _bound(pid: int) -> bool:
-    target = f"/sys/devices/virtual/net/{T.FABRIC_IFNAME}/speed"
-    with open(f"/proc/{pid}/mountinfo") as f:
-        return any(line.split()[4] in (target, _speed_path()) for line in f)
 
 
 def set_mtu(node: T.Node, mtu: int) -> None:
@@ -38,22 +31,14 @@ def set_speed(node: T.Node, mbps: int) -> None:
 
 def ensure(node: T.Node) -> None:
     """MTU 9000 and 200000 Mb/s on the node's fabric interface (after its sshd started)."""
-    pid = sshd.pid(node)
-    if pid is None:
+    if not sshd.alive(node):
         raise LabError(f"sshd for {node.name} is not running")
     set_mtu(node, MTU)  # the bridge follows once every port has it
     set_speed(node, SPEED_MBPS)
-    if not _bound(pid):
-        run(
-            [
-                tool("nsenter"),
-                "-t",
-                str(pid),
-                "-m",
-                "-n",
-                "mount",
-                "--bind",
-                str(node.fabric_speed_file),
-                _speed_path(),
-            ]
-        )
+    sshd.bind_for_sessions(
+        node,
+        node.fabric_speed_file,
+        _speed_path(),
+        aliases=(f"/sys/devices/virtual/net/{T.FABRIC_IFNAME}/speed",),
+        net=True,
+    )

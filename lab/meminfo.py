@@ -12,15 +12,8 @@ from . import sshd
 from . import topology as T
 from .emulator import meminfo as emulated
 from .errors import LabError
-from .preflight import tool
-from .proc import run
 
 PROC_MEMINFO = "/proc/meminfo"
-
-
-def _bound(pid: int) -> bool:
-    with open(f"/proc/{pid}/mountinfo") as f:
-        return any(line.split()[4] == PROC_MEMINFO for line in f)
 
 
 def set_memory(node: T.Node, **gib: float) -> None:
@@ -40,21 +33,6 @@ def read_memory(node: T.Node) -> dict[str, int]:
 
 def ensure(node: T.Node) -> None:
     """The node idle, its file bound over /proc/meminfo in its sshd's namespace."""
-    pid = sshd.pid(node)
-    if pid is None:
-        raise LabError(f"sshd for {node.name} is not running")
     node.run_dir.mkdir(parents=True, exist_ok=True)
     set_memory(node)
-    if not _bound(pid):
-        run(
-            [
-                tool("nsenter"),
-                "-t",
-                str(pid),
-                "-m",
-                "mount",
-                "--bind",
-                str(node.meminfo),
-                PROC_MEMINFO,
-            ]
-        )
+    sshd.bind_for_sessions(node, node.meminfo, PROC_MEMINFO)

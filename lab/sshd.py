@@ -135,6 +135,23 @@ def alive(node: T.Node) -> bool:
     return pid(node) is not None
 
 
+def bind_for_sessions(
+    node: T.Node, source: Path, target: str, *, aliases: tuple[str, ...] = (), net: bool = False
+) -> None:
+    """`source` bound over `target` in the mount namespace of the node's sshd, once: what its
+    sessions and SFTP read there (its containers do not see it). `aliases`: other paths the
+    kernel may list that mount under; `net`: enter its network namespace too (sysfs's net
+    entries are the namespace's)."""
+    sshd_pid = pid(node)
+    if sshd_pid is None:
+        raise LabError(f"sshd for {node.name} is not running")
+    with open(f"/proc/{sshd_pid}/mountinfo") as f:
+        if any(line.split()[4] in (target, *aliases) for line in f):
+            return
+    enter = ["-m", "-n"] if net else ["-m"]
+    run([tool("nsenter"), "-t", str(sshd_pid), *enter, "mount", "--bind", str(source), target])
+
+
 def start(node: T.Node) -> None:
     """Start the node's sshd (restarting it if its config changed)."""
     ensure_host_key(node)
