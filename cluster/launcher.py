@@ -84,6 +84,7 @@ class Launcher:
         self._on_line = on_line
         self._mark = f"spark-bot-launcher-end-{token_hex(8)}"
         self._status: int | None = None
+        self.stopped_by_us = False  # its end is then ours, never its own failure
 
     @property
     def command_text(self) -> str:
@@ -172,6 +173,7 @@ class Launcher:
         """Stop the script's process group (SIGTERM, SIGKILL after the grace); what was done."""
         if self.pgid is None:
             return "the launcher was not started"
+        self.stopped_by_us = True
         done = await stop_group(self.head, self.run, self.pgid, self.timeout, self.grace_s)
         return done or f"the launcher's process group {self.pgid} had already ended"
 

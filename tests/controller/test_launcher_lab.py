@@ -101,10 +101,25 @@ def pgid_of(events) -> int:
     return int(evidence.split("process group ")[1].split(";")[0])
 
 
-def config_file(lab: LabInfo, folder: Path, *options: str) -> str:
-    """configs/lab.yaml with the launcher recipe in it, as an operator writes it."""
+def with_launcher_script(config: ClusterConfig, folder: Path, name: str, text: str, *args: str):
+    """`config` whose recipe runs the script `text` (written to `folder` on the head as `name`)
+    with `args` instead of launch-pair.sh."""
+    script = folder / name
+    script.write_text(text)
+    script.chmod(0o755)
+    assert config.launcher is not None
+    launcher = config.launcher.model_copy(update={"command": ["./" + name, *args]})
+    recipe = config.recipes[RECIPE].model_copy(update={"launcher": launcher})
+    return config.model_copy(update={"recipes": {RECIPE: recipe}}).with_recipe(RECIPE)
+
+
+def config_file(
+    lab: LabInfo, folder: Path, *options: str, launched: ClusterConfig | None = None
+) -> str:
+    """configs/lab.yaml with the launcher recipe in it (that of `launched` if given), as an
+    operator writes it."""
     data = yaml.safe_load(LAB_CONFIG.read_text())
-    launcher = script_cluster(lab, *options).launcher
+    launcher = (launched or script_cluster(lab, *options)).launcher
     assert launcher is not None
     data["cluster"]["timeouts"].update(FAST)
     data["cluster"]["recipes"] = {
@@ -198,14 +213,12 @@ async def test_a_launcher_whose_docker_run_failed_is_stopped_with_dockers_reason
     clean_launcher,
 ):
     base = script_cluster(clean_launcher)
-    assert base.launcher is not None
-    folder = Path(clean_launcher.head.home) / "spark-vllm-docker"
-    script = folder / "waits-after-a-failed-run.sh"
-    script.write_text(WAITS_AFTER_A_FAILED_RUN.format(image=base.container.image))
-    script.chmod(0o755)
-    launcher = base.launcher.model_copy(update={"command": ["./" + script.name]})
-    recipe = base.recipes[RECIPE].model_copy(update={"launcher": launcher})
-    config = base.model_copy(update={"recipes": {RECIPE: recipe}}).with_recipe(RECIPE)
+    config = with_launcher_script(
+        base,
+        Path(clean_launcher.head.home) / "spark-vllm-docker",
+        "waits-after-a-failed-run.sh",
+        WAITS_AFTER_A_FAILED_RUN.format(image=base.container.image),
+    )
     events = await collect(Controller(config, Secrets({})).up())
     failure = events[-1]
     assert isinstance(failure, Failed) and failure.signature == "docker_caps_refused", failure
@@ -241,3 +254,48 @@ async def test_cancel_mid_launch_stops_the_script_and_leaves_no_container(clean_
     assert not await group_alive(clean_launcher, pgid_of(seen)), "the script's group is gone"
     [status] = await collect(controller.status())
     assert not [c for c in status.containers if c.present], status.containers
+
+
+# A script that gives up on its server after vLLM started (the emulator's NCCL set-up hangs),
+# whose trap stops its containers before it exits 1: the stop is its own, not on request.
+STOPS_ITS_OWN_CONTAINERS = """#!/bin/bash
+worker=$1; shift
+stop() {
+    docker stop vllm_node >/dev/null
+    ssh -o BatchMode=yes "$worker" docker stop vllm_node >/dev/null
+}
+trap stop EXIT
+./launch-pair.sh "$@"
+echo "Waiting for vLLM's NCCL set-up"
+until docker logs vllm_node 2>&1 | grep -q ncclCommInitRank; do sleep 0.2; done
+echo "Error: NCCL did not finish its set-up"
+exit 1
+"""
+
+
+def self_stopping_cluster(lab: LabInfo) -> ClusterConfig:
+    pair = script_cluster(lab, "-d", "-e", "SPARK_EMU_FAULT=nccl_hang")
+    assert pair.launcher is not None
+    return with_launcher_script(
+        pair,
+        Path(lab.head.home) / "spark-vllm-docker",
+        "stops-its-own-containers.sh",
+        STOPS_ITS_OWN_CONTAINERS,
+        lab.workers[0].fabric_ip,
+        *pair.launcher.command[1:],
+    )
+
+
+async def test_a_launcher_that_stops_its_own_containers_then_fails_is_its_failure_not_a_request(
+    clean_launcher, tmp_path
+):
+    config = config_file(clean_launcher, tmp_path, launched=self_stopping_cluster(clean_launcher))
+    code, out, _ = await spark_bot("up", "--recipe", RECIPE, "--json", config=config)
+    events = [parse_event(line) for line in out.splitlines()]
+    failure = events[-1]
+    assert code == 1 and isinstance(failure, Failed), out
+    assert failure.signature == "launcher_failed", failure.model_dump_json(indent=1)
+    assert "exited with status 1" in failure.summary and "on request" not in failure.summary
+    assert failure.evidence == "Error: NCCL did not finish its set-up"
+    assert "stopped its own containers" in failure.cause
+    assert "containers" in passed(events), "it failed after its containers started"
