@@ -79,7 +79,7 @@ async def test_output_is_followed_kept_bounded_and_redacted_and_the_exit_status_
     assert launcher.total_lines == 53 and len(launcher.lines) == 10, "kept: the last 10"
     assert list(launcher.lines)[-1] == "no newline at the end"
     run = Path(launcher.run)
-    assert run == tmp_path / ".cache/spark-bot/launcher" / config.name
+    assert run.parent == tmp_path / ".cache/spark-bot/launcher" / config.name
     assert (run / "status").read_text().strip() == "3" and not (run / "pgid").exists()
 
 
@@ -181,7 +181,7 @@ def test_a_launcher_recipe_names_its_container_and_down_knows_it(tmp_path):
     mine = base.with_recipe("mine")
     assert base.launcher is None and base.container.name == "vllm_lab"
     assert mine.launcher is not None and mine.container.name == "vllm_node"
-    assert base.launcher_containers == {"vllm_node": "mine"}
+    assert base.launcher_containers == {"vllm_node": ["mine"]}
 
 
 def test_the_docs_example_launcher_recipe_loads(tmp_path):
@@ -239,3 +239,33 @@ async def test_the_output_file_is_rotated_at_its_bound_and_followed_across(tmp_p
     assert (run / "output").stat().st_size <= 4096
     assert (run / "output.1").stat().st_size == 4096
     assert (run / "output").read_bytes().endswith(f"{launcher._mark} 0\n".encode())
+
+
+async def test_each_run_has_state_of_its_own_that_an_earlier_run_ending_does_not_touch(tmp_path):
+    """A run left by a spark-bot that was killed (nobody follows it) ends while the next run
+    serves: the next run's pgid is still recorded, its output holds none of the earlier run's,
+    `down` stops it; the next start removes the folders of both ended runs."""
+    go = tmp_path / "go"
+    earlier_script = script(tmp_path, f'echo earlier\nwhile [ ! -e "{go}" ]; do sleep 0.05; done\n')
+    later_script = tmp_path / "later.sh"
+    later_script.write_text("#!/bin/sh\necho later\nexec sleep 300\n")
+    later_script.chmod(0o755)
+    async with head_node(tmp_path, command=[earlier_script]) as (config, node):
+        earlier = Launcher(config, Secrets({}), node, str(tmp_path))
+        await earlier.start()
+        later_config = config.model_copy(
+            update={"launcher": config.launcher.model_copy(update={"command": [str(later_script)]})}
+        )
+        later = Launcher(later_config, Secrets({}), node, str(tmp_path))
+        pgid = await later.start()
+        assert later.run != earlier.run and Path(later.run).parent == Path(earlier.run).parent
+        go.touch()
+        assert await earlier.follow() == 0  # the earlier run has ended, its wrapper cleaned up
+        assert (Path(later.run) / "pgid").read_text().strip() == str(pgid)
+        assert earlier._mark not in (Path(later.run) / "output").read_text()
+        done = await stop_launcher(config, node, str(tmp_path))
+        assert done is not None and f"process group {pgid}" in done and not alive(pgid)
+        third = Launcher(config, Secrets({}), node, str(tmp_path))
+        await third.start()
+        await third.stop()
+        assert [p.name for p in Path(third.run).parent.iterdir()] == [Path(third.run).name]

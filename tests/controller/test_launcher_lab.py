@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
 LAUNCH_PAIR = Path(__file__).resolve().parents[2] / "lab" / "launchers" / "launch-pair.sh"
 FAST = {**LAB_FAST, "stall": 6}
 RECIPE = "pair-script"
+OTHER_RECIPE = "other-script"
 
 
 def script_on_head(lab: LabInfo) -> str:
@@ -122,13 +123,14 @@ def config_file(
     launcher = (launched or script_cluster(lab, *options)).launcher
     assert launcher is not None
     data["cluster"]["timeouts"].update(FAST)
-    data["cluster"]["recipes"] = {
-        RECIPE: {
-            "description": "the operator's own script",
-            "serve": {"model": data["cluster"]["serve"]["model"], "served_model_name": "qwen35"},
-            "launcher": launcher.model_dump(exclude_defaults=True),
-        }
+    recipe = {
+        "description": "the operator's own script",
+        "serve": {"model": data["cluster"]["serve"]["model"], "served_model_name": "qwen35"},
+        "launcher": launcher.model_dump(exclude_defaults=True),
     }
+    # another recipe whose launcher names the same container, listed after it
+    other = {**recipe, "serve": {**recipe["serve"], "served_model_name": "qwen35-other"}}
+    data["cluster"]["recipes"] = {RECIPE: recipe, OTHER_RECIPE: other}
     path = folder / "sparks.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return str(path)
@@ -149,6 +151,9 @@ async def test_a_launcher_script_reaches_ready_from_the_cli_with_the_same_checkp
     after_preflight = plan.index("api_port") + 1
     assert list(by_id) == plan and plan[after_preflight:][:2] == ["launcher", "containers"]
     assert "launch-pair.sh" in by_id["launcher"].evidence
+    offline = by_id["model"].evidence
+    assert "HF_HUB_OFFLINE=1 in the containers" not in offline, "spark-bot sets none in them"
+    assert "HF_HUB_OFFLINE is the launcher's to set" in offline
     containers = by_id["containers"].evidence
     assert containers.count("vllm_node") == 2 and "started by the launcher" in containers
     said = ("Detected head IP", "Starting container", "Starting the Ray", "Ray runtime started.")
@@ -171,6 +176,9 @@ async def test_a_launcher_script_reaches_ready_from_the_cli_with_the_same_checkp
     assert code == 0 and f"running: {RECIPE}" in out, out
     code, out, _ = await spark_bot("status", config=config)
     assert out.count("vllm_node running") == 2 and f"(recipe {RECIPE})" in out, out
+    assert OTHER_RECIPE not in out, "the recipe launched, not another naming its container"
+    code, out, _ = await spark_bot("logs", config=config)
+    assert code == 0 and "of vllm_node on" in out and "no container" not in out, out
 
     code, out, _ = await spark_bot("down", config=config)
     assert code == 0 and f"stopped the launcher's process group {pgid}" in out, out
