@@ -726,7 +726,7 @@ class Launch:
         for node, result in zip(self.started, results, strict=True):
             if isinstance(result, BaseException):
                 log.warning(
-                    "could not remove %s from %s after the launch stopped: %r",
+                    "could not remove %s from %s after the launch stopped: %s",
                     name,
                     node.name,
                     result,
@@ -751,7 +751,7 @@ class Launch:
         )
         for node, result in zip(nodes, results, strict=True):
             if isinstance(result, BaseException):
-                log.warning("could not remove %s from %s: %r", name, node.name, result)
+                log.warning("could not remove %s from %s: %s", name, node.name, result)
 
 
 def _state(info: dict[str, Any] | None) -> str:

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from aiohttp import web
 
 from bot.config import load_config
 from cluster.config import ClusterConfig, LauncherConfig, Secrets, Timeouts
+from cluster.inventory import remove_container
 from cluster.launcher import Launcher, live_in_group, stop_launcher
 from cluster.nodes.local import LocalNode
 from tests.controller.helpers import LAB_CONFIG
@@ -269,3 +271,29 @@ async def test_each_run_has_state_of_its_own_that_an_earlier_run_ending_does_not
         await third.start()
         await third.stop()
         assert [p.name for p in Path(third.run).parent.iterdir()] == [Path(third.run).name]
+
+
+async def test_a_removal_already_in_progress_is_no_error_once_the_container_is_gone(tmp_path):
+    """The launcher's own `docker rm` on its way out races `down`'s: Docker answers 409, the
+    container goes; `down` says so, and raises nothing."""
+    inspected = 0
+
+    async def racing(request):
+        nonlocal inspected
+        if request.method == "GET" and request.path.endswith("/json"):
+            inspected += 1
+            if inspected > 2:
+                return web.json_response({"message": "No such container: vllm_node"}, status=404)
+            state = {"Status": "exited", "Running": False}
+            return web.json_response({"Id": "f" * 64, "State": state, "Config": {"Labels": {}}})
+        message = "removal of container vllm_node is already in progress"
+        return web.json_response({"message": message}, status=409)
+
+    async with docker_standin(tmp_path / "docker.sock", racing) as socket:
+        config = cluster(socket, command=["./launch.sh"])
+        node = await LocalNode.connect(config.head, timeout=5, call_timeout=5)
+        try:
+            removed, detail = await remove_container(node, "vllm_node", owner=None, timeout=5)
+        finally:
+            await node.aclose()
+    assert removed and "removed meanwhile by another" in detail, detail

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -307,3 +309,39 @@ async def test_a_launcher_that_stops_its_own_containers_then_fails_is_its_failur
     assert failure.evidence == "Error: NCCL did not finish its set-up"
     assert "stopped its own containers" in failure.cause
     assert "containers" in passed(events), "it failed after its containers started"
+
+
+async def test_ctrl_c_of_a_launcher_up_prints_a_summary_and_leaves_nothing(
+    clean_launcher, tmp_path
+):
+    config = config_file(clean_launcher, tmp_path)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot.cli",
+        "up",
+        "--recipe",
+        RECIPE,
+        "--json",
+        "--config",
+        config,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    seen = []
+    while not (
+        seen and isinstance(seen[-1], CheckpointPassed) and seen[-1].checkpoint == "ray_cluster"
+    ):
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        assert line, f"up ended before its Ray cluster formed: {seen[-1:]}"
+        seen.append(parse_event(line.decode()))
+    process.send_signal(signal.SIGINT)
+    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    said = stderr.decode()
+    assert process.returncode == 130
+    assert "interrupted (Ctrl-C)" in said and "status --config" in said, said
+    assert "DockerRefused(" not in said, said
+    assert not await group_alive(clean_launcher, pgid_of(seen))
+    [status] = await collect(Controller(script_cluster(clean_launcher), Secrets({})).status())
+    assert not [c for c in status.containers if c.present], status.containers
