@@ -45,11 +45,12 @@ class Controller:
     async def preflight(
         self, *, replace: bool = False, replace_foreign: Collection[str] = ()
     ) -> AsyncGenerator[Event, None]:
+        reporter = Reporter()  # the clock starts with the command, not once SSH is up
         async with connect_cluster(self.config) as connection:
             preflight = Preflight(
                 self.config,
                 connection,
-                Reporter(),
+                reporter,
                 replace=replace,
                 replace_foreign=frozenset(replace_foreign),
             )
@@ -66,6 +67,7 @@ class Controller:
     ) -> AsyncGenerator[Event, None]:
         """Launch; `replace` removes a leftover container spark-bot started, `replace_foreign`
         names the nodes where a user consented to removing one it did not start."""
+        reporter = Reporter()  # the clock starts with the command, not once SSH is up
         async with connect_cluster(self.config) as connection:
             launch = Launch(
                 self.config,
@@ -74,6 +76,7 @@ class Controller:
                 replace=replace,
                 replace_foreign=replace_foreign,
                 sample_max_tokens=sample_max_tokens,
+                reporter=reporter,
             )
             # Closed before the connections are: a cancelled launch cleans up over them.
             async with aclosing(launch.run()) as events:

@@ -69,11 +69,13 @@ class Launch:
         replace: bool = False,
         replace_foreign: Collection[str] = (),
         sample_max_tokens: int = 128,
+        reporter: Reporter | None = None,
     ):
         self.config = config
         self.secrets = secrets
         self.connection = connection
-        self.reporter = Reporter()
+        # the clock of the command, started before SSH connected (when the caller made it)
+        self.reporter = reporter or Reporter()
         self.monitor = ClusterMonitor(
             config.container.name, secrets, config.log_tail_lines, matters=must_see(config)
         )

@@ -5,6 +5,7 @@ the head, proven with the same checkpoints as spark-bot's own launch; a failing 
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import signal
 import sys
@@ -337,6 +338,9 @@ async def test_ctrl_c_of_a_launcher_up_prints_a_summary_and_leaves_nothing(
         assert line, f"up ended before its Ray cluster formed: {seen[-1:]}"
         seen.append(parse_event(line.decode()))
     process.send_signal(signal.SIGINT)
+    ssh = passed(seen)["ssh"]
+    slowest_ms = max(int(ms) for ms in re.findall(r"connected in (\d+) ms", ssh.evidence))
+    assert ssh.elapsed_s * 1000 >= slowest_ms, "the clock starts with the command, before SSH"
     _, stderr = await asyncio.wait_for(process.communicate(), 60)
     said = stderr.decode()
     assert process.returncode == 130
