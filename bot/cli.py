@@ -519,6 +519,18 @@ def _parser() -> _Parser:
     return parser
 
 
+def _interrupted(args: argparse.Namespace) -> str:
+    """The summary of a Ctrl-C: what the command did about what it had started."""
+    config = getattr(args, "config", None)
+    status = f"`spark-bot status --config {shlex.quote(str(config))}`" if config else "`status`"
+    if args.command == "up":
+        return (
+            "interrupted (Ctrl-C): the launch stopped what it had started (its containers, the "
+            f"launcher's process group); {status} shows what is left"
+        )
+    return f"interrupted (Ctrl-C); {status} shows the cluster's state"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -527,6 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"spark-bot: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        print(f"spark-bot {args.command}: {_interrupted(args)}", file=sys.stderr)
         return 130
 
 

@@ -748,14 +748,15 @@ class ClusterConfig(_Model):
         )
 
     @property
-    def launcher_containers(self) -> dict[str, str]:
-        """The containers the recipes' launchers start, by name -> the recipe naming it: not
+    def launcher_containers(self) -> dict[str, list[str]]:
+        """The containers the recipes' launchers start, by name -> the recipes naming it (several
+        may: which one ran is recorded on the head, `cluster.launcher.launched_recipe`): not
         labelled by spark-bot, removed by `down` because a recipe names them."""
-        return {
-            recipe.launcher.container: name
-            for name, recipe in self.recipes.items()
-            if recipe.launcher is not None
-        }
+        named: dict[str, list[str]] = {}
+        for name, recipe in self.recipes.items():
+            if recipe.launcher is not None:
+                named.setdefault(recipe.launcher.container, []).append(name)
+        return named
 
     @property
     def head(self) -> NodeConfig:

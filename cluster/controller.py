@@ -27,7 +27,7 @@ from cluster.inventory import (
     remove_container,
 )
 from cluster.launch import Launch, api_base_url
-from cluster.launcher import stop_launcher
+from cluster.launcher import launched_recipe, launcher_output_tail, stop_launcher
 from cluster.memory import nodes_memory
 from cluster.modelsync import ModelSync
 from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster, node_home
@@ -46,11 +46,12 @@ class Controller:
     async def preflight(
         self, *, replace: bool = False, replace_foreign: Collection[str] = ()
     ) -> AsyncGenerator[Event, None]:
+        reporter = Reporter()  # the clock starts with the command, not once SSH is up
         async with connect_cluster(self.config) as connection:
             preflight = Preflight(
                 self.config,
                 connection,
-                Reporter(),
+                reporter,
                 replace=replace,
                 replace_foreign=frozenset(replace_foreign),
             )
@@ -67,6 +68,7 @@ class Controller:
     ) -> AsyncGenerator[Event, None]:
         """Launch; `replace` removes a leftover container spark-bot started, `replace_foreign`
         names the nodes where a user consented to removing one it did not start."""
+        reporter = Reporter()  # the clock starts with the command, not once SSH is up
         async with connect_cluster(self.config) as connection:
             launch = Launch(
                 self.config,
@@ -75,6 +77,7 @@ class Controller:
                 replace=replace,
                 replace_foreign=replace_foreign,
                 sample_max_tokens=sample_max_tokens,
+                reporter=reporter,
             )
             # Closed before the connections are: a cancelled launch cleans up over them.
             async with aclosing(launch.run()) as events:
@@ -133,13 +136,20 @@ class Controller:
         reporter = Reporter()
         async with connect_cluster(self.config) as connection:
             states = await container_states(connection.ordered(), self.config.container.name)
-            for name, recipe in self.config.launcher_containers.items():
-                if name != self.config.container.name:  # a launcher's, present: shown too
-                    states += [
-                        state.model_copy(update={"recipe": recipe})
-                        for state in await container_states(connection.ordered(), name)
-                        if state.present
-                    ]
+            head = connection.nodes.get(self.config.head.name)
+            for name in self.config.launcher_containers:
+                if name == self.config.container.name:
+                    continue
+                present = [
+                    s for s in await container_states(connection.ordered(), name) if s.present
+                ]
+                if not present:
+                    continue
+                recipe = None  # a launcher's, present: shown too, with the recipe that ran it
+                if head is not None:
+                    home = await node_home(head, self.config.timeouts.launcher)
+                    recipe = await launched_recipe(self.config, head, home, name)
+                states += [s.model_copy(update={"recipe": recipe}) for s in present]
             healthy, detail = (
                 None,
                 "not asked: the head is unreachable or its container is not running",
@@ -221,14 +231,28 @@ class Controller:
                     yield event
 
     async def logs(self, node: str | None = None, lines: int = 50) -> AsyncGenerator[Event, None]:
-        """The tail of our container's log on `node` (head when None)."""
+        """The tail of the cluster's container's log on `node` (head when None): ours, else a
+        launcher's that is there (a recipe names it)."""
         reporter = Reporter()
         name = node or self.config.head.name
         self.config.node(name)  # KeyError for an unknown node: callers validate first
         async with connect_cluster(self.config) as connection:
             target = _reachable(connection, name)
             container = self.config.container.name
+            if not (await container_state(target, container)).present:
+                for launched in self.config.launcher_containers:
+                    if (await container_state(target, launched)).present:
+                        container = launched
+                        break
             text = await read_log_tail(target, container, lines, self.secrets)
+            if (
+                not text
+                and container in self.config.launcher_containers
+                and target is connection.head
+            ):
+                # vLLM in the script's foreground (`docker exec`): its lines are the script's
+                home = await node_home(target, self.config.timeouts.launcher)
+                text = await launcher_output_tail(self.config, self.secrets, target, home, lines)
             yield LogTail(
                 elapsed_s=reporter.elapsed(),
                 node=name,
@@ -320,7 +344,8 @@ class Controller:
                 else:
                     removed, detail = result
                     if removed and container in launched:
-                        detail += f" (started by the launcher of recipe {launched[container]})"
+                        recipes = " or ".join(launched[container])
+                        detail += f" (started by the launcher of recipe {recipes})"
                 yield Removed(
                     elapsed_s=reporter.elapsed(),
                     node=node.name,

@@ -6,7 +6,7 @@ import asyncio
 
 from cluster.config import Secrets
 from cluster.containers import LABEL_CLUSTER, LABEL_RECIPE
-from cluster.errors import ContainerMissing
+from cluster.errors import ContainerMissing, DockerRefused
 from cluster.events import ContainerState
 from cluster.logtext import clean_line
 from cluster.nodes import NodeConnection
@@ -61,8 +61,32 @@ async def remove_container(
                 f"alone (remove it by hand with `docker rm -f {name}` if it may go)"
             )
         status = info["State"]["Status"]
-        if info["State"].get("Running"):
-            # SIGTERM, then SIGKILL after the grace: half the time allowed, the delete needs the rest
-            await node.docker.stop(name, grace_s=max(1, int(min(timeout / 2, 30))))
-        await node.docker.remove(name)
+        try:
+            if info["State"].get("Running"):
+                # SIGTERM, then SIGKILL after the grace: half the time allowed, the delete needs
+                # the rest
+                await node.docker.stop(name, grace_s=max(1, int(min(timeout / 2, 30))))
+            await node.docker.remove(name)
+        except (ContainerMissing, DockerRefused) as error:
+            if isinstance(error, DockerRefused) and not _removed_by_another(error):
+                raise
+            # Someone else's removal (a launcher's own `docker rm` on its way out) won the race:
+            # gone all the same once it ends (asked again until then, within the timeout).
+            while True:
+                if await node.docker.find_container(name) is None:
+                    break
+                await asyncio.sleep(REMOVAL_POLL_S)
+            return True, (
+                f"{name} ({info['Id'][:12]}, was {status}) on {node.name} was removed meanwhile "
+                "by another (its own launcher, or a `docker rm`)"
+            )
     return True, f"removed {name} ({info['Id'][:12]}, was {status}) from {node.name}"
+
+
+# Docker's words when a removal of the container is already under way (409).
+REMOVAL_IN_PROGRESS = "is already in progress"
+REMOVAL_POLL_S = 0.2
+
+
+def _removed_by_another(error: DockerRefused) -> bool:
+    return error.status == 409 and REMOVAL_IN_PROGRESS in error.message

@@ -38,6 +38,7 @@ from cluster.failures import (
     LAUNCHER_FAILED,
     LAUNCHER_KILLED,
     RAY_INCOMPLETE,
+    STOPPED_ON_REQUEST,
     for_cluster,
 )
 from cluster.fit import MemoryLogged, compare_with_logged
@@ -69,11 +70,13 @@ class Launch:
         replace: bool = False,
         replace_foreign: Collection[str] = (),
         sample_max_tokens: int = 128,
+        reporter: Reporter | None = None,
     ):
         self.config = config
         self.secrets = secrets
         self.connection = connection
-        self.reporter = Reporter()
+        # the clock of the command, started before SSH connected (when the caller made it)
+        self.reporter = reporter or Reporter()
         self.monitor = ClusterMonitor(
             config.container.name, secrets, config.log_tail_lines, matters=must_see(config)
         )
@@ -442,9 +445,10 @@ class Launch:
                         return
                     if isinstance(event, CheckpointPassed):
                         passed.add(event.checkpoint)
-                    yield event
                     if isinstance(event, Failed):
+                        yield await self._whose_stop(event)
                         return
+                    yield event
                 elif end is not None and end.done() and not exit_said:
                     exit_said = True
                     failure = end.result()
@@ -469,6 +473,29 @@ class Launch:
                 getting.cancel()
             producer.cancel()
             await asyncio.gather(producer, return_exceptions=True)
+
+    async def _whose_stop(self, failed: Failed) -> Failed:
+        """A stop of the containers is on request only when someone asked for it: a script
+        whose own trap stopped them exits non-zero moments later (not by our SIGTERM), so a stop
+        the launcher's failure follows within timeouts.down is the launcher's failure."""
+        end, launcher = self._launcher_end, self.launcher
+        if failed.signature != STOPPED_ON_REQUEST.id or end is None or launcher is None:
+            return failed
+        try:
+            async with asyncio.timeout(self.config.timeouts.down):
+                failure = await asyncio.shield(end)
+        except TimeoutError:
+            return failed
+        if failure is None or launcher.stopped_by_us:
+            return failed
+        return failure.model_copy(
+            update={
+                "checkpoint": failed.checkpoint,
+                "title": BY_ID[failed.checkpoint].title,
+                "cause": f"{failure.cause} (it stopped its own containers first: "
+                f"{failed.evidence})",
+            }
+        )
 
     async def _start_launcher(self) -> AsyncGenerator[Event, None]:
         head = self.connection.head
@@ -704,7 +731,7 @@ class Launch:
         for node, result in zip(self.started, results, strict=True):
             if isinstance(result, BaseException):
                 log.warning(
-                    "could not remove %s from %s after the launch stopped: %r",
+                    "could not remove %s from %s after the launch stopped: %s",
                     name,
                     node.name,
                     result,
@@ -729,7 +756,7 @@ class Launch:
         )
         for node, result in zip(nodes, results, strict=True):
             if isinstance(result, BaseException):
-                log.warning("could not remove %s from %s: %r", name, node.name, result)
+                log.warning("could not remove %s from %s: %s", name, node.name, result)
 
 
 def _state(info: dict[str, Any] | None) -> str:

@@ -274,7 +274,8 @@ class ModelCheck:
         """HF_HUB_OFFLINE=1 for the containers when every node has a hub model complete (and
         the config does not say otherwise): no node then asks the hub for anything."""
         if (
-            hub_model(self.config)
+            self.config.launcher is None  # a launcher's containers have only what it sets
+            and hub_model(self.config)
             and self.complete_everywhere
             and OFFLINE not in self.config.container.env
         ):
@@ -283,6 +284,11 @@ class ModelCheck:
 
     def offline_note(self) -> str:
         env = self.config.container.env
+        if self.config.launcher is not None:
+            return (
+                f"{OFFLINE} is the launcher's to set: spark-bot sets no variable in the "
+                "containers it starts (pass it in launcher.command if the script takes variables)"
+            )
         if OFFLINE in env:
             return f"{OFFLINE}={env[OFFLINE]} in the containers, as the config sets it"
         if self.hub_offline():

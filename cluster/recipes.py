@@ -8,6 +8,7 @@ from cluster.config import ClusterConfig
 from cluster.events import RecipesReport, RecipeSummary
 from cluster.fit import ModelFilesProblem, estimate, read_model_facts
 from cluster.inventory import container_state
+from cluster.launcher import launched_recipe
 from cluster.memory import MEMINFO, parse_meminfo
 from cluster.nodes import ClusterConnection, NodeConnection, node_home
 from cluster.reporter import Reporter
@@ -65,9 +66,9 @@ async def recipes_report(config: ClusterConfig, connection: ClusterConnection) -
         )
         memory = {n.name: size for n, size in zip(nodes, sizes, strict=True)}
         running = state.recipe if state.running else None
-        for container, launched in config.launcher_containers.items():  # no label: its name
+        for container in config.launcher_containers:  # no label: its name, and the head's record
             if running is None and (await container_state(head, container)).running:
-                running = launched
+                running = await launched_recipe(config, head, home, container)
     chosen = {name: config.with_recipe(name) for name in config.recipes}
     if head is not None:
         needs = await asyncio.gather(

@@ -457,10 +457,10 @@ def _bench_footer(job: Job) -> str:
 async def _ask_teardown(d: Dispatcher, command: c.Down) -> Question:
     launched = d.cluster.launcher_containers
     also = "".join(
-        f" It also stops recipe `{escape(recipe)}`'s launcher if it still runs, and removes "
-        f"`{escape(name)}` on every node: spark-bot did not start it, that recipe's script did "
-        "(the recipe names it)."
-        for name, recipe in launched.items()
+        f" It also stops recipe {' or '.join(f'`{escape(r)}`' for r in recipes)}'s launcher if "
+        f"it still runs, and removes `{escape(name)}` on every node: spark-bot did not start "
+        "it, that recipe's script did (the recipe names it)."
+        for name, recipes in launched.items()
     )
     return Question(
         f"Stop and remove `{d.cluster.container.name}` on every node of `{d.cluster.name}`?" + also,

@@ -23,7 +23,7 @@ from tests.bot.helpers import (
     slack_bot,
 )
 from tests.controller.helpers import collect
-from tests.controller.test_launcher_lab import RECIPE, script_cluster
+from tests.controller.test_launcher_lab import RECIPE, script_cluster, self_stopping_cluster
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
 
@@ -79,5 +79,30 @@ async def test_a_launcher_recipe_through_slack_same_checkpoints_then_down_says_w
                 lambda c: c.method == "chat.update" and "Removed 2" in str(c.params), 30
             )
         assert await containers_present(launched) == []
+    finally:
+        await collect(Controller(cluster, Secrets({})).down())
+
+
+async def test_a_launcher_that_stops_its_own_containers_is_told_as_its_failure_in_slack(
+    slack, lab, tmp_path
+):
+    launched = self_stopping_cluster(lab)
+    cluster = launched.model_copy(
+        update={
+            "recipe": None,
+            "launcher": None,
+            "container": launched.container.model_copy(update={"name": "vllm_lab"}),
+        }
+    )
+    await collect(Controller(cluster, Secrets({})).down())
+    try:
+        async with slack_bot(slack, cluster, settings(tmp_path)):
+            await slack.send_slash_command(ALICE, CH, f"up {RECIPE}")
+            failure = await slack.wait_for(
+                lambda c: c.method == "chat.postMessage" and header(c).startswith("✘"), 90
+            )
+        text = block_text(failure)
+        assert "exited with status 1" in text and "Error: NCCL did not finish its set-up" in text
+        assert "on request" not in text and "stopped its own containers" in text
     finally:
         await collect(Controller(cluster, Secrets({})).down())

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from aiohttp import web
 
 from bot.config import load_config
 from cluster.config import ClusterConfig, LauncherConfig, Secrets, Timeouts
+from cluster.inventory import remove_container
 from cluster.launcher import Launcher, live_in_group, stop_launcher
 from cluster.nodes.local import LocalNode
 from tests.controller.helpers import LAB_CONFIG
@@ -79,7 +81,7 @@ async def test_output_is_followed_kept_bounded_and_redacted_and_the_exit_status_
     assert launcher.total_lines == 53 and len(launcher.lines) == 10, "kept: the last 10"
     assert list(launcher.lines)[-1] == "no newline at the end"
     run = Path(launcher.run)
-    assert run == tmp_path / ".cache/spark-bot/launcher" / config.name
+    assert run.parent == tmp_path / ".cache/spark-bot/launcher" / config.name
     assert (run / "status").read_text().strip() == "3" and not (run / "pgid").exists()
 
 
@@ -181,7 +183,7 @@ def test_a_launcher_recipe_names_its_container_and_down_knows_it(tmp_path):
     mine = base.with_recipe("mine")
     assert base.launcher is None and base.container.name == "vllm_lab"
     assert mine.launcher is not None and mine.container.name == "vllm_node"
-    assert base.launcher_containers == {"vllm_node": "mine"}
+    assert base.launcher_containers == {"vllm_node": ["mine"]}
 
 
 def test_the_docs_example_launcher_recipe_loads(tmp_path):
@@ -239,3 +241,59 @@ async def test_the_output_file_is_rotated_at_its_bound_and_followed_across(tmp_p
     assert (run / "output").stat().st_size <= 4096
     assert (run / "output.1").stat().st_size == 4096
     assert (run / "output").read_bytes().endswith(f"{launcher._mark} 0\n".encode())
+
+
+async def test_each_run_has_state_of_its_own_that_an_earlier_run_ending_does_not_touch(tmp_path):
+    """A run left by a spark-bot that was killed (nobody follows it) ends while the next run
+    serves: the next run's pgid is still recorded, its output holds none of the earlier run's,
+    `down` stops it; the next start removes the folders of both ended runs."""
+    go = tmp_path / "go"
+    earlier_script = script(tmp_path, f'echo earlier\nwhile [ ! -e "{go}" ]; do sleep 0.05; done\n')
+    later_script = tmp_path / "later.sh"
+    later_script.write_text("#!/bin/sh\necho later\nexec sleep 300\n")
+    later_script.chmod(0o755)
+    async with head_node(tmp_path, command=[earlier_script]) as (config, node):
+        earlier = Launcher(config, Secrets({}), node, str(tmp_path))
+        await earlier.start()
+        later_config = config.model_copy(
+            update={"launcher": config.launcher.model_copy(update={"command": [str(later_script)]})}
+        )
+        later = Launcher(later_config, Secrets({}), node, str(tmp_path))
+        pgid = await later.start()
+        assert later.run != earlier.run and Path(later.run).parent == Path(earlier.run).parent
+        go.touch()
+        assert await earlier.follow() == 0  # the earlier run has ended, its wrapper cleaned up
+        assert (Path(later.run) / "pgid").read_text().strip() == str(pgid)
+        assert earlier._mark not in (Path(later.run) / "output").read_text()
+        done = await stop_launcher(config, node, str(tmp_path))
+        assert done is not None and f"process group {pgid}" in done and not alive(pgid)
+        third = Launcher(config, Secrets({}), node, str(tmp_path))
+        await third.start()
+        await third.stop()
+        assert [p.name for p in Path(third.run).parent.iterdir()] == [Path(third.run).name]
+
+
+async def test_a_removal_already_in_progress_is_no_error_once_the_container_is_gone(tmp_path):
+    """The launcher's own `docker rm` on its way out races `down`'s: Docker answers 409, the
+    container goes; `down` says so, and raises nothing."""
+    inspected = 0
+
+    async def racing(request):
+        nonlocal inspected
+        if request.method == "GET" and request.path.endswith("/json"):
+            inspected += 1
+            if inspected > 2:
+                return web.json_response({"message": "No such container: vllm_node"}, status=404)
+            state = {"Status": "exited", "Running": False}
+            return web.json_response({"Id": "f" * 64, "State": state, "Config": {"Labels": {}}})
+        message = "removal of container vllm_node is already in progress"
+        return web.json_response({"message": message}, status=409)
+
+    async with docker_standin(tmp_path / "docker.sock", racing) as socket:
+        config = cluster(socket, command=["./launch.sh"])
+        node = await LocalNode.connect(config.head, timeout=5, call_timeout=5)
+        try:
+            removed, detail = await remove_container(node, "vllm_node", owner=None, timeout=5)
+        finally:
+            await node.aclose()
+    assert removed and "removed meanwhile by another" in detail, detail

@@ -5,7 +5,10 @@ the head, proven with the same checkpoints as spark-bot's own launch; a failing 
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
 LAUNCH_PAIR = Path(__file__).resolve().parents[2] / "lab" / "launchers" / "launch-pair.sh"
 FAST = {**LAB_FAST, "stall": 6}
 RECIPE = "pair-script"
+OTHER_RECIPE = "other-script"
 
 
 def script_on_head(lab: LabInfo) -> str:
@@ -101,19 +105,35 @@ def pgid_of(events) -> int:
     return int(evidence.split("process group ")[1].split(";")[0])
 
 
-def config_file(lab: LabInfo, folder: Path, *options: str) -> str:
-    """configs/lab.yaml with the launcher recipe in it, as an operator writes it."""
+def with_launcher_script(config: ClusterConfig, folder: Path, name: str, text: str, *args: str):
+    """`config` whose recipe runs the script `text` (written to `folder` on the head as `name`)
+    with `args` instead of launch-pair.sh."""
+    script = folder / name
+    script.write_text(text)
+    script.chmod(0o755)
+    assert config.launcher is not None
+    launcher = config.launcher.model_copy(update={"command": ["./" + name, *args]})
+    recipe = config.recipes[RECIPE].model_copy(update={"launcher": launcher})
+    return config.model_copy(update={"recipes": {RECIPE: recipe}}).with_recipe(RECIPE)
+
+
+def config_file(
+    lab: LabInfo, folder: Path, *options: str, launched: ClusterConfig | None = None
+) -> str:
+    """configs/lab.yaml with the launcher recipe in it (that of `launched` if given), as an
+    operator writes it."""
     data = yaml.safe_load(LAB_CONFIG.read_text())
-    launcher = script_cluster(lab, *options).launcher
+    launcher = (launched or script_cluster(lab, *options)).launcher
     assert launcher is not None
     data["cluster"]["timeouts"].update(FAST)
-    data["cluster"]["recipes"] = {
-        RECIPE: {
-            "description": "the operator's own script",
-            "serve": {"model": data["cluster"]["serve"]["model"], "served_model_name": "qwen35"},
-            "launcher": launcher.model_dump(exclude_defaults=True),
-        }
+    recipe = {
+        "description": "the operator's own script",
+        "serve": {"model": data["cluster"]["serve"]["model"], "served_model_name": "qwen35"},
+        "launcher": launcher.model_dump(exclude_defaults=True),
     }
+    # another recipe whose launcher names the same container, listed after it
+    other = {**recipe, "serve": {**recipe["serve"], "served_model_name": "qwen35-other"}}
+    data["cluster"]["recipes"] = {RECIPE: recipe, OTHER_RECIPE: other}
     path = folder / "sparks.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return str(path)
@@ -134,6 +154,9 @@ async def test_a_launcher_script_reaches_ready_from_the_cli_with_the_same_checkp
     after_preflight = plan.index("api_port") + 1
     assert list(by_id) == plan and plan[after_preflight:][:2] == ["launcher", "containers"]
     assert "launch-pair.sh" in by_id["launcher"].evidence
+    offline = by_id["model"].evidence
+    assert "HF_HUB_OFFLINE=1 in the containers" not in offline, "spark-bot sets none in them"
+    assert "HF_HUB_OFFLINE is the launcher's to set" in offline
     containers = by_id["containers"].evidence
     assert containers.count("vllm_node") == 2 and "started by the launcher" in containers
     said = ("Detected head IP", "Starting container", "Starting the Ray", "Ray runtime started.")
@@ -156,6 +179,9 @@ async def test_a_launcher_script_reaches_ready_from_the_cli_with_the_same_checkp
     assert code == 0 and f"running: {RECIPE}" in out, out
     code, out, _ = await spark_bot("status", config=config)
     assert out.count("vllm_node running") == 2 and f"(recipe {RECIPE})" in out, out
+    assert OTHER_RECIPE not in out, "the recipe launched, not another naming its container"
+    code, out, _ = await spark_bot("logs", config=config)
+    assert code == 0 and "of vllm_node on" in out and "no container" not in out, out
 
     code, out, _ = await spark_bot("down", config=config)
     assert code == 0 and f"stopped the launcher's process group {pgid}" in out, out
@@ -198,14 +224,12 @@ async def test_a_launcher_whose_docker_run_failed_is_stopped_with_dockers_reason
     clean_launcher,
 ):
     base = script_cluster(clean_launcher)
-    assert base.launcher is not None
-    folder = Path(clean_launcher.head.home) / "spark-vllm-docker"
-    script = folder / "waits-after-a-failed-run.sh"
-    script.write_text(WAITS_AFTER_A_FAILED_RUN.format(image=base.container.image))
-    script.chmod(0o755)
-    launcher = base.launcher.model_copy(update={"command": ["./" + script.name]})
-    recipe = base.recipes[RECIPE].model_copy(update={"launcher": launcher})
-    config = base.model_copy(update={"recipes": {RECIPE: recipe}}).with_recipe(RECIPE)
+    config = with_launcher_script(
+        base,
+        Path(clean_launcher.head.home) / "spark-vllm-docker",
+        "waits-after-a-failed-run.sh",
+        WAITS_AFTER_A_FAILED_RUN.format(image=base.container.image),
+    )
     events = await collect(Controller(config, Secrets({})).up())
     failure = events[-1]
     assert isinstance(failure, Failed) and failure.signature == "docker_caps_refused", failure
@@ -267,3 +291,87 @@ async def test_preflight_warns_when_the_config_turns_rays_memory_monitor_back_on
     assert memory.warning and memory.warning.startswith(
         "container.env sets RAY_memory_monitor_refresh_ms=250"
     )
+
+
+# A script that gives up on its server after vLLM started (the emulator's NCCL set-up hangs),
+# whose trap stops its containers before it exits 1: the stop is its own, not on request.
+STOPS_ITS_OWN_CONTAINERS = """#!/bin/bash
+worker=$1; shift
+stop() {
+    docker stop vllm_node >/dev/null
+    ssh -o BatchMode=yes "$worker" docker stop vllm_node >/dev/null
+}
+trap stop EXIT
+./launch-pair.sh "$@"
+echo "Waiting for vLLM's NCCL set-up"
+until docker logs vllm_node 2>&1 | grep -q ncclCommInitRank; do sleep 0.2; done
+echo "Error: NCCL did not finish its set-up"
+exit 1
+"""
+
+
+def self_stopping_cluster(lab: LabInfo) -> ClusterConfig:
+    pair = script_cluster(lab, "-d", "-e", "SPARK_EMU_FAULT=nccl_hang")
+    assert pair.launcher is not None
+    return with_launcher_script(
+        pair,
+        Path(lab.head.home) / "spark-vllm-docker",
+        "stops-its-own-containers.sh",
+        STOPS_ITS_OWN_CONTAINERS,
+        lab.workers[0].fabric_ip,
+        *pair.launcher.command[1:],
+    )
+
+
+async def test_a_launcher_that_stops_its_own_containers_then_fails_is_its_failure_not_a_request(
+    clean_launcher, tmp_path
+):
+    config = config_file(clean_launcher, tmp_path, launched=self_stopping_cluster(clean_launcher))
+    code, out, _ = await spark_bot("up", "--recipe", RECIPE, "--json", config=config)
+    events = [parse_event(line) for line in out.splitlines()]
+    failure = events[-1]
+    assert code == 1 and isinstance(failure, Failed), out
+    assert failure.signature == "launcher_failed", failure.model_dump_json(indent=1)
+    assert "exited with status 1" in failure.summary and "on request" not in failure.summary
+    assert failure.evidence == "Error: NCCL did not finish its set-up"
+    assert "stopped its own containers" in failure.cause
+    assert "containers" in passed(events), "it failed after its containers started"
+
+
+async def test_ctrl_c_of_a_launcher_up_prints_a_summary_and_leaves_nothing(
+    clean_launcher, tmp_path
+):
+    config = config_file(clean_launcher, tmp_path)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot.cli",
+        "up",
+        "--recipe",
+        RECIPE,
+        "--json",
+        "--config",
+        config,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    seen = []
+    while not (
+        seen and isinstance(seen[-1], CheckpointPassed) and seen[-1].checkpoint == "ray_cluster"
+    ):
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        assert line, f"up ended before its Ray cluster formed: {seen[-1:]}"
+        seen.append(parse_event(line.decode()))
+    process.send_signal(signal.SIGINT)
+    ssh = passed(seen)["ssh"]
+    slowest_ms = max(int(ms) for ms in re.findall(r"connected in (\d+) ms", ssh.evidence))
+    assert ssh.elapsed_s * 1000 >= slowest_ms, "the clock starts with the command, before SSH"
+    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    said = stderr.decode()
+    assert process.returncode == 130
+    assert "interrupted (Ctrl-C)" in said and "status --config" in said, said
+    assert "DockerRefused(" not in said, said
+    assert not await group_alive(clean_launcher, pgid_of(seen))
+    [status] = await collect(Controller(script_cluster(clean_launcher), Secrets({})).status())
+    assert not [c for c in status.containers if c.present], status.containers
