@@ -176,12 +176,14 @@ class RecordingController(Controller):
         replace: bool = False,
         replace_foreign: Collection[str] = (),
         sample_max_tokens: int = 128,
+        take_over: bool = False,
     ) -> AsyncGenerator[Event, None]:
         return self._recorded(
             super().up(
                 replace=replace,
                 replace_foreign=replace_foreign,
                 sample_max_tokens=sample_max_tokens,
+                take_over=take_over,
             )
         )
 

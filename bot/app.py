@@ -22,9 +22,11 @@ from handlers.jobs import ControllerFactory
 from handlers.store import Store
 
 
-def controller_factory(config: SparkBotConfig, environ: Mapping[str, str]) -> ControllerFactory:
+def controller_factory(
+    config: SparkBotConfig, environ: Mapping[str, str], who: str
+) -> ControllerFactory:
     secrets = resolve_secrets(config.cluster, dict(environ))
-    return lambda cluster: Controller(cluster, secrets)
+    return lambda cluster: Controller(cluster, secrets, who=who)
 
 
 def settle_heap() -> None:
@@ -54,7 +56,7 @@ def slack_bot(
         config.bot,
         SlackChat(client),
         Store(config.store.path),
-        controller_factory(config, environ),
+        controller_factory(config, environ, "the Slack bot"),
     )
     return SlackBot(
         dispatcher,
@@ -103,7 +105,7 @@ async def run_console(
         config.bot,
         chat,
         Store(config.store.path),
-        controller_factory(config, environ),
+        controller_factory(config, environ, "`spark-bot console`"),
         access=Access.for_console(),
     )
     await dispatcher.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import importlib.metadata
 import os
 import shlex
@@ -93,6 +94,14 @@ _RECIPE_COMMANDS = ("up", "verify", "watch", "preflight", "bench", "sync-image",
 _FOLLOWS_THE_RUNNING_RECIPE = ("verify", "watch", "bench")
 
 
+def _cli_who() -> str:
+    """Whose launch a shell's `up` is, as another launch's refusal names it."""
+    try:
+        return f"`spark-bot` from a shell of {getpass.getuser()}"
+    except (KeyError, OSError):  # a uid with no name (a container's)
+        return f"`spark-bot` from a shell of uid {os.getuid()}"
+
+
 def _controller(args: argparse.Namespace) -> Controller:
     cluster = load_config(args.config).cluster
     if args.command in _RECIPE_COMMANDS:
@@ -100,7 +109,7 @@ def _controller(args: argparse.Namespace) -> Controller:
         if recipe is None and args.command in _FOLLOWS_THE_RUNNING_RECIPE and cluster.recipes:
             recipe = asyncio.run(_running_recipe(cluster))
         cluster = cluster.with_recipe(recipe)
-    return Controller(cluster, resolve_secrets(cluster, dict(os.environ)))
+    return Controller(cluster, resolve_secrets(cluster, dict(os.environ)), who=_cli_who())
 
 
 async def _running_recipe(cluster: ClusterConfig) -> str | None:
@@ -143,7 +152,7 @@ def _operation(method: str) -> Command:
         controller = _controller(args)
         kwargs = {}
         if method == "up":
-            kwargs = {"replace": args.replace}
+            kwargs = {"replace": args.replace, "take_over": args.take_over}
         elif method == "logs":
             if args.node is not None:
                 args.node = resolve_node(
@@ -384,6 +393,12 @@ def _parser() -> _Parser:
                 "--replace",
                 action="store_true",
                 help="remove a leftover container spark-bot started (never one it did not start) first",
+            )
+            sub.add_argument(
+                "--take-over",
+                action="store_true",
+                help="take the cluster from another launch that is running now (the Slack bot's, "
+                "a console's, another shell's): it is killed; without it `up` refuses",
             )
         if name == "logs":
             sub.add_argument("node", nargs="?", help="head, worker or a node name (default: head)")

@@ -39,9 +39,10 @@ from cluster.watch import watch as watch_cluster
 
 
 class Controller:
-    def __init__(self, config: ClusterConfig, secrets: Secrets):
+    def __init__(self, config: ClusterConfig, secrets: Secrets, *, who: str = "spark-bot"):
         self.config = config
         self.secrets = secrets
+        self.who = who  # the way in (the Slack bot, the console, the CLI), named in its lease
 
     async def preflight(
         self, *, replace: bool = False, replace_foreign: Collection[str] = ()
@@ -65,9 +66,11 @@ class Controller:
         replace: bool = False,
         replace_foreign: Collection[str] = (),
         sample_max_tokens: int = 128,
+        take_over: bool = False,
     ) -> AsyncGenerator[Event, None]:
         """Launch; `replace` removes a leftover container spark-bot started, `replace_foreign`
-        names the nodes where a user consented to removing one it did not start."""
+        names the nodes where a user consented to removing one it did not start; `take_over`
+        takes the cluster from another live launch (cluster/launch_lease.py)."""
         reporter = Reporter()  # the clock starts with the command, not once SSH is up
         async with connect_cluster(self.config) as connection:
             launch = Launch(
@@ -78,6 +81,8 @@ class Controller:
                 replace_foreign=replace_foreign,
                 sample_max_tokens=sample_max_tokens,
                 reporter=reporter,
+                who=self.who,
+                take_over=take_over,
             )
             # Closed before the connections are: a cancelled launch cleans up over them.
             async with aclosing(launch.run()) as events:

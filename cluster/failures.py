@@ -680,6 +680,16 @@ STALE_CONTAINER = KnownFailure(
     cause="a previous launch is still there (running or stopped)",
     fix="run `down` first, or `up --replace` to remove it and launch again",
 )
+LAUNCH_IN_PROGRESS = KnownFailure(
+    id="launch_in_progress", role="cause", fatal=True,
+    source="spark-bot's launch lease on the head (cluster/launch_lease.py)",
+    title="another launch of {cluster} is running: {holder}",
+    cause="{holder} is launching this cluster right now; its containers are no leftovers, and "
+          "replacing them would kill that launch",
+    fix="wait for it to end (its Ready or its failure), or cancel it where it runs; to take "
+        "the cluster from it anyway, `up --replace --take-over` on the command line. A crashed "
+        "launch renews nothing: its lease lapses {stale} s after its last renewal",
+)
 FOREIGN_CONTAINER = KnownFailure(
     id="foreign_container", role="cause", fatal=True, source="spark-bot preflight",
     title="a container named {container} on {node} was not started by spark-bot ({state})",
@@ -1034,6 +1044,7 @@ ROWS_WITHOUT_A_LOG_LINE: tuple[KnownFailure, ...] = (
     MEMORY_SHORT,
     MODEL_DOES_NOT_FIT,
     STALE_CONTAINER,
+    LAUNCH_IN_PROGRESS,
     FOREIGN_CONTAINER,
     SS_FAILED,
     PORT_TAKEN,

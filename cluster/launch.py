@@ -34,6 +34,7 @@ from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
 from cluster.failures import (
     API_UNEXPECTED,
     DOCKER_REFUSED,
+    LAUNCH_IN_PROGRESS,
     LAUNCHER_CONTAINERS_MISSING,
     LAUNCHER_FAILED,
     LAUNCHER_KILLED,
@@ -45,6 +46,7 @@ from cluster.fit import MemoryLogged, compare_with_logged
 from cluster.follow import Expectation, LogFollower, must_see
 from cluster.interfaces import NodeInterfaces
 from cluster.inventory import remove_container
+from cluster.launch_lease import STALE_S, LaunchLease, LeaseHeld
 from cluster.launcher import Launcher
 from cluster.memory_return import LABEL_MEMORY_BEFORE
 from cluster.monitor import ClusterMonitor
@@ -71,6 +73,8 @@ class Launch:
         replace_foreign: Collection[str] = (),
         sample_max_tokens: int = 128,
         reporter: Reporter | None = None,
+        who: str = "spark-bot",
+        take_over: bool = False,
     ):
         self.config = config
         self.secrets = secrets
@@ -97,6 +101,9 @@ class Launch:
         self.launcher: Launcher | None = None  # the operator's script, once started
         self._launcher_end: asyncio.Task[Failed | None] | None = None
         self._table, _ = for_cluster(config)
+        self.who = who  # whose launch this is, for the lease another launch would meet
+        self.take_over = take_over  # take the lease from another live launch
+        self.lease: LaunchLease | None = None
 
     async def run(self) -> AsyncGenerator[Event, None]:
         try:
@@ -124,6 +131,8 @@ class Launch:
             if self._launcher_end is not None:
                 self._launcher_end.cancel()
                 await asyncio.gather(self._launcher_end, return_exceptions=True)
+            if self.lease is not None:
+                await finish_uncancelled(self.lease.release())
             await self.monitor.aclose()
 
     def _saying_what_is_left(self, failed: Failed) -> Failed:
@@ -152,11 +161,37 @@ class Launch:
         else:
             containers = [Step(RAY_STARTED, self._mp_containers)]
         return [
+            Step(BY_ID["no_stale_container"], self._take_lease),
             Step(BY_ID["ssh"], self.preflight.run),
             *containers,
             Step(BY_ID["weights"], self._logged_checkpoints),
             Step(BY_ID["health"], self._api_checks),
         ]
+
+    async def _take_lease(self) -> AsyncGenerator[Event, None]:
+        """The head's launch lease, before anything of the cluster changes: another live
+        launch refuses this one (its containers are no leftovers for `replace`). A head not
+        reached is preflight's to report."""
+        head = self.connection.nodes.get(self.config.head.name)
+        if head is None:
+            return
+        lease = LaunchLease(head, self.config.name, self.who, timeout=self.config.timeouts.connect)
+        try:
+            await lease.take(take_over=self.take_over)
+        except LeaseHeld as held:
+            values = {
+                "cluster": self.config.name,
+                "holder": held.holder.describe(),
+                "stale": f"{STALE_S:g}",
+            }
+            yield self.reporter.known(
+                BY_ID["no_stale_container"], LAUNCH_IN_PROGRESS, values, node=head.name
+            )
+            return
+        except NodeError as error:
+            log.warning("launching without the head's lease: %s", error)
+            return
+        self.lease = lease
 
     async def _logged_checkpoints(self) -> AsyncGenerator[Event, None]:
         plan = [c.id for c in launch_plan(self.config)]

@@ -59,9 +59,13 @@ class DemoController(Controller):
         replace: bool = False,
         replace_foreign: Collection[str] = (),
         sample_max_tokens: int = SAMPLE_TOKENS,
+        take_over: bool = False,
     ) -> AsyncGenerator[Event, None]:
         return super().up(
-            replace=replace, replace_foreign=replace_foreign, sample_max_tokens=sample_max_tokens
+            replace=replace,
+            replace_foreign=replace_foreign,
+            sample_max_tokens=sample_max_tokens,
+            take_over=take_over,
         )
 
 

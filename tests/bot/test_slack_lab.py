@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from cluster.checkpoints import launch_plan
+from cluster.config import Secrets
+from cluster.controller import Controller
+from cluster.events import Progress, Ready
 from cluster.failures import SIGNATURES
 from tests.bot.helpers import (
     ALICE,
@@ -325,3 +330,35 @@ async def test_bench_posts_the_table_the_sample_and_the_chart_into_the_thread(
     ]
     assert slack.file_content(chart_id).startswith(b"\x89PNG"), "a real PNG went up"
     assert upload.ok
+
+
+async def test_a_live_launch_from_a_shell_is_not_replaced_from_slack(slack, lab, cluster, tmp_path):
+    # issue 26, item 8: another way in's live launch is no cluster to replace
+    shell = Controller(
+        cluster_for(lab, timeouts=FAST, env={"SPARK_EMU_FAULT": "slow_start"}),
+        Secrets({}),
+        who="`spark-bot` from a shell of alice",
+    )
+    serving, events = asyncio.Event(), []
+
+    async def launch() -> None:
+        async for event in shell.up():
+            events.append(event)
+            if isinstance(event, Progress) and "vllm serve started" in event.message:
+                serving.set()
+
+    task = asyncio.create_task(launch())
+    try:
+        await asyncio.wait_for(serving.wait(), timeout=90)
+        async with slack_bot(slack, cluster, settings(tmp_path)):
+            await slack.send_slash_command(ALICE, CH, "up")
+            question = await private_answer(slack, ALICE, "Confirm", timeout=30)
+            await slack.click_button(ALICE, CH, question["ts"], "spark_confirm")
+            refused = await slack.wait_for(
+                lambda c: c.method == "chat.postMessage" and "another launch" in block_text(c), 60
+            )
+        assert "`spark-bot` from a shell of alice on " in block_text(refused)
+        await asyncio.wait_for(task, timeout=240)
+        assert isinstance(events[-1], Ready), "the shell's launch went on to its Ready"
+    finally:
+        task.cancel()

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.events import Failed, Ready, parse_event
+from cluster.config import Secrets
+from cluster.controller import Controller
+from cluster.events import Failed, Progress, Ready, parse_event
+from tests.controller.helpers import cluster_for
 
 pytestmark = pytest.mark.lab
 CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "lab.yaml")
@@ -73,3 +76,34 @@ async def test_json_lines_and_exit_status_of_a_failure(clean):
     failure = parse_event(out.splitlines()[-1])
     assert isinstance(failure, Failed) and failure.checkpoint == "no_stale_container"
     assert "cause:" in err and "fix:" in err
+
+
+async def test_a_live_launch_of_another_way_in_is_not_replaced_from_a_shell(clean):
+    # issue 26, item 8: with a launch running from `spark-bot console`, the shell's `up` said a
+    # previous launch was still there and `up --replace` killed the live one
+    console = Controller(
+        cluster_for(clean, env={"SPARK_EMU_FAULT": "slow_start"}),
+        Secrets({}),
+        who="`spark-bot console`",
+    )
+    serving, events = asyncio.Event(), []
+
+    async def launch() -> None:
+        async for event in console.up():
+            events.append(event)
+            if isinstance(event, Progress) and "vllm serve started" in event.message:
+                serving.set()
+
+    task = asyncio.create_task(launch())
+    try:
+        await asyncio.wait_for(serving.wait(), timeout=90)
+        code, out, _ = await spark_bot("up", "--replace")
+        assert code == 1, out
+        assert "another launch of lab is running: `spark-bot console` on" in out
+        assert "up --replace --take-over" in out
+        await asyncio.wait_for(task, timeout=240)
+        assert isinstance(events[-1], Ready), "the console's launch went on to its Ready"
+    finally:
+        task.cancel()
+        code, out, _ = await spark_bot("down")
+    assert code == 0
