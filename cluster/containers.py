@@ -19,6 +19,7 @@ LABEL_CLUSTER = "spark-bot.cluster"
 LABEL_ROLE = "spark-bot.role"
 LABEL_RECIPE = "spark-bot.recipe"
 
+ALL_GPUS = [{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}]  # --gpus all
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 
@@ -89,7 +90,7 @@ def create_body(
     elif container.shm_size:
         host["ShmSize"] = size_in_bytes(container.shm_size)
     if container.gpus:
-        host["DeviceRequests"] = [{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}]
+        host["DeviceRequests"] = ALL_GPUS
     return {
         "Image": container.image,
         "Cmd": command,
@@ -101,6 +102,21 @@ def create_body(
             **({LABEL_RECIPE: config.recipe} if config.recipe else {}),
             **(labels or {}),
         },
+        "HostConfig": host,
+    }
+
+
+def throwaway_body(config: ClusterConfig, command: list[str]) -> dict[str, Any]:
+    """A short command in the configured image with the GPUs and the environment the launch
+    gives its containers (no secrets, no mounts, no host network: it only asks the image)."""
+    container = config.container
+    host: dict[str, Any] = {"DeviceRequests": ALL_GPUS} if container.gpus else {}
+    return {
+        "Image": container.image,
+        "Cmd": command,
+        "Entrypoint": [],  # the image's own (`vllm serve`, NGC's script) would wrap the command
+        "Env": [f"{key}={value}" for key, value in container.env.items()],
+        "Labels": {LABEL_CLUSTER + ".check": config.name},
         "HostConfig": host,
     }
 

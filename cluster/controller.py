@@ -19,6 +19,7 @@ from cluster.diag import collect
 from cluster.drop_caches import drop_caches
 from cluster.events import DiagnosticsCollected, Event, LogTail, Progress, Removed, StatusReport
 from cluster.failures import CLUSTER_NOT_UP
+from cluster.gpu_arch import AnswersByImage
 from cluster.imagesync import ImageSync
 from cluster.inventory import (
     container_state,
@@ -43,6 +44,8 @@ class Controller:
         self.config = config
         self.secrets = secrets
         self.who = who  # the way in (the Slack bot, the console, the CLI), named in its lease
+        # what each image said of its CUDA architectures: asked once per image ID
+        self.image_answers: AnswersByImage = {}
 
     async def preflight(
         self, *, replace: bool = False, replace_foreign: Collection[str] = ()
@@ -55,6 +58,7 @@ class Controller:
                 reporter,
                 replace=replace,
                 replace_foreign=frozenset(replace_foreign),
+                image_answers=self.image_answers,
             )
             async with aclosing(preflight.run()) as events:
                 async for event in events:
@@ -83,6 +87,7 @@ class Controller:
                 reporter=reporter,
                 who=self.who,
                 take_over=take_over,
+                image_answers=self.image_answers,
             )
             # Closed before the connections are: a cancelled launch cleans up over them.
             async with aclosing(launch.run()) as events:

@@ -1021,6 +1021,19 @@ DROP_CACHES_REFUSED = KnownFailure(
         "(`USER ALL=(root) NOPASSWD: /usr/local/sbin/drop-caches`) and check the script exists; "
         "then run drop-caches again",
 )
+IMAGE_NOT_BUILT_FOR_GPU = KnownFailure(
+    id="image_not_built_for_gpu", role="cause", fatal=True,
+    source="spark-bot preflight (CUDA's compatibility rules; torch.cuda.get_arch_list)",
+    title="image {image} is not built for the GPU on {node}: {evidence}",
+    cause="the image's torch and vLLM kernels carry machine code for other GPUs only ({built_for}) "
+          "and no PTX at or below {gpu_arch} the driver could compile: torch warns `{gpu_arch} is "
+          "not compatible with the current PyTorch installation` and the load fails after "
+          "minutes with `CUDA error: no kernel image is available for execution on the device`",
+    fix="use an image built for {gpu_arch} (a GB10 is compute capability 12.1: an image built "
+        "with CUDA 12.8+ for sm_120/sm_121, such as NVIDIA's DGX Spark vLLM image), or build one "
+        "with `TORCH_CUDA_ARCH_LIST` naming it (`12.1` or `12.0+PTX`) for torch and vLLM; then "
+        "set container.image and `sync-image`",
+)
 # fmt: on
 
 # The rows no log line matches (spark-bot's own findings: preflight, the API checks, the probe,
@@ -1084,6 +1097,7 @@ ROWS_WITHOUT_A_LOG_LINE: tuple[KnownFailure, ...] = (
     FABRIC_MTU_MISMATCH,
     DROP_CACHES_NOT_CONFIGURED,
     DROP_CACHES_REFUSED,
+    IMAGE_NOT_BUILT_FOR_GPU,
 )
 # By id: what a Failed's signature names when it is not in the log table.
 ROW_WITHOUT_A_LOG_LINE_BY_ID: dict[str, KnownFailure] = {

@@ -44,6 +44,7 @@ from cluster.failures import (
 )
 from cluster.fit import MemoryLogged, compare_with_logged
 from cluster.follow import Expectation, LogFollower, must_see
+from cluster.gpu_arch import AnswersByImage
 from cluster.interfaces import NodeInterfaces
 from cluster.inventory import remove_container
 from cluster.launch_lease import STALE_S, LaunchLease, LeaseHeld
@@ -75,6 +76,7 @@ class Launch:
         reporter: Reporter | None = None,
         who: str = "spark-bot",
         take_over: bool = False,
+        image_answers: AnswersByImage | None = None,
     ):
         self.config = config
         self.secrets = secrets
@@ -93,6 +95,7 @@ class Launch:
             self.reporter,
             replace=replace,
             replace_foreign=frozenset(replace_foreign),
+            image_answers={} if image_answers is None else image_answers,
         )
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []

@@ -11,7 +11,7 @@ from cluster import fabric_link
 from cluster.checkpoints import BY_ID, Checkpoint
 from cluster.config import ClusterConfig
 from cluster.containers import LABEL_CLUSTER
-from cluster.errors import InterfaceProblem
+from cluster.errors import DockerRefused, InterfaceProblem, NodeTimedOut
 from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.failures import (
     FABRIC_LINK_DOWN,
@@ -19,6 +19,7 @@ from cluster.failures import (
     FOREIGN_CONTAINER,
     IMAGE_DIFFERS,
     IMAGE_MISSING,
+    IMAGE_NOT_BUILT_FOR_GPU,
     IMAGE_NOT_ON_HEAD,
     INTERFACES_UNEXPECTED,
     MEMORY_HELD,
@@ -45,6 +46,7 @@ from cluster.fit import (
     hf_home,
     read_model_facts,
 )
+from cluster.gpu_arch import AnswersByImage, ask_image, verdict
 from cluster.interfaces import NodeInterfaces, resolve_interfaces
 from cluster.memory import GIB, MemoryBreakdown, parse_memory_breakdown
 from cluster.memory_return import LastStop, held_by, is_back, last_stop, read_breakdown
@@ -97,6 +99,8 @@ class Preflight:
     model: ModelCheck | None = None  # the model's files on every node
     # node -> seconds waited for the last launch's memory to come back, where it was awaited
     memory_returned: dict[str, float] = field(default_factory=dict)
+    # the image's CUDA architectures and the GPU's, by image ID (the controller's, to keep)
+    image_answers: AnswersByImage = field(default_factory=dict)
 
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None) -> CheckpointPassed:
         return self.reporter.passed(BY_ID[checkpoint], evidence, node=node)
@@ -118,6 +122,7 @@ class Preflight:
             Step(BY_ID["ssh"], self._reachable),
             Step(BY_ID["docker"], self._engines),
             Step(BY_ID["image"], self._same_image),
+            Step(BY_ID["gpu_arch"], self._image_runs_on_gpu),
             Step(BY_ID["interfaces"], self._interfaces),
             Step(BY_ID["memory"], self._memory_returns),
             Step(BY_ID["memory"], self._memory),
@@ -174,6 +179,50 @@ class Preflight:
         yield self._passed(
             "image",
             f"Docker image consistency check passed: {image} = {next(iter(ids.values()))[:19]} on every node",
+        )
+
+    async def _image_runs_on_gpu(self) -> AsyncGenerator[Event, None]:
+        """The image's kernels against the head's GPU, before a load that would fail on them
+        after minutes; every node holds the same image ID by now, and Sparks the same GPU."""
+        head, image = self.connection.head, self.config.container.image
+        image_id = self.facts[head.name].image_id
+        assert image_id is not None  # the image check failed otherwise
+        try:
+            asked = await ask_image(
+                self.config, head, self.facts[head.name].home, image_id, self.image_answers
+            )
+        except (NodeTimedOut, DockerRefused) as error:
+            why = f"the image could not be asked: {error.problem}"
+            yield self._not_checked("gpu_arch", why, head.name)
+            return
+        if isinstance(asked.answer, str):
+            yield self._not_checked("gpu_arch", asked.answer, head.name)
+            return
+        found = verdict(asked.answer)
+        evidence = f"{found.evidence} ({asked.how}: image {image_id[:19]})"
+        if found.runs is None:
+            yield self._not_checked("gpu_arch", evidence, head.name)
+        elif found.runs:
+            yield self._passed("gpu_arch", evidence, head.name)
+        else:
+            yield self._failed(
+                "gpu_arch",
+                head.name,
+                IMAGE_NOT_BUILT_FOR_GPU,
+                {
+                    "image": image,
+                    "node": head.name,
+                    "evidence": found.evidence,
+                    "built_for": found.built_for,
+                    "gpu_arch": found.gpu_arch,
+                },
+                evidence=evidence,
+            )
+
+    def _not_checked(self, checkpoint: str, why: str, node: str) -> CheckpointPassed:
+        """A check that could not run: said as not checked, never as seen."""
+        return self.reporter.passed(
+            BY_ID[checkpoint], f"not checked: {why}", node=node, warning=f"not checked: {why}"
         )
 
     async def _interfaces(self) -> AsyncGenerator[Event, None]:

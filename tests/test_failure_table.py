@@ -34,6 +34,14 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "image_missing": {"image": "vllm:1", "missing": "spark-b"},
     "image_differs": {"image": "vllm:1", "listing": "spark-a: sha256:1; spark-b: sha256:2"},
     "image_not_on_head": {"image": "vllm:1", "head": "spark-a"},
+    "image_not_built_for_gpu": {
+        "image": "vllm:1",
+        "node": "spark-a",
+        "evidence": "image built for sm_80, sm_90 (torch 2.5.1, CUDA 12.4); the GPU (NVIDIA GB10) "
+        "is sm_121: none of them runs on it",
+        "built_for": "sm_80, sm_90",
+        "gpu_arch": "sm_121",
+    },
     "image_still_differs": {"image": "vllm:1", "listing": "spark-a: sha256:1; spark-b: sha256:2"},
     "interfaces_unexpected": {"node": "spark-b", "problem": "no interface has 10.0.0.2"},
     "model_incomplete": {

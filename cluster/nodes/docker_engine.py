@@ -10,6 +10,7 @@ no byte moved for that long fails it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable
 from contextlib import aclosing
@@ -213,6 +214,33 @@ class DockerEngine:
             return container.id
 
         return await self._bounded(f"creating and starting container {name}", create_and_start())
+
+    async def run_to_end(
+        self, body: dict[str, Any], name: str, *, timeout: float
+    ) -> tuple[int, str]:
+        """A throw-away container: created, run until it exits, its exit status and output
+        (stdout and stderr) read, then removed on every way out (a leftover of a crashed
+        caller by that name first); NodeTimedOut when it runs longer than `timeout`."""
+        with contextlib.suppress(ContainerMissing):
+            await self.remove(name)
+
+        async def run() -> tuple[int, str]:
+            container = await self._client.containers.create(body, name=name)
+            await container.start()
+            status = await container.wait()
+            chunks = await container.log(stdout=True, stderr=True)
+            return int(status.get("StatusCode", -1)), "".join(chunks)
+
+        try:
+            return await self._bounded(
+                f"running a throw-away container {name}",
+                run(),
+                container=name,
+                extra_s=max(0.0, timeout - self.call_timeout),
+            )
+        finally:
+            with contextlib.suppress(ContainerMissing):
+                await self.remove(name)
 
     async def stop(self, name: str, *, grace_s: int) -> None:
         """SIGTERM, then SIGKILL after `grace_s` seconds."""
