@@ -22,6 +22,7 @@ an image's builder set with TORCH_CUDA_ARCH_LIST for vLLM's kernels too.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -146,12 +147,12 @@ def verdict(answer: Answer) -> Verdict:
     return Verdict(True, f"{facts}; {gpu}: {best}", built, gpu_arch)
 
 
-# The answers already had, by image ID: an image ID names its content, so its answer holds for
-# as long as the head's GPU does. Kept by the controller (memory) and on the head (disk, for
-# the next process), as JSON beside the launch lease.
+# The answers already had, by image ID and the environment the image was asked in (the launch's:
+# it can change what torch sees). An image ID names its content, so its answer holds for as long
+# as the head's GPU does. Kept by the controller (memory) and on the head (disk, for the next
+# process), as JSON beside the launch lease.
 AnswersByImage = dict[str, Answer]
 CACHE_FOLDER = f"{LEASE_FOLDER}/gpu-arch"
-_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 # $1 the folder, $2 the file's name, $3 its JSON: written whole or not at all
 _WRITE = 'mkdir -p "$1" && printf "%s\\n" "$3" >"$1/$2.partial" && mv -f "$1/$2.partial" "$1/$2"'
 CHECK_CONTAINER_SUFFIX = "-gpu-check"
@@ -168,14 +169,14 @@ async def ask_image(
 ) -> Asked:
     """The image's answer: remembered, else from the head's cache, else asked in a throw-away
     container on the head (then kept in both)."""
-    if image_id in known:
-        return Asked(known[image_id], "remembered from an earlier preflight")
-    cached = _cache_path(home, image_id)
-    if cached is not None:
-        with contextlib.suppress(NodeError, ValueError, ValidationError):
-            text = await head.read_file(cached, timeout=config.timeouts.preflight)
-            known[image_id] = Answer.model_validate_json(text)
-            return Asked(known[image_id], f"kept on {head.name} in ~/{CACHE_FOLDER}")
+    key = _key(config, image_id)
+    if key in known:
+        return Asked(known[key], "remembered from an earlier preflight")
+    cached = f"{home}/{CACHE_FOLDER}/{key}.json"
+    with contextlib.suppress(NodeError, ValueError, ValidationError):
+        text = await head.read_file(cached, timeout=config.timeouts.preflight)
+        known[key] = Answer.model_validate_json(text)
+        return Asked(known[key], f"kept on {head.name} in ~/{CACHE_FOLDER}")
     status, output = await head.docker.run_to_end(
         throwaway_body(config, ARGV),
         config.container.name + CHECK_CONTAINER_SUFFIX,
@@ -185,18 +186,20 @@ async def ask_image(
     if isinstance(answer, str):
         return Asked(f"{answer} (exit {status})", "asked")
     if verdict(answer).runs is not None:  # what was not seen may be seen next time
-        known[image_id] = answer
-        if cached is not None:
-            folder, name = cached.rsplit("/", 1)
-            with contextlib.suppress(NodeError):
-                await head.run(
-                    ["sh", "-c", _WRITE, "sh", folder, name, answer.model_dump_json()],
-                    timeout=config.timeouts.preflight,
-                )
+        known[key] = answer
+        folder, name = cached.rsplit("/", 1)
+        with contextlib.suppress(NodeError):
+            await head.run(
+                ["sh", "-c", _WRITE, "sh", folder, name, answer.model_dump_json()],
+                timeout=config.timeouts.preflight,
+            )
     return Asked(answer, "asked")
 
 
-def _cache_path(home: str, image_id: str) -> str | None:
-    if not _IMAGE_ID.fullmatch(image_id):
-        return None
-    return f"{home}/{CACHE_FOLDER}/{image_id.replace(':', '-')}.json"
+def _key(config: ClusterConfig, image_id: str) -> str:
+    """A file name: the image ID's digest and one of the environment it is asked in."""
+    env = json.dumps(sorted(config.container.env.items())).encode()
+    digest = image_id.removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):  # not Docker's form: named by its hash
+        digest = hashlib.sha256(image_id.encode()).hexdigest()
+    return f"{digest}-{hashlib.sha256(env).hexdigest()[:12]}"

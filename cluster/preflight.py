@@ -187,6 +187,10 @@ class Preflight:
         head, image = self.connection.head, self.config.container.image
         image_id = self.facts[head.name].image_id
         assert image_id is not None  # the image check failed otherwise
+        if not self.config.container.gpus:
+            why = "the containers get no GPU (container.gpus is false)"
+            yield self._not_checked("gpu_arch", why, head.name)
+            return
         try:
             asked = await ask_image(
                 self.config, head, self.facts[head.name].home, image_id, self.image_answers

@@ -8,6 +8,7 @@ from .common import env_int, hostname
 
 DRIVER = "580.95.05"
 CUDA = "13.0"
+COMPUTE_CAPABILITY = (12, 1)  # GB10: sm_121
 
 # RoCE device -> netdev, in the order a DGX Spark's `ibdev2netdev` prints them. Its ConnectX-7
 # hangs off the GB10 by two PCIe x4 links (Socket Direct), so each QSFP port is seen twice: once
@@ -93,7 +94,7 @@ QUERY_FIELDS = {
     "utilization.gpu": lambda i: ("0", " %"),
     "utilization.memory": lambda i: (NA, ""),
     "pci.bus_id": lambda i: ("0000000F:01:00.0", ""),
-    "compute_cap": lambda i: ("12.1", ""),
+    "compute_cap": lambda i: ("%d.%d" % COMPUTE_CAPABILITY, ""),
     "count": lambda i: ("1", ""),
     "pstate": lambda i: ("P8", ""),
     "persistence_mode": lambda i: ("Enabled", ""),
