@@ -1024,15 +1024,15 @@ DROP_CACHES_REFUSED = KnownFailure(
 IMAGE_NOT_BUILT_FOR_GPU = KnownFailure(
     id="image_not_built_for_gpu", role="cause", fatal=True,
     source="spark-bot preflight (CUDA's compatibility rules; torch.cuda.get_arch_list)",
-    title="image {image} is not built for the GPU on {node}: {evidence}",
+    title="image {image} is not built for the GPU on {node} ({gpu_arch})",
     cause="the image's torch and vLLM kernels carry machine code for other GPUs only ({built_for}) "
           "and no PTX at or below {gpu_arch} the driver could compile: torch warns `{gpu_arch} is "
           "not compatible with the current PyTorch installation` and the load fails after "
           "minutes with `CUDA error: no kernel image is available for execution on the device`",
-    fix="use an image built for {gpu_arch} (a GB10 is compute capability 12.1: an image built "
-        "with CUDA 12.8+ for sm_120/sm_121, such as NVIDIA's DGX Spark vLLM image), or build one "
-        "with `TORCH_CUDA_ARCH_LIST` naming it (`12.1` or `12.0+PTX`) for torch and vLLM; then "
-        "set container.image and `sync-image`",
+    fix="use an image built for {gpu_arch} (a GB10 is compute capability 12.1: an image made "
+        "for DGX Spark, built with CUDA 12.8 or later for sm_120 or sm_121), or build one with "
+        "`TORCH_CUDA_ARCH_LIST` naming it (`12.1`, or `12.0+PTX`) for torch and vLLM; then set "
+        "container.image and `sync-image`",
 )
 # fmt: on
 

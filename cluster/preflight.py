@@ -216,7 +216,6 @@ class Preflight:
                 {
                     "image": image,
                     "node": head.name,
-                    "evidence": found.evidence,
                     "built_for": found.built_for,
                     "gpu_arch": found.gpu_arch,
                 },

@@ -37,8 +37,6 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "image_not_built_for_gpu": {
         "image": "vllm:1",
         "node": "spark-a",
-        "evidence": "image built for sm_80, sm_90 (torch 2.5.1, CUDA 12.4); the GPU (NVIDIA GB10) "
-        "is sm_121: none of them runs on it",
         "built_for": "sm_80, sm_90",
         "gpu_arch": "sm_121",
     },

@@ -59,7 +59,7 @@ async def test_an_image_not_built_for_the_gpu_fails_before_the_load_from_the_com
     config = lab_config_with_env(tmp_path, SPARK_EMU_TORCH_ARCHS=HOPPER_ERA, **fresh())
     code, out, _ = await spark_bot("up", config=config)
     assert code == 1, out
-    assert "image spark-lab/vllm-emu:latest is not built for the GPU on spark-lab-0" in out
+    assert "image spark-lab/vllm-emu:latest is not built for the GPU on spark-lab-0 (sm_121)" in out
     assert "image built for sm_80, sm_86, sm_89, sm_90, sm_90a" in out
     assert "the GPU (NVIDIA GB10) is sm_121: none of them runs on it" in out
     assert "TORCH_CUDA_ARCH_LIST" in out
