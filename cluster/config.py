@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from cluster.errors import ConfigError
+from cluster.families import FamilyId
 from cluster.redact import MASK, looks_secret, redact, secret_name
 
 # Values that end up in remote commands or Docker API calls: each pattern admits no shell
@@ -344,6 +345,7 @@ class ExtraSignature(_Model):
     title: str | None = None
     role: Literal["cause", "symptom"] = "cause"
     fatal: bool = True
+    family: FamilyId = Field("other", description="the kind of root cause (cluster.families)")
     source: str = Field("", description="where the line comes from (release, file, issue)")
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,12 +30,15 @@ from cluster.failures import (
     Role,
     cluster_words,
 )
+from cluster.families import FAMILIES, FamilyId, family_of_exception, family_of_text
 from cluster.literals import Screen
 from cluster.logtext import clean_line, is_nccl_line, strip_prefixes
+from cluster.tracebacks import RaisedException, frame_file, raised_exception
 
 CONTEXT_LINES = 5  # cleaned lines kept before the evidence in a Diagnosis
 STALL_WINDOW = 5  # last non-empty lines examined by diagnose_stall
 UNRECOGNISED_TAIL = 20  # last lines attached to an unrecognised failure
+ROOT_AFTER_LINES = 400  # lines after a fatal symptom searched for its traceback's root
 
 
 class Diagnosis(BaseModel):
@@ -50,13 +55,14 @@ class Diagnosis(BaseModel):
     role: Role
     fatal: bool = True
     context: list[str] = Field(default_factory=list, description="cleaned lines before")
+    family: FamilyId = Field("other", description="the kind of root cause (cluster.families)")
+    search: str | None = Field(
+        None, description="the exact text to search for (an unknown root's type and message)"
+    )
 
 
-# The first error of a log no signature explains: a Python exception line (`SomethingError:
-# message`, dotted names included), else a line logged at ERROR level (vLLM's, Ray's, glog's).
-_EXCEPTION_LINE = re.compile(
-    r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s|$)"
-)
+# The first error of a log no signature explains: a Python exception line (cluster.tracebacks),
+# else a line logged at ERROR level (vLLM's, Ray's, glog's).
 _TRACEBACK_NOISE = re.compile(
     r"^(?:Traceback \(most recent call last\)|File \"|\^+$|During handling|The above exception)"
 )
@@ -87,6 +93,7 @@ def diagnosis_of(
         role=known.role,
         fatal=known.fatal,
         context=list(context),
+        family=known.family,
     )
 
 
@@ -156,6 +163,7 @@ class LogDiagnoser:
         self._first_cause: Diagnosis | None = None
         self._first_symptom: Diagnosis | None = None
         self._findings: dict[str, Diagnosis] = {}
+        self._root: RootError | None = None  # the first symptom's root, once one is seen
         self._stop: str | None = None
 
     @property
@@ -174,7 +182,7 @@ class LogDiagnoser:
         if self._first_cause is not None:
             return self._first_cause
         if self._first_symptom is not None:
-            return self._first_symptom
+            return with_root(self._first_symptom, self._root)
         return next(iter(self._findings.values()), None)
 
     @property
@@ -232,23 +240,25 @@ class LogDiagnoser:
                         sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
                     )
                 elif sig.role == "symptom" and self._first_symptom is None:
-                    symptom = diagnosis_of(
+                    self._first_symptom = diagnosis_of(
                         sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
                     )
-                    earlier = first_error(c for _, c, _ in self._recent)
-                    if earlier is not None:  # no known cause: name the first error before it
-                        symptom = symptom.model_copy(
-                            update={
-                                "cause": f"{symptom.cause} Likely cause "
-                                f"(unrecognised), the first error before it: `{strip_prefixes(earlier[1]).strip()[:300]}`"
-                            }
-                        )
-                    self._first_symptom = symptom
+                    self._root = root_error(self._recent)
                 result = self.diagnosis
             elif sig.id not in self._findings:
                 self._findings[sig.id] = diagnosis_of(
                     sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
                 )
+        elif (
+            self._first_symptom is not None
+            and (self._root is None or self._root.kind == "error_level")
+            and not is_source
+            and self._line_number - (self._first_symptom.line_number or 0) <= ROOT_AFTER_LINES
+        ):
+            # the traceback after the symptom ("EngineCore failed to start." comes first)
+            after = root_error([(self._line_number, cleaned, message)], self._recent)
+            if after is not None and after.kind == "exception":
+                self._root = after
         self._recent.append((self._line_number, cleaned, message))
         return result
 
@@ -310,25 +320,115 @@ def diagnose(
     return d.diagnosis
 
 
-def first_error(lines: Iterable[str]) -> tuple[int, str] | None:
-    """(line number, cleaned line) of the likely cause of a failure no signature explains: the
-    first exception line, else the first ERROR-level line."""
-    error_level: tuple[int, str] | None = None
-    for n, raw in enumerate(lines, start=1):
-        cleaned = clean_line(raw)
-        message = strip_prefixes(cleaned)
-        if message[:1].isspace():  # a traceback's frame or source line
+@dataclass(frozen=True)
+class RootError:
+    """The likely root of a death: the first raised exception that wraps no other (`kind`
+    "exception"), else the first line logged at ERROR level ("error_level"); its line, the
+    traceback frame that raised it, and the lines before it."""
+
+    line_number: int
+    cleaned: str
+    kind: Literal["exception", "error_level"]
+    exception: RaisedException | None = None
+    frame: str | None = None
+    context: tuple[str, ...] = ()
+
+    @property
+    def quoted(self) -> str:
+        return strip_prefixes(self.cleaned).strip()[:300]
+
+
+def root_error(
+    entries: Iterable[tuple[int, str, str]], before: Iterable[tuple[int, str, str]] = ()
+) -> RootError | None:
+    """The root error among `entries` ((line number, cleaned line, prefix-stripped message), in
+    log order); `before`: the lines that precede them (for the raising frame and context)."""
+    seen: deque[tuple[int, str, str]] = deque(before, maxlen=CONTEXT_LINES)
+    error_level: RootError | None = None
+    for entry in entries:
+        n, cleaned, message = entry
+        if message[:1].isspace() or not message:  # a traceback's frame or source line
+            seen.append(entry)
             continue
-        if _EXCEPTION_LINE.match(message):
-            return n, cleaned
+        raised = raised_exception(message)
+        if raised is not None and not raised.wraps_another:
+            frame = next(
+                (f for _, _, m in reversed(seen) if (f := frame_file(m)) is not None), None
+            )
+            return RootError(n, cleaned, "exception", raised, frame, tuple(c for _, c, _ in seen))
         if (
             error_level is None
+            and raised is None
             and _ERROR_LEVEL.search(cleaned)
-            and message
             and not _TRACEBACK_NOISE.match(message)
         ):
-            error_level = n, cleaned
+            error_level = RootError(n, cleaned, "error_level", context=tuple(c for _, c, _ in seen))
+        seen.append(entry)
     return error_level
+
+
+def family_of_root(root: RootError) -> FamilyId:
+    if root.exception is not None:
+        return family_of_exception(root.exception, root.frame)
+    return family_of_text(root.quoted)
+
+
+_VOLATILE = re.compile(r"0x[0-9a-fA-F]+|(?:/[\w.+-]+){2,}/|\b\d{5,}\b")
+
+
+def search_text(root: RootError) -> str:
+    """What to paste into an issue tracker's search: the root line without its addresses,
+    paths and ids."""
+    return _VOLATILE.sub("", root.quoted).strip()[:160]
+
+
+def told_by_root(failure: Diagnosis, root: RootError | None, *, what: str) -> Diagnosis:
+    """A failure no row explains (a symptom, or the unrecognised row) told by its root: the
+    root's line is the evidence, quoted as the likely cause, with its family's cause and fix
+    and the exact text to search for. `what`: where the root is, for the operator."""
+    if root is None:
+        return failure
+    family_id = family_of_root(root)
+    if family_id == "other" and failure.family != "other":
+        family_id = failure.family
+    family = FAMILIES[family_id]
+    first = "the root exception" if root.kind == "exception" else "the first error"
+    search = search_text(root)
+    known = f"; {family.cause}" if family_id != "other" else ""
+    return failure.model_copy(
+        update={
+            "cause": f"{failure.cause} Likely cause ({family.title}; no row knows it), "
+            f"{first} {what}: `{root.quoted}`{known}.",
+            "fix": f"{family.fix}; search for the exact text `{search}`"
+            if family_id != "other"
+            else f"{failure.fix} Search for the exact text `{search}`.",
+            "evidence": root.cleaned,
+            "line_number": root.line_number,
+            "context": list(root.context),
+            "family": family_id,
+            "search": search,
+        }
+    )
+
+
+def with_root(symptom: Diagnosis, root: RootError | None) -> Diagnosis:
+    """A symptom (the engine died) told by its root."""
+    if root is None:
+        return symptom
+    where = "in its traceback" if root.line_number > (symptom.line_number or 0) else "before it"
+    return told_by_root(symptom, root, what=where)
+
+
+def first_error(lines: Iterable[str]) -> tuple[int, str] | None:
+    """(line number, cleaned line) of the likely cause of a failure no signature explains: the
+    first raised exception that wraps no other, else the first ERROR-level line."""
+    entries = (
+        (n, cleaned, strip_prefixes(cleaned))
+        for n, raw in enumerate(lines, start=1)
+        if (cleaned := clean_line(raw)).strip()
+    )
+    found = root_error(entries)
+    return (found.line_number, found.cleaned) if found is not None else None
 
 
 def unrecognised(lines: Iterable[str], where: str, tail: int = UNRECOGNISED_TAIL) -> Diagnosis:
@@ -349,17 +449,32 @@ def unrecognised(lines: Iterable[str], where: str, tail: int = UNRECOGNISED_TAIL
             [],
             {"where": where, "first_error": "none (no output)"},
         )
-    found = first_error(lines)
-    n, evidence = found if found else recent[-1]
-    first = (
-        f"`{strip_prefixes(evidence).strip()[:300]}` (line {n})"
-        if found
-        else "none found; the last line is attached"
+    root = root_error(
+        (n, cleaned, strip_prefixes(cleaned))
+        for n, raw in enumerate(lines, start=1)
+        if (cleaned := clean_line(raw)).strip()
     )
-    return diagnosis_of(
+    n, evidence = (root.line_number, root.cleaned) if root else recent[-1]
+    first = f"`{root.quoted}` (line {n})" if root else "none found; the last line is attached"
+    found = diagnosis_of(
         UNRECOGNISED,
         evidence,
         n,
         [c for _, c in list(recent)[:-1]],
         {"where": where, "first_error": first},
+    )
+    if root is None:
+        return found
+    family = FAMILIES[family_of_root(root)]
+    search = search_text(root)
+    if family.id == "other":
+        return found.model_copy(update={"search": search})
+    return found.model_copy(
+        update={
+            "cause": f"{found.cause} That is an error of its family: {family.title} "
+            f"({family.cause}).",
+            "fix": f"{family.fix}; search for the exact text `{search}`. {found.fix}",
+            "family": family.id,
+            "search": search,
+        }
     )

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cluster.config import ClusterConfig, Knowledge
 from cluster.events import Remedy
+from cluster.families import FamilyId
 
 Role = Literal["cause", "symptom"]
 
@@ -42,6 +43,7 @@ class KnownFailure(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str = Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)
+    family: FamilyId = Field(description="the kind of root cause (cluster.families)")
     role: Role
     fatal: bool
     title: str
@@ -90,14 +92,14 @@ _NCCL_HANG_FIX = (
 SIGNATURES: tuple[FailureSignature, ...] = (
     # --- launcher / cluster formation ---------------------------------------------------------
     FailureSignature(
-        id="docker_image_mismatch", role="cause", fatal=True,
+        id="docker_image_mismatch", family="ray_cluster", role="cause", fatal=True,
         pattern=_re(r"Docker image mismatch on worker node"),
         title="Docker image differs between nodes",
         cause="The head and a worker have different image IDs for the same image name.",
         fix=_SAME_IMAGE_FIX,
     ),
     FailureSignature(
-        id="ray_gcs_connect_failed", role="cause", fatal=True,
+        id="ray_gcs_connect_failed", family="ray_cluster", role="cause", fatal=True,
         pattern=_re(r"Failed to connect to GCS at address:? ?(?P<address>\[?[\w.:-]*[\w\]])"),
         title="Ray worker could not reach the head (GCS at {address})",
         cause="Link or IP problem between the nodes (cable, wrong fabric IP, port 6379 "
@@ -107,14 +109,14 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "the fabric IPs; run the same image (with Ray) on {every_node}.",
     ),
     FailureSignature(
-        id="ray_version_mismatch", role="cause", fatal=True,
+        id="ray_version_mismatch", family="ray_cluster", role="cause", fatal=True,
         pattern=_re(r"Version mismatch: The cluster was started with"),
         title="Ray/Python version differs between nodes",
         cause="The nodes run different images (different Ray or Python versions).",
         fix=_SAME_IMAGE_FIX,
     ),
     FailureSignature(
-        id="dist_store_timeout", role="cause", fatal=True,
+        id="dist_store_timeout", family="distributed_init", role="cause", fatal=True,
         pattern=_re(r"\bDistStoreError\b|waiting for clients\. \d+/\d+ clients joined"),
         title="torch.distributed store timed out: not every node joined",
         cause="Multiprocessing backend: the worker node (rank 1) never reached the head's "
@@ -124,7 +126,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "--headless) before the head; use the same --master-addr/--master-port on both.",
     ),
     FailureSignature(
-        id="ray_no_node_types", role="cause", fatal=True,
+        id="ray_no_node_types", family="ray_cluster", role="cause", fatal=True,
         pattern=_re(r"No available node types can fulfill resource request"),
         title="Ray cannot place vLLM's workers on the expected node",
         cause="Ray and vLLM disagree on the node IP (several NICs: Ray registered one address, "
@@ -133,7 +135,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "node's fabric IP, the same address Ray uses; use the SPREAD placement strategy.",
     ),
     FailureSignature(
-        id="ray_placement_group_timeout", role="cause", fatal=True,
+        id="ray_placement_group_timeout", family="ray_cluster", role="cause", fatal=True,
         pattern=_re(r"Cannot provide a placement group"
                     r"|number of required GPUs exceeds the total number of available GPUs"),
         title="Ray has fewer GPUs than tensor-parallel x pipeline-parallel",
@@ -143,7 +145,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "worker's `ray start --address=<head ip>:6379`; run every container with `--gpus all`.",
     ),
     FailureSignature(
-        id="ray_placement_group_waiting", role="symptom", fatal=False,
+        id="ray_placement_group_waiting", family="ray_cluster", role="symptom", fatal=False,
         pattern=_re(r"Waiting for creating a placement group"),
         title="vLLM is still waiting for Ray to provide GPUs",
         cause="Ray does not (yet) see enough GPUs, or the node IPs of Ray and vLLM differ.",
@@ -152,7 +154,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     # --- vLLM arguments and model ---------------------------------------------------------------
     FailureSignature(
-        id="vllm_unrecognized_arguments", role="cause", fatal=True,
+        id="vllm_unrecognized_arguments", family="config_invalid", role="cause", fatal=True,
         pattern=_re(r"error: unrecognized arguments: ?(?P<args>\S.*)"),
         title="vLLM rejected unknown command-line flags: {args}",
         cause="This image's vLLM version does not know these flags: {args}.",
@@ -160,7 +162,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "(`vllm serve --help` in the image lists them), then relaunch.",
     ),
     FailureSignature(
-        id="vllm_invalid_argument", role="cause", fatal=True,
+        id="vllm_invalid_argument", family="config_invalid", role="cause", fatal=True,
         pattern=_re(r"error: argument (?P<arg>[^\s:]+(?:/[^\s:]+)*): (?P<reason>.+)"),
         title="vLLM rejected the value of {arg}",
         cause="The value given for {arg} is not accepted by this vLLM version: {reason}.",
@@ -168,7 +170,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "accepted values), then relaunch.",
     ),
     FailureSignature(
-        id="tp_not_divisible", role="cause", fatal=True,
+        id="tp_not_divisible", family="config_invalid", role="cause", fatal=True,
         pattern=_re(r"Total number of attention heads \((?P<heads>\d+)\) must be divisible by "
                     r"tensor parallel size \((?P<tp>\d+)\)"),
         title="Tensor-parallel size {tp} does not divide the model's {heads} attention heads",
@@ -176,7 +178,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix="Set --tensor-parallel-size to a divisor of {heads} (2 for two Sparks).",
     ),
     FailureSignature(
-        id="model_arch_unsupported", role="cause", fatal=True,
+        id="model_arch_unsupported", family="model_arch", role="cause", fatal=True,
         pattern=_re(r"Model architectures (?P<arch>\[.*?\]) are not supported"),
         title="The image's vLLM does not support model architecture {arch}",
         cause="The image's vLLM is too old for this model.",
@@ -184,7 +186,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "hellohal2064/vllm-qwen3.5-gb10), on {every_node}.",
     ),
     FailureSignature(
-        id="hf_gated_repo", role="cause", fatal=True,
+        id="hf_gated_repo", family="model_access", role="cause", fatal=True,
         pattern=_re(r"Cannot access gated repo|\bGatedRepoError\b"),
         title="The model is gated on Hugging Face and no valid token was given",
         cause="The model repo is gated: it needs an accepted licence and a token.",
@@ -192,7 +194,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "containers on {every_node}; or point the model at a local path already downloaded.",
     ),
     FailureSignature(
-        id="hf_repo_not_found", role="cause", fatal=True,
+        id="hf_repo_not_found", family="model_access", role="cause", fatal=True,
         pattern=_re(r"Repository Not Found|\bRepositoryNotFoundError\b"),
         title="Model repository not found on Hugging Face",
         cause="The model id is wrong, or the repo is private/gated and no token was given.",
@@ -200,7 +202,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "gated set HF_TOKEN; or point the model at the local path in the mounted HF cache.",
     ),
     FailureSignature(
-        id="hf_unauthorized", role="cause", fatal=True,
+        id="hf_unauthorized", family="model_access", role="cause", fatal=True,
         pattern=_re(r"\b401 Client Error\b"),
         title="Hugging Face refused the download (401 Unauthorized)",
         cause="The model id is wrong, or the model is gated/private and HF_TOKEN is missing "
@@ -209,7 +211,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "model at a local path.",
     ),
     FailureSignature(
-        id="hf_bad_repo_id", role="cause", fatal=True,
+        id="hf_bad_repo_id", family="model_access", role="cause", fatal=True,
         pattern=_re(r"Repo id must be in the form|\bHFValidationError\b"),
         title="Model is neither a local path nor a valid Hugging Face id",
         cause="The model argument is not an existing path inside the container, so it was read "
@@ -219,7 +221,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     # --- memory ----------------------------------------------------------------------------------
     FailureSignature(
-        id="free_memory_below_utilization", role="cause", fatal=True,
+        id="free_memory_below_utilization", family="memory_gpu", role="cause", fatal=True,
         pattern=_re(r"Free memory on device .*?on startup is less than desired GPU memory "
                     r"utilization"),
         title="Not enough free memory for --gpu-memory-utilization at startup",
@@ -229,14 +231,14 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "(`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`) and stop other GPU processes.",
     ),
     FailureSignature(
-        id="cuda_oom", role="cause", fatal=True,
+        id="cuda_oom", family="memory_gpu", role="cause", fatal=True,
         pattern=_re(r"\btorch\.(?:cuda\.)?OutOfMemoryError\b|CUDA out of memory"),
         title="CUDA out of memory",
         cause="Memory exhausted while loading weights, profiling or sampling.",
         fix="Lower --gpu-memory-utilization, --max-model-len and/or --max-num-seqs, then relaunch.",
     ),
     FailureSignature(
-        id="host_oom_killed", role="cause", fatal=True,
+        id="host_oom_killed", family="memory_host", role="cause", fatal=True,
         pattern=_re(r"Out of memory: Killed process|\boom-kill\b|\boom_reaper\b"),
         title="The kernel OOM killer killed a process",
         cause="Unified memory ran out: --gpu-memory-utilization is not a hard cap while "
@@ -245,7 +247,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "caches before launching.",
     ),
     FailureSignature(
-        id="kv_cache_too_small", role="cause", fatal=True,
+        id="kv_cache_too_small", family="kv_cache", role="cause", fatal=True,
         pattern=_re(r"max seq len \((?P<max_len>\d+)\) is larger than the maximum number of "
                     r"tokens that can be stored in KV cache"
                     r"|KV cache is needed, which is larger than the available KV cache memory"),
@@ -255,7 +257,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     # --- NCCL / RDMA / Gloo -------------------------------------------------------------------------
     FailureSignature(
-        id="ibv_modify_qp_no_device", role="cause", fatal=True,
+        id="ibv_modify_qp_no_device", family="nccl", role="cause", fatal=True,
         pattern=_re(r"ibv_modify_qp failed with (?:error )?No such device|ibv_modify_qp failed "
                     r"with 19\b"),
         title="RDMA device in NCCL_IB_HCA is not usable in the container",
@@ -265,7 +267,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "--cap-add=IPC_LOCK`).",
     ),
     FailureSignature(
-        id="ibv_modify_qp_timeout", role="cause", fatal=True,
+        id="ibv_modify_qp_timeout", family="nccl", role="cause", fatal=True,
         pattern=_re(r"ibv_modify_qp failed with 110\b"),
         title="RDMA connection between the nodes timed out",
         cause="NCCL chose the wrong HCA or subnet for the RoCE connection.",
@@ -273,7 +275,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "NCCL_IB_HCA lists only the (Up) RoCE devices on the same subnet.",
     ),
     FailureSignature(
-        id="nccl_unhandled_system_error", role="cause", fatal=True,
+        id="nccl_unhandled_system_error", family="nccl", role="cause", fatal=True,
         pattern=_re(r"NCCL error\b.*unhandled system error|\bncclSystemError\b"),
         title="NCCL failed to initialise (unhandled system error)",
         cause="Missing IPC_LOCK capability or /dev/shm in the container, or the RoCE GID index "
@@ -282,7 +284,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "(or `--shm-size=64g`); leave NCCL_IB_GID_INDEX unset.",
     ),
     FailureSignature(
-        id="nccl_watchdog_timeout", role="cause", fatal=True,
+        id="nccl_watchdog_timeout", family="nccl", role="cause", fatal=True,
         pattern=_re(r"Watchdog caught collective operation timeout"),
         title="NCCL collective hung (watchdog timeout)",
         cause="NCCL 2.28.x hangs on ARM: a collective never completed and the watchdog "
@@ -290,7 +292,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix=_NCCL_HANG_FIX,
     ),
     FailureSignature(
-        id="nccl_error", role="cause", fatal=True,
+        id="nccl_error", family="nccl", role="cause", fatal=True,
         pattern=_re(r"\bNCCL error\b|\bnccl(?:InternalError|RemoteError|UnhandledCudaError|"
                     r"InvalidUsage)\b|\bDistBackendError\b"),
         title="NCCL communication failed",
@@ -299,7 +301,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "check `ibdev2netdev` (Up), NCCL_IB_HCA and NCCL_SOCKET_IFNAME on {every_node}.",
     ),
     FailureSignature(
-        id="gloo_interface_missing", role="cause", fatal=True,
+        id="gloo_interface_missing", family="distributed_init", role="cause", fatal=True,
         pattern=_re(r"Unable to find address for: ?(?P<iface>[\w.@-]+)"),
         title="Gloo cannot use network interface {iface}",
         cause="GLOO_SOCKET_IFNAME names {iface}, an interface that does not exist (or has no "
@@ -311,7 +313,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
                "(torch 2.13 CPU); seen in the lab's real engine, vLLM 0.32 mp, on the headless rank",
     ),
     FailureSignature(
-        id="gloo_connect_failed", role="cause", fatal=True,
+        id="gloo_connect_failed", family="distributed_init", role="cause", fatal=True,
         pattern=_re(r"Gloo connectFullMesh failed"),
         title="Gloo could not connect the nodes",
         cause="Gloo bound to the wrong network interface (hostname did not resolve to the "
@@ -320,7 +322,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "VLLM_HOST_IP to the node's fabric IP on {every_node}.",
     ),
     FailureSignature(
-        id="gloo_hostname_unresolved", role="cause", fatal=False,
+        id="gloo_hostname_unresolved", family="distributed_init", role="cause", fatal=False,
         pattern=_re(r"Unable to resolve hostname"),
         title="Hostname did not resolve; torch fell back to loopback",
         cause="Wrong interface: no GLOO_SOCKET_IFNAME, so Gloo may bind to loopback.",
@@ -328,7 +330,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "node's fabric IP.",
     ),
     FailureSignature(
-        id="nccl_ib_no_device", role="cause", fatal=False,
+        id="nccl_ib_no_device", family="nccl", role="cause", fatal=False,
         pattern=_re(r"NET/IB : No device found"),
         title="NCCL found no RDMA device: traffic goes over TCP sockets (slow)",
         cause="The RDMA devices are not visible inside the container.",
@@ -336,7 +338,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "--cap-add=IPC_LOCK`; set NCCL_IB_HCA to the (Up) devices from `ibdev2netdev`.",
     ),
     FailureSignature(
-        id="nccl_net_socket", role="cause", fatal=False,
+        id="nccl_net_socket", family="nccl", role="cause", fatal=False,
         pattern=_re(r"via NET/Socket|Using network Socket\b"),
         title="NCCL uses TCP sockets instead of RDMA (slow)",
         cause="The RDMA devices are not visible inside the container.",
@@ -345,7 +347,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     # --- multiprocessing backend ----------------------------------------------------------------
     FailureSignature(
-        id="mp_semlock_across_nodes", role="cause", fatal=True,
+        id="mp_semlock_across_nodes", family="config_invalid", role="cause", fatal=True,
         pattern=_re(r"No such file or directory"),
         after=_re(r"\bSemLock\b"), window=8,
         title="vLLM worker failed on a shared-memory lock (SemLock)",
@@ -354,7 +356,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "--headless on the worker) or the Ray backend (--distributed-executor-backend ray).",
     ),
     FailureSignature(
-        id="workerproc_init_failed", role="symptom", fatal=True,
+        id="workerproc_init_failed", family="other", role="symptom", fatal=True,
         pattern=_re(r"WorkerProc initialization failed"),
         title="A vLLM worker process failed to start",
         cause="A worker process died during start-up; the cause is in the lines before. With "
@@ -365,7 +367,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     # --- ports ----------------------------------------------------------------------------------------
     FailureSignature(
-        id="port_in_use", role="cause", fatal=True,
+        id="port_in_use", family="port_in_use", role="cause", fatal=True,
         pattern=_re(r"address already in use|\bEADDRINUSE\b", re.IGNORECASE),
         title="Port already in use",
         cause="Another process holds the port (often an earlier vLLM server or container "
@@ -375,7 +377,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     # --- engine death (symptoms: the cause is earlier) -------------------------------------------------
     FailureSignature(
-        id="shm_broadcast_timeout", role="symptom", fatal=True,
+        id="shm_broadcast_timeout", family="engine_hang", role="symptom", fatal=True,
         pattern=_re(r"^TimeoutError\b(?!.*RPC call)"),
         after=_re(r"shm_broadcast\.py"), window=12,
         title="vLLM workers stopped answering (shm_broadcast TimeoutError)",
@@ -384,7 +386,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix=_NCCL_HANG_FIX,
     ),
     FailureSignature(
-        id="shm_broadcast_timeout_rpc", role="symptom", fatal=True,
+        id="shm_broadcast_timeout_rpc", family="engine_hang", role="symptom", fatal=True,
         pattern=_re(r"TimeoutError.*shm_broadcast|shm_broadcast.*TimeoutError"
                     r"|RPC call to \w+ timed out"),
         title="vLLM workers stopped answering (timeout)",
@@ -393,7 +395,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix=_NCCL_HANG_FIX,
     ),
     FailureSignature(
-        id="shm_broadcast_waiting", role="symptom", fatal=False,
+        id="shm_broadcast_waiting", family="engine_hang", role="symptom", fatal=False,
         pattern=_re(r"No available shared memory broadcast block found in \d+ seconds?"),
         title="vLLM workers are not answering (shared memory broadcast wait)",
         cause="The engine's workers stopped answering, often because of the NCCL hang "
@@ -401,7 +403,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix="If it repeats: " + _NCCL_HANG_FIX,
     ),
     FailureSignature(
-        id="ray_worker_crashed", role="cause", fatal=True,
+        id="ray_worker_crashed", family="other", role="cause", fatal=True,
         pattern=_re(r"\*\*\* SIG(?:BUS|SEGV|ABRT|ILL|KILL) received|"
                     r"A worker died or was killed while executing a task"),
         title="A Ray worker process crashed",
@@ -411,7 +413,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "that node's container log; lower --gpu-memory-utilization if memory ran out; relaunch.",
     ),
     FailureSignature(
-        id="ray_actor_died", role="symptom", fatal=True,
+        id="ray_actor_died", family="ray_cluster", role="symptom", fatal=True,
         pattern=_re(r"\bActorDiedError\b|The actor died unexpectedly"),
         title="A Ray worker process died",
         cause="A vLLM worker actor crashed, was OOM-killed, or its node left the cluster; the "
@@ -420,7 +422,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "prefix names the node); check `dmesg` on that node for the OOM killer; restart.",
     ),
     FailureSignature(
-        id="ray_subprocesses_exited", role="symptom", fatal=True,
+        id="ray_subprocesses_exited", family="ray_cluster", role="symptom", fatal=True,
         pattern=_re(r"Some Ray subprocesses exited unexpectedly"),
         title="Ray's processes on the node exited (its raylet died)",
         cause="`ray start --block` saw the node's Ray processes exit: the raylet lost the head "
@@ -431,14 +433,14 @@ SIGNATURES: tuple[FailureSignature, ...] = (
                "worker when its fabric link went down",
     ),
     FailureSignature(
-        id="engine_start_failed", role="symptom", fatal=True,
+        id="engine_start_failed", family="other", role="symptom", fatal=True,
         pattern=_re(r"EngineCore failed to start|Engine core initialization failed"),
         title="vLLM engine failed to start",
         cause="The engine process failed during start-up; the cause is in the lines before.",
         fix="Read the earlier lines (attached) for the first error; fix it and relaunch.",
     ),
     FailureSignature(
-        id="engine_dead", role="symptom", fatal=True,
+        id="engine_dead", family="other", role="symptom", fatal=True,
         pattern=_re(r"\bEngineDeadError\b|EngineCore encountered a fatal error"
                     r"|AsyncLLM output_handler failed"),
         title="vLLM engine died",
@@ -465,6 +467,7 @@ SHUTDOWN_MARKERS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 NCCL_INIT_HANG = KnownFailure(
     id="nccl_init_hang",
+    family="nccl",
     role="cause",
     fatal=True,
     source="spark-bot's stall diagnosis: NCCL's initialisation lines, then silence",
@@ -478,6 +481,7 @@ NCCL_INIT_HANG = KnownFailure(
 
 RANKS_NOT_JOINED = KnownFailure(
     id="ranks_not_joined",
+    family="distributed_init",
     role="cause",
     fatal=True,
     source="spark-bot's stall diagnosis: vLLM distributed/parallel_state.py's rank 0 line, then silence",
@@ -498,6 +502,7 @@ GROUP_FORMED = re.compile(r"is assigned as DP rank|rank 0 in world size")
 
 STALLED = KnownFailure(
     id="stalled",
+    family="engine_hang",
     role="symptom",
     fatal=True,
     source="spark-bot's stall diagnosis (the config's timeouts.stall)",
@@ -510,6 +515,7 @@ STALLED = KnownFailure(
 
 UNRECOGNISED = KnownFailure(
     id="unrecognised",
+    family="other",
     role="symptom",
     fatal=True,
     source="spark-bot's diagnosis: a death no signature explains",
@@ -530,7 +536,7 @@ _RELAUNCH_FIX = "read the head's log tail; `down` then `up` relaunches"
 
 # fmt: off
 IMAGE_MISSING = KnownFailure(
-    id="image_missing", role="cause", fatal=True, source="spark-bot preflight",
+    id="image_missing", family="other", role="cause", fatal=True, source="spark-bot preflight",
     title="image {image} is not on {missing}",
     cause="the image was never pulled or loaded on that node",
     fix="on each of {missing}: `docker pull {image}`, or copy the head's image there with "
@@ -539,7 +545,7 @@ IMAGE_MISSING = KnownFailure(
     remedy="sync-image",
 )
 IMAGE_DIFFERS = KnownFailure(
-    id="image_differs", role="cause", fatal=True, source="spark-bot preflight",
+    id="image_differs", family="other", role="cause", fatal=True, source="spark-bot preflight",
     title="Docker image mismatch between nodes for {image}: {listing}",
     cause="different images on the nodes (Ray and vLLM then fail with a version mismatch)",
     fix="copy the head's image to every node that differs with `sync-image` "
@@ -548,7 +554,7 @@ IMAGE_DIFFERS = KnownFailure(
     remedy="sync-image",
 )
 IMAGE_NOT_ON_HEAD = KnownFailure(
-    id="image_not_on_head", role="cause", fatal=True, source="spark-bot preflight and sync-image",
+    id="image_not_on_head", family="other", role="cause", fatal=True, source="spark-bot preflight and sync-image",
     title="image {image} is not on the head {head}",
     cause="the image was never pulled or built on the head, so `sync-image` (which copies the "
           "head's image to the other nodes) has nothing to copy",
@@ -556,7 +562,7 @@ IMAGE_NOT_ON_HEAD = KnownFailure(
         "nodes; or set container.image to an image the head has (`docker image ls` on {head})",
 )
 IMAGE_STILL_DIFFERS = KnownFailure(
-    id="image_still_differs", role="cause", fatal=True, source="spark-bot sync-image",
+    id="image_still_differs", family="other", role="cause", fatal=True, source="spark-bot sync-image",
     title="after the copy, the image IDs still differ: {listing}",
     cause="the node loaded the tarball but kept or made another image under the name (another "
           "image store, e.g. the containerd store on one node and not the other, or a tag "
@@ -565,7 +571,7 @@ IMAGE_STILL_DIFFERS = KnownFailure(
         "the nodes; use the same image store on every node, then run sync-image again",
 )
 MODEL_INCOMPLETE = KnownFailure(
-    id="model_incomplete", role="cause", fatal=True, source="spark-bot preflight (cluster/modelcache.py)",
+    id="model_incomplete", family="model_files", role="cause", fatal=True, source="spark-bot preflight (cluster/modelcache.py)",
     title="{model} is missing or incomplete on {nodes}: {defects}",
     cause="that node's Hugging Face cache lacks some of the model's files, or holds a shard "
           "shorter than its safetensors header says (an interrupted download); vLLM would start, "
@@ -576,7 +582,7 @@ MODEL_INCOMPLETE = KnownFailure(
     remedy="sync-model",
 )
 MODEL_NOT_CACHED = KnownFailure(
-    id="model_not_cached", role="cause", fatal=True, source="spark-bot preflight and sync-model",
+    id="model_not_cached", family="model_access", role="cause", fatal=True, source="spark-bot preflight and sync-model",
     title="{model} is complete on no node: {defects}",
     cause="the model was never downloaded completely into a node's Hugging Face cache (the one "
           "the containers mount), so there is nothing to copy and every node would download it",
@@ -585,7 +591,7 @@ MODEL_NOT_CACHED = KnownFailure(
         "sync-model --config F` (or the button in Slack) copies it to the other nodes",
 )
 MODEL_CACHE_UNSEEN = KnownFailure(
-    id="model_cache_unseen", role="cause", fatal=True, source="spark-bot sync-model",
+    id="model_cache_unseen", family="model_access", role="cause", fatal=True, source="spark-bot sync-model",
     title="cannot copy {model}: {unseen}",
     cause="sync-model copies the model within the Hugging Face cache the containers mount, and "
           "the config mounts none where the model is looked for",
@@ -593,7 +599,7 @@ MODEL_CACHE_UNSEEN = KnownFailure(
         "~/.cache/huggingface`, `target: /root/.cache/huggingface`), or copy the files by hand",
 )
 MODEL_STILL_INCOMPLETE = KnownFailure(
-    id="model_still_incomplete", role="cause", fatal=True, source="spark-bot sync-model",
+    id="model_still_incomplete", family="model_files", role="cause", fatal=True, source="spark-bot sync-model",
     title="after the copy, {model} is still incomplete on {nodes}: {defects}",
     cause="the copy ended but the files are not all there at full size (the disk filled up, or "
           "the source changed meanwhile)",
@@ -601,7 +607,7 @@ MODEL_STILL_INCOMPLETE = KnownFailure(
         "from where the copy stopped",
 )
 RSYNC_FAILED = KnownFailure(
-    id="rsync_failed", role="cause", fatal=True, source="spark-bot sync-model (rsync's exit status)",
+    id="rsync_failed", family="other", role="cause", fatal=True, source="spark-bot sync-model (rsync's exit status)",
     title="copying {model} from {source} to {node} failed: rsync exited {status}: {stderr}",
     cause="rsync on {source} could not copy to {node} over SSH (rsync missing on a node, the "
           "source cannot ssh to the node's fabric address, or a disk is full)",
@@ -610,21 +616,21 @@ RSYNC_FAILED = KnownFailure(
         "again: it goes on from where it stopped",
 )
 INTERFACES_UNEXPECTED = KnownFailure(
-    id="interfaces_unexpected", role="cause", fatal=True, source="spark-bot preflight",
+    id="interfaces_unexpected", family="distributed_init", role="cause", fatal=True, source="spark-bot preflight",
     title="interfaces on {node}: {problem}",
     cause="the RoCE/fabric interfaces are not what the config expects",
     fix="check `ibdev2netdev` and `ip -o addr` on the node; set network.eth_if / network.ib_if "
         "explicitly if auto-detection picks the wrong ones",
 )
 MEMORY_SHORT = KnownFailure(
-    id="memory_short", role="cause", fatal=True, source="spark-bot preflight",
+    id="memory_short", family="memory_host", role="cause", fatal=True, source="spark-bot preflight",
     title="not enough free memory on {short} ({memory}; need {need} GiB)",
     cause="unified memory is held by the page cache or other processes",
     fix="stop other GPU/memory users on the node, drop caches "
         "(`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`), or lower serve.gpu_memory_utilization",
 )
 MODEL_DOES_NOT_FIT = KnownFailure(
-    id="model_does_not_fit", role="cause", fatal=True, source="spark-bot preflight, cluster/fit.py",
+    id="model_does_not_fit", family="memory_gpu", role="cause", fatal=True, source="spark-bot preflight, cluster/fit.py",
     title="{model} does not fit on {node}: one sequence of {max_model_len} tokens needs {need} GiB "
           "of KV cache a rank, {budget} GiB is left",
     cause="per rank, gpu_memory_utilization x the node's memory must hold the weights "
@@ -633,13 +639,13 @@ MODEL_DOES_NOT_FIT = KnownFailure(
     fix="{remedy}",
 )
 STALE_CONTAINER = KnownFailure(
-    id="stale_container", role="cause", fatal=True, source="spark-bot preflight",
+    id="stale_container", family="other", role="cause", fatal=True, source="spark-bot preflight",
     title="a container named {container} already exists ({listing})",
     cause="a previous launch is still there (running or stopped)",
     fix="run `down` first, or `up --replace` to remove it and launch again",
 )
 FOREIGN_CONTAINER = KnownFailure(
-    id="foreign_container", role="cause", fatal=True, source="spark-bot preflight",
+    id="foreign_container", family="other", role="cause", fatal=True, source="spark-bot preflight",
     title="a container named {container} on {node} was not started by spark-bot ({state})",
     cause="someone started a container under the name this cluster's config gives ours "
           "(container.name); spark-bot removes only what it started, or what a question named and a "
@@ -649,27 +655,27 @@ FOREIGN_CONTAINER = KnownFailure(
         "or give this cluster another container.name",
 )
 SS_FAILED = KnownFailure(
-    id="ss_failed", role="cause", fatal=True, source="spark-bot preflight",
+    id="ss_failed", family="other", role="cause", fatal=True, source="spark-bot preflight",
     title="cannot list listening ports on {node}: `ss` exited {status} ({stderr})",
     cause="the `ss` tool (iproute2) is missing or failed on the node",
     fix="install iproute2 on the node (`sudo apt install iproute2`)",
 )
 PORT_TAKEN = KnownFailure(
-    id="port_taken", role="cause", fatal=True, source="spark-bot preflight",
+    id="port_taken", family="port_in_use", role="cause", fatal=True, source="spark-bot preflight",
     title="a port spark-bot needs ({ports}) is already in use on {node}",
     cause="another server (perhaps a vLLM or Ray started by hand) listens on it",
     fix="stop it (`ss -ltnp` on {node} names the process) or change serve.port / "
         "serve.ray_port / serve.master_port",
 )
 DOCKER_REFUSED = KnownFailure(
-    id="docker_refused", role="cause", fatal=True, source="spark-bot launch (Docker's answer)",
+    id="docker_refused", family="other", role="cause", fatal=True, source="spark-bot launch (Docker's answer)",
     title="Docker refused to create or start the container on {node}: {message}",
     cause="the container settings are not accepted by this node's Docker engine",
     fix="check the container section of the config (devices, GPU request, mounts, ulimits) "
         "against the node (`docker info`; NVIDIA container toolkit for gpus: true)",
 )
 LAUNCHER_FAILED = KnownFailure(
-    id="launcher_failed", role="cause", fatal=True,
+    id="launcher_failed", family="other", role="cause", fatal=True,
     source="spark-bot launch (the operator's launcher's exit status)",
     title="the launcher `{command}` exited with status {status} on {node} before the server was ready",
     cause="the operator's launch script failed: its last lines (attached) say why",
@@ -678,7 +684,7 @@ LAUNCHER_FAILED = KnownFailure(
         "left ({container} on every node)",
 )
 LAUNCHER_KILLED = KnownFailure(
-    id="launcher_killed", role="cause", fatal=True,
+    id="launcher_killed", family="other", role="cause", fatal=True,
     source="spark-bot launch (the operator's launcher's exit status)",
     title="the launcher `{command}` was killed on {node} before the server was ready",
     cause="the script ended without an exit status: a signal killed it (someone or something "
@@ -687,7 +693,7 @@ LAUNCHER_KILLED = KnownFailure(
         "again; `down` removes what it left ({container} on every node)",
 )
 LAUNCHER_CONTAINERS_MISSING = KnownFailure(
-    id="launcher_containers_missing", role="cause", fatal=True,
+    id="launcher_containers_missing", family="other", role="cause", fatal=True,
     source="spark-bot launch (Docker's inspect of the launcher's containers)",
     title="the launcher did not start {container} on {missing} within {limit} s",
     cause="the script started no container of that name there (another name, another node, "
@@ -697,27 +703,27 @@ LAUNCHER_CONTAINERS_MISSING = KnownFailure(
         "(attached); if it is merely slow, raise timeouts.containers",
 )
 RAY_INCOMPLETE = KnownFailure(
-    id="ray_incomplete", role="cause", fatal=True, source="ray status, during spark-bot launch",
+    id="ray_incomplete", family="ray_cluster", role="cause", fatal=True, source="ray status, during spark-bot launch",
     title="Ray shows {active_nodes}/{want_nodes} nodes and {ray_gpus}/{want_gpus} GPUs",
     cause="a worker did not join the Ray cluster, or its GPU is not exposed",
     fix="check the worker's log (`logs worker`), the fabric link and IPs; "
         "`--gpus all` (container.gpus: true) on every node",
 )
 API_UNEXPECTED = KnownFailure(
-    id="api_unexpected", role="symptom", fatal=True, source="spark-bot launch (the head's API)",
+    id="api_unexpected", family="other", role="symptom", fatal=True, source="spark-bot launch (the head's API)",
     title="{checkpoint}: {evidence}",
     cause="the API server started but does not answer as expected",
     fix="read the head's log tail below; `verify` re-checks; `down` then `up` restarts",
 )
 PHASE_TIMEOUT = KnownFailure(
-    id="phase_timeout", role="symptom", fatal=True, source="spark-bot launch (the config's timeouts)",
+    id="phase_timeout", family="other", role="symptom", fatal=True, source="spark-bot launch (the config's timeouts)",
     title="timed out in {phase}",
     cause="{checkpoint} not reached within the {phase} timeout ({limit} s)",
     fix="read the log tail for the last step reached; if the phase is legitimately slow, "
         "raise timeouts.{phase} in the config",
 )
 STOPPED_ON_REQUEST = KnownFailure(
-    id="stopped_on_request", role="cause", fatal=True,
+    id="stopped_on_request", family="other", role="cause", fatal=True,
     source="spark-bot launch (Docker's kill event, or the log's shutdown line)",
     title="{checkpoint}: stopped on request: {how}",
     cause="someone stopped the cluster's containers while it was launching (a `down`, another "
@@ -725,67 +731,67 @@ STOPPED_ON_REQUEST = KnownFailure(
     fix="check who stopped it (`docker events` on the node); `up` launches again",
 )
 FOLLOW_LOST = KnownFailure(
-    id="follow_lost", role="symptom", fatal=True, source="spark-bot monitor (Docker's log and event streams)",
+    id="follow_lost", family="other", role="symptom", fatal=True, source="spark-bot monitor (Docker's log and event streams)",
     title="{reason} while waiting for: {checkpoint}",
     cause="the node, its sshd or its Docker engine went away",
     fix="check that the node is up, then run verify; `down` cleans up",
 )
 CONTAINER_REMOVED = KnownFailure(
-    id="container_removed", role="cause", fatal=True, source="spark-bot monitor (Docker's log stream)",
+    id="container_removed", family="other", role="cause", fatal=True, source="spark-bot monitor (Docker's log stream)",
     title="{reason} while waiting for: {checkpoint}",
     cause="the container was removed (by hand, or by another spark-bot or launcher)",
     fix="find out who removed it (`docker events` on the node); `up` launches again",
 )
 CONTAINER_NOT_RUNNING = KnownFailure(
-    id="container_not_running", role="symptom", fatal=True, source="spark-bot verify (Docker's inspect)",
+    id="container_not_running", family="other", role="symptom", fatal=True, source="spark-bot verify (Docker's inspect)",
     title="{container} on {node} is {state}",
     cause="the container is not running",
     fix="`up` launches the cluster (`down` first if a stopped container remains)",
 )
 CONTAINER_IMAGES_DIFFER = KnownFailure(
-    id="container_images_differ", role="cause", fatal=True, source="spark-bot verify (Docker's inspect)",
+    id="container_images_differ", family="other", role="cause", fatal=True, source="spark-bot verify (Docker's inspect)",
     title="the containers run different images: {listing}",
     cause="the nodes had different images when launched",
     fix="make the image identical on every node, then `down` and `up`",
 )
 RAY_NODE_LEFT = KnownFailure(
-    id="ray_node_left", role="cause", fatal=True, source="ray status, during spark-bot verify",
+    id="ray_node_left", family="ray_cluster", role="cause", fatal=True, source="ray status, during spark-bot verify",
     title=RAY_INCOMPLETE.title,
     cause="a node left the Ray cluster",
     fix="check the worker's log (`logs worker`); `down` then `up` relaunches",
 )
 API_UNHEALTHY = KnownFailure(
-    id="api_unhealthy", role="symptom", fatal=True, source="spark-bot verify (GET /health)",
+    id="api_unhealthy", family="other", role="symptom", fatal=True, source="spark-bot verify (GET /health)",
     title="{detail}",
     cause="the API server is not healthy",
     fix=_RELAUNCH_FIX,
 )
 API_NOT_ANSWERING = KnownFailure(
-    id="api_not_answering", role="symptom", fatal=True, source="spark-bot verify (GET /v1/models)",
+    id="api_not_answering", family="other", role="symptom", fatal=True, source="spark-bot verify (GET /v1/models)",
     title="GET /v1/models failed: {error}",
     cause="the API server does not answer",
     fix=_RELAUNCH_FIX,
 )
 WRONG_MODEL = KnownFailure(
-    id="wrong_model", role="cause", fatal=True, source="spark-bot verify (GET /v1/models)",
+    id="wrong_model", family="other", role="cause", fatal=True, source="spark-bot verify (GET /v1/models)",
     title="GET /v1/models lists {served}, not {model}",
     cause="a different model is being served",
     fix="check serve.served_model_name",
 )
 ENGINE_NOT_ANSWERING = KnownFailure(
-    id="engine_not_answering", role="symptom", fatal=True, source="spark-bot verify (a test completion)",
+    id="engine_not_answering", family="engine_hang", role="symptom", fatal=True, source="spark-bot verify (a test completion)",
     title="test completion failed: {error}",
     cause="the engine does not answer",
     fix=_RELAUNCH_FIX,
 )
 API_DOWN = KnownFailure(
-    id="api_down", role="symptom", fatal=True, source="spark-bot watch (GET /health)",
+    id="api_down", family="other", role="symptom", fatal=True, source="spark-bot watch (GET /health)",
     title="the API stopped answering: {detail}",
     cause="the API server is down or hung although its container runs",
     fix="read the head's log tail; `verify` shows what still works; `down` then `up` relaunches",
 )
 API_DOWN_NODE_LOST = KnownFailure(
-    id="api_down_node_lost", role="symptom", fatal=True, source="spark-bot watch (GET /health)",
+    id="api_down_node_lost", family="other", role="symptom", fatal=True, source="spark-bot watch (GET /health)",
     title="the API stopped answering while {node} could not be followed: {detail}",
     cause="{node} is the likely cause: {lost} (its Docker engine, its SSH or the node itself went away), "
           "and the server stopped answering after that",
@@ -793,7 +799,7 @@ API_DOWN_NODE_LOST = KnownFailure(
         "`down` then `up` relaunches",
 )
 SERVING_HUNG = KnownFailure(
-    id="serving_hung", role="symptom", fatal=True,
+    id="serving_hung", family="engine_hang", role="symptom", fatal=True,
     source="spark-bot watch (a canary completion, the server's /metrics)",
     title="serving hung: {detail}",
     cause="the API answers /health but the engine generates nothing: its workers are stuck, "
@@ -809,7 +815,7 @@ _OOM_FIX = (
     "names what was killed"
 )
 CONTAINER_OOM_KILLED = KnownFailure(
-    id="container_oom_killed", role="cause", fatal=True,
+    id="container_oom_killed", family="memory_host", role="cause", fatal=True,
     source="spark-bot watch (Docker's oom event, State.OOMKilled)",
     title="the container on {node} was killed for lack of memory during {checkpoint}",
     cause="unified memory ran out on {node} and the kernel's OOM killer killed the container's "
@@ -818,7 +824,7 @@ CONTAINER_OOM_KILLED = KnownFailure(
     fix=_OOM_FIX,
 )
 KERNEL_OOM_KILL = KnownFailure(
-    id="kernel_oom_kill", role="cause", fatal=True,
+    id="kernel_oom_kill", family="memory_host", role="cause", fatal=True,
     source="spark-bot watch (the node's /proc/vmstat oom_kill)",
     title="the kernel's OOM killer struck {kills} time(s) on {node} while serving ({memory})",
     cause="unified memory ran out on {node}: the kernel killed a process to free memory (the "
@@ -826,7 +832,7 @@ KERNEL_OOM_KILL = KnownFailure(
     fix=_OOM_FIX,
 )
 FABRIC_LINK_DOWN = KnownFailure(
-    id="fabric_link_down", role="cause", fatal=True,
+    id="fabric_link_down", family="nccl", role="cause", fatal=True,
     source="spark-bot's probe after a death (/sys/class/net/<if>/operstate)",
     title="the fabric link {interface} on {node} is {state}",
     cause="the fabric interface {interface} on {node} reports operstate `{state}`: the nodes "
@@ -836,7 +842,7 @@ FABRIC_LINK_DOWN = KnownFailure(
         "and `up` to relaunch",
 )
 FABRIC_UNREACHABLE = KnownFailure(
-    id="fabric_unreachable", role="cause", fatal=True,
+    id="fabric_unreachable", family="nccl", role="cause", fatal=True,
     source="spark-bot's probe after a death (ping over the fabric)",
     title="{node} cannot reach {peer} over the fabric ({address})",
     cause="the fabric links are up but {node} gets no answer from {peer} at {address}: a "
@@ -845,7 +851,7 @@ FABRIC_UNREACHABLE = KnownFailure(
         "routes and firewall; then `down` and `up`",
 )
 NODE_ENGINE_GONE = KnownFailure(
-    id="node_engine_gone", role="cause", fatal=True,
+    id="node_engine_gone", family="other", role="cause", fatal=True,
     source="spark-bot's probe after a death (Docker's /version)",
     title="the Docker engine on {node} does not answer ({problem})",
     cause="{node}'s Docker engine went away (restarted, crashed or hung), taking or losing its "
@@ -854,7 +860,7 @@ NODE_ENGINE_GONE = KnownFailure(
         "then `up`",
 )
 RAY_NODES_MISSING = KnownFailure(
-    id="ray_nodes_missing", role="cause", fatal=True,
+    id="ray_nodes_missing", family="ray_cluster", role="cause", fatal=True,
     source="spark-bot's probe after a death (ray status on the head)",
     title="Ray on the head sees {active_nodes} of {want_nodes} nodes",
     cause="a node left the Ray cluster (its raylet died or lost the head); the probe found "
@@ -862,13 +868,13 @@ RAY_NODES_MISSING = KnownFailure(
     fix="read that node's log (`logs worker`) for why its raylet exited; `down` then `up`",
 )
 CLUSTER_NOT_UP = KnownFailure(
-    id="cluster_not_up", role="cause", fatal=True, source="spark-bot bench (Docker's inspect)",
+    id="cluster_not_up", family="other", role="cause", fatal=True, source="spark-bot bench (Docker's inspect)",
     title="no running {container} container on {node}",
     cause="the cluster is not up",
     fix="`spark-bot up` first",
 )
 ENGINE_BUSY = KnownFailure(
-    id="engine_busy", role="cause", fatal=True, source="spark-bot bench (the server's /metrics)",
+    id="engine_busy", family="other", role="cause", fatal=True, source="spark-bot bench (the server's /metrics)",
     title="refused to measure: {busy}",
     cause="other requests share the engine: every figure would be too low",
     fix="wait until the other requests finish, or pass --allow-busy to measure anyway",
@@ -977,6 +983,7 @@ def with_knowledge(knowledge: Knowledge | None) -> tuple[FailureSignature, ...]:
     taught = tuple(
         FailureSignature(
             id=row.id,
+            family=row.family,
             role=row.role,
             fatal=row.fatal,
             title=row.title or row.id.replace("_", " "),
