@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cluster.checkpoints import API_SERVER_SPELLINGS, SERVING_SPELLINGS
 from cluster.events import Failed
 from cluster.failures import (
     GROUP_FORMED,
@@ -30,15 +31,36 @@ from cluster.failures import (
     Role,
     cluster_words,
 )
-from cluster.families import FAMILIES, FamilyId, family_of_exception, family_of_text
+from cluster.families import (
+    FAMILIES,
+    FamilyId,
+    family_of_exception,
+    family_of_frame,
+    family_of_text,
+)
 from cluster.literals import Screen
-from cluster.logtext import clean_line, is_nccl_line, strip_prefixes
+from cluster.logtext import clean_line, is_nccl_line, rank_of, strip_prefixes
+from cluster.platform import PlatformSeen
 from cluster.tracebacks import RaisedException, frame_file, raised_exception
 
 CONTEXT_LINES = 5  # cleaned lines kept before the evidence in a Diagnosis
 STALL_WINDOW = 5  # last non-empty lines examined by diagnose_stall
 UNRECOGNISED_TAIL = 20  # last lines attached to an unrecognised failure
 ROOT_AFTER_LINES = 400  # lines after a fatal symptom searched for its traceback's root
+MAX_MATCHES = 100  # row matches kept for `diagnose --explain`
+
+
+@dataclass(frozen=True)
+class RowMatch:
+    """A line a row of the table matched."""
+
+    line_number: int
+    row: str
+    family: FamilyId
+    role: Role
+    fatal: bool
+    line: str
+    source_line: bool = False  # a traceback's source line, not a logged message
 
 
 class Diagnosis(BaseModel):
@@ -66,10 +88,13 @@ class Diagnosis(BaseModel):
 _TRACEBACK_NOISE = re.compile(
     r"^(?:Traceback \(most recent call last\)|File \"|\^+$|During handling|The above exception)"
 )
+# An exception vLLM logs at WARNING or below was caught and survived (an optional import).
+_LOW_LEVEL = re.compile(r"(?:^|[\s)\]])(?:DEBUG|INFO|WARNING|WARN) \d\d-\d\d ")
 _ERROR_LEVEL = re.compile(r"(?:^|[\s)\]])(?:ERROR|CRITICAL|FATAL)\b|^\[E\d{4} ")
 
 _FIELD = re.compile(r"\{(\w+)\}")
 _SHUTDOWN = Screen([marker for marker, _ in SHUTDOWN_MARKERS])
+_STARTUP_COMPLETE = Screen([s.pattern for s in API_SERVER_SPELLINGS + SERVING_SPELLINGS])
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 
 
@@ -164,6 +189,13 @@ class LogDiagnoser:
         self._first_symptom: Diagnosis | None = None
         self._findings: dict[str, Diagnosis] = {}
         self._root: RootError | None = None  # the first symptom's root, once one is seen
+        self._source_cause: Diagnosis | None = None  # a cause row on a traceback's source line
+        self._source_process: str | None = None  # the process whose traceback showed it
+        self._last_frame: str | None = None  # the last traceback frame after the first symptom
+        self._stop_line: int | None = None
+        self._matches: list[RowMatch] = []
+        self._ready: int | None = None
+        self._platform = PlatformSeen()
         self._stop: str | None = None
 
     @property
@@ -178,17 +210,86 @@ class LogDiagnoser:
 
     @property
     def diagnosis(self) -> Diagnosis | None:
-        """The current answer: first fatal cause, else first fatal symptom, else first finding."""
+        """The current answer: the first fatal cause; else the first fatal symptom told by the
+        root exception of its chain; else a cause a traceback's source line shows (an excerpt
+        cut before its exception line); else the symptom (with the first error before it); else
+        the first finding."""
+        return self._chosen()[0]
+
+    @property
+    def reason(self) -> str:
+        """Why the current answer was chosen (for `diagnose --explain`)."""
+        return self._chosen()[1]
+
+    def _chosen(self) -> tuple[Diagnosis | None, str]:
+        symptom, root, source = self._first_symptom, self._root, self._source_cause
         if self._first_cause is not None:
-            return self._first_cause
-        if self._first_symptom is not None:
-            return with_root(self._first_symptom, self._root)
-        return next(iter(self._findings.values()), None)
+            return self._first_cause, (
+                f"row {self._first_cause.signature_id} is a cause, the first fatal one in the "
+                "log: a cause wins over every symptom, wherever they are"
+            )
+        if symptom is not None and root is not None and root.kind == "exception":
+            return with_root(symptom, root), (
+                f"row {symptom.signature_id} is a symptom (it says that the engine died, not "
+                f"why); no cause row matched, so its root is the first raised exception that "
+                f"wraps no other (line {root.line_number}), put in a family by its type, "
+                "module, message and raising file"
+            )
+        if source is not None:
+            return source, (
+                f"row {source.signature_id} matched a traceback's source line (the excerpt has "
+                "no exception line for it), and no cause row matched a logged line"
+            )
+        if (
+            symptom is not None
+            and (root is None or root.kind == "error_level")
+            and self._last_frame is not None
+        ):
+            framed = with_frame(symptom, self._last_frame)
+            if framed is not symptom:
+                return framed, (
+                    f"row {symptom.signature_id} is a symptom; its traceback has no exception "
+                    f"line, and its innermost frame (`{self._last_frame[:120]}`) tells the family"
+                )
+        if symptom is not None:
+            return with_root(symptom, root), (
+                f"row {symptom.signature_id} is a symptom and no raised exception explains it"
+                + (
+                    f"; the first ERROR line before it (line {root.line_number}) is quoted"
+                    if root
+                    else ""
+                )
+            )
+        finding = next(iter(self._findings.values()), None)
+        return finding, (
+            f"nothing fatal; row {finding.signature_id} is a finding worth reading"
+            if finding
+            else "no row matched"
+        )
+
+    @property
+    def matches(self) -> list[RowMatch]:
+        """Every line a row matched (the first MAX_MATCHES), in log order."""
+        return list(self._matches)
+
+    @property
+    def stop_line(self) -> int | None:
+        """The log's shutdown line, when the log logged one (None for a stop it was told of)."""
+        return self._stop_line
+
+    @property
+    def ready_line(self) -> int | None:
+        """The line that proves the start-up complete (`Application startup complete.`)."""
+        return self._ready
 
     @property
     def failed(self) -> bool:
         """True once a fatal line has been seen."""
-        return self._first_cause is not None or self._first_symptom is not None
+        return (
+            self._first_cause is not None
+            or self._first_symptom is not None
+            or self._source_cause is not None
+        )
 
     @property
     def stopped_on_request(self) -> str | None:
@@ -213,44 +314,76 @@ class LogDiagnoser:
         if not cleaned.strip():
             return None
         message = strip_prefixes(cleaned)
+        self._platform.offer(message)
         if self._stop is None and not self.failed and _SHUTDOWN.search(message) is not None:
-            self._stop = cleaned
+            self._stop, self._stop_line = cleaned, self._line_number
         if self._stop is not None:
             self._recent.append((self._line_number, cleaned, message))
             return None
+        if self._ready is None and _STARTUP_COMPLETE.search(message):
+            self._started(cleaned)
         # A traceback's source line (indented, right after `File "...", line N`) echoes code
-        # such as `raise RuntimeError(f"NCCL error: ...")`: it shows no failure by itself.
+        # such as `raise RuntimeError(f"NCCL error: ...")`: it shows no failure by itself, only
+        # when the excerpt has no logged line for it (`_source_cause`).
         is_source = (
             message[:1].isspace()
             and bool(self._recent)
             and _FRAME.match(self._recent[-1][2]) is not None
         )
-        found = (
-            None
-            if is_source
-            else match_line(message, (m for _, _, m in self._recent), self._table, self._screen)
+        found = match_line(
+            message.strip() if is_source else message,
+            (m for _, _, m in self._recent),
+            self._table,
+            self._screen,
         )
         result: Diagnosis | None = None
         if found is not None:
             sig, m = found
+            if len(self._matches) < MAX_MATCHES:
+                self._matches.append(
+                    RowMatch(
+                        self._line_number,
+                        sig.id,
+                        sig.family,
+                        sig.role,
+                        sig.fatal,
+                        cleaned,
+                        is_source,
+                    )
+                )
             context = [c for _, c, _ in list(self._recent)[-CONTEXT_LINES:]]
-            if sig.fatal:
+            made = diagnosis_of(
+                sig,
+                cleaned,
+                self._line_number,
+                context,
+                {**self._words, **self._platform.words(), **m.groupdict()},
+            )
+            if is_source:
+                if sig.fatal and sig.role == "cause" and self._source_cause is None:
+                    self._source_cause, self._source_process = made, rank_of(cleaned)
+            elif sig.fatal:
                 if sig.role == "cause" and self._first_cause is None:
-                    self._first_cause = diagnosis_of(
-                        sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
-                    )
+                    self._first_cause = made
                 elif sig.role == "symptom" and self._first_symptom is None:
-                    self._first_symptom = diagnosis_of(
-                        sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
-                    )
+                    self._first_symptom = made
                     self._root = root_error(self._recent)
                 result = self.diagnosis
             elif sig.id not in self._findings:
-                self._findings[sig.id] = diagnosis_of(
-                    sig, cleaned, self._line_number, context, {**self._words, **m.groupdict()}
-                )
+                self._findings[sig.id] = made
         elif (
-            self._first_symptom is not None
+            self._source_cause is not None
+            and not is_source
+            and raised_exception(message) is not None
+            and rank_of(cleaned) == self._source_process
+        ):
+            # the same process's traceback ends in another exception: that `raise` never ran
+            self._source_cause = None
+        if self._first_symptom is not None and frame_file(message) is not None:
+            self._last_frame = message.strip()  # where a traceback cut before its exception was
+        if (
+            found is None
+            and self._first_symptom is not None
             and (self._root is None or self._root.kind == "error_level")
             and not is_source
             and self._line_number - (self._first_symptom.line_number or 0) <= ROOT_AFTER_LINES
@@ -262,11 +395,35 @@ class LogDiagnoser:
         self._recent.append((self._line_number, cleaned, message))
         return result
 
+    def _started(self, cleaned: str) -> None:
+        """The start-up completed: what was fatal before did not stop it (an ERROR a feature
+        logged and survived), so it is kept as a finding; only what follows can fail it."""
+        self._ready = self._line_number
+        earlier, _ = self._chosen()
+        if earlier is not None and earlier.fatal:
+            self._findings.setdefault(
+                earlier.signature_id,
+                earlier.model_copy(
+                    update={
+                        "fatal": False,
+                        "cause": f"{earlier.cause} (The start-up went on to complete at line "
+                        f"{self._line_number}: it did not stop it.)",
+                    }
+                ),
+            )
+        self._first_cause = self._first_symptom = self._source_cause = None
+        self._root = None
+
     def diagnose_stall(self, phase: str, idle_seconds: float) -> Diagnosis:
         """Diagnosis for "no output for `idle_seconds` in `phase`": an NCCL initialisation hang
         when the last lines are NCCL's (the last non-empty line and most of the last
         STALL_WINDOW are), else a generic stall with the last line as evidence."""
-        values = {**self._words, "phase": phase, "idle": _human_seconds(idle_seconds)}
+        values = {
+            **self._words,
+            **self._platform.words(),
+            "phase": phase,
+            "idle": _human_seconds(idle_seconds),
+        }
         recent = list(self._recent)
         window = recent[-STALL_WINDOW:]
         nccl = [is_nccl_line(msg) for _, _, msg in window]
@@ -330,7 +487,7 @@ class RootError:
     cleaned: str
     kind: Literal["exception", "error_level"]
     exception: RaisedException | None = None
-    frame: str | None = None
+    frame: str | None = None  # the traceback's `File "...", line N, in f` that raised it
     context: tuple[str, ...] = ()
 
     @property
@@ -351,10 +508,8 @@ def root_error(
             seen.append(entry)
             continue
         raised = raised_exception(message)
-        if raised is not None and not raised.wraps_another:
-            frame = next(
-                (f for _, _, m in reversed(seen) if (f := frame_file(m)) is not None), None
-            )
+        if raised is not None and not raised.wraps_another and not _LOW_LEVEL.search(cleaned):
+            frame = next((m.strip() for _, _, m in reversed(seen) if frame_file(m)), None)
             return RootError(n, cleaned, "exception", raised, frame, tuple(c for _, c, _ in seen))
         if (
             error_level is None
@@ -407,6 +562,23 @@ def told_by_root(failure: Diagnosis, root: RootError | None, *, what: str) -> Di
             "context": list(root.context),
             "family": family_id,
             "search": search,
+        }
+    )
+
+
+def with_frame(symptom: Diagnosis, frame: str) -> Diagnosis:
+    """A symptom whose traceback ends before its exception line, told by its innermost frame's
+    family (the symptom itself when the frame tells none)."""
+    family_id = family_of_frame(frame)
+    if family_id == "other":
+        return symptom
+    family = FAMILIES[family_id]
+    return symptom.model_copy(
+        update={
+            "cause": f"{symptom.cause} Likely cause ({family.title}; no row knows it): its "
+            f"traceback ends in `{frame[:200]}`: {family.cause}.",
+            "fix": family.fix,
+            "family": family_id,
         }
     )
 

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from cluster.config import ClusterConfig, Knowledge
 from cluster.events import Remedy
 from cluster.families import FamilyId
+from cluster.platform import NEUTRAL_WORDS
 
 Role = Literal["cause", "symptom"]
 
@@ -83,10 +84,6 @@ _SAME_IMAGE_FIX = (
     "Run the identical image on every node: compare `docker image inspect -f '{{.Id}}' <image>` "
     "on head and worker, pull or load the same image ID on both, then relaunch."
 )
-_NCCL_HANG_FIX = (
-    "Use an image whose NCCL is >= 2.29.3 or the system libnccl (NCCL 2.28.x hangs on ARM): "
-    "e.g. rebuild the image, or set LD_PRELOAD to the system libnccl.so.2; then relaunch."
-)
 
 # fmt: off
 SIGNATURES: tuple[FailureSignature, ...] = (
@@ -97,16 +94,19 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         title="Docker image differs between nodes",
         cause="The head and a worker have different image IDs for the same image name.",
         fix=_SAME_IMAGE_FIX,
+        source='eugr/spark-vllm-docker launch-cluster.sh (`Error: Docker image mismatch on worker node`)',
     ),
     FailureSignature(
         id="ray_gcs_connect_failed", family="ray_cluster", role="cause", fatal=True,
-        pattern=_re(r"Failed to connect to GCS at address:? ?(?P<address>\[?[\w.:-]*[\w\]])"),
+        pattern=_re(r"(?:Failed|Unable) to connect to GCS at(?: address)?:? ?"
+                    r"(?P<address>\[?[\w.:-]*[\w\]])"),
         title="Ray worker could not reach the head (GCS at {address})",
         cause="Link or IP problem between the nodes (cable, wrong fabric IP, port 6379 "
               "blocked), or Ray missing from the image on one node; `ray status` then shows 1 node.",
         fix="Check the QSFP cable and that the worker can reach {address} (`ping`, `nc -zv` to "
             "port 6379) over the fabric interface; make sure --node-ip-address/VLLM_HOST_IP are "
             "the fabric IPs; run the same image (with Ray) on {every_node}.",
+        source="Ray 2.x gcs_rpc_client.h (`Failed to connect to GCS at address`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="ray_version_mismatch", family="ray_cluster", role="cause", fatal=True,
@@ -114,6 +114,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         title="Ray/Python version differs between nodes",
         cause="The nodes run different images (different Ray or Python versions).",
         fix=_SAME_IMAGE_FIX,
+        source="Ray 2.x python/ray/_private/utils.py check_version_info; docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="dist_store_timeout", family="distributed_init", role="cause", fatal=True,
@@ -124,6 +125,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix="Check the worker can reach --master-addr on --master-port (`nc -zv <head ip> 29501`; "
             "fabric IP, not a loopback/docker address); start the worker (--node-rank 1 "
             "--headless) before the head; use the same --master-addr/--master-port on both.",
+        source="torch.distributed TCPStore (`waiting for clients. N/M clients joined`), vLLM mp multi-node; docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="ray_no_node_types", family="ray_cluster", role="cause", fatal=True,
@@ -133,6 +135,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "vLLM asks for another).",
         fix="Set VLLM_HOST_IP (and RAY_NODE_IP_ADDRESS / --node-ip-address) on each node to that "
             "node's fabric IP, the same address Ray uses; use the SPREAD placement strategy.",
+        source="Ray autoscaler (`No available node types can fulfill resource request`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="ray_placement_group_timeout", family="ray_cluster", role="cause", fatal=True,
@@ -143,6 +146,51 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "the container, so Ray sees fewer GPUs than {world_size}.",
         fix="Run `ray status` on the head: it must list {node_count} and {gpus}. Start/restart the "
             "worker's `ray start --address=<head ip>:6379`; run every container with `--gpus all`.",
+        source="vLLM v1/executor/ray_utils.py _wait_until_pg_ready / initialize_ray_cluster; docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
+    ),
+    FailureSignature(
+        id="ray_no_gpu_on_driver", family="ray_cluster", role="cause", fatal=True,
+        pattern=_re(r"Ray does not allocate any GPUs on the driver node"),
+        title="Ray gave the node that runs vLLM's driver no GPU",
+        cause="The placement group holds no GPU on the node where `vllm serve` runs: the node IP "
+              "vLLM uses (VLLM_HOST_IP) is not the one Ray registered, or that node's GPU is not "
+              "in the cluster.",
+        fix="Run `vllm serve` on a node Ray counts a GPU for; set VLLM_HOST_IP to the IP Ray "
+            "registered for that node (`ray status`, `ray list nodes`).",
+        source="vLLM V0 executor/ray_gpu_executor.py (0.6-0.10); corpus a-008",
+    ),
+    FailureSignature(
+        id="ray_platform_unsupported", family="ray_cluster", role="cause", fatal=True,
+        pattern=_re(r"current platform (?P<platform>\w+) does not support ray"),
+        title="vLLM's {platform} platform refuses the Ray executor",
+        cause="This vLLM's {platform} platform has no Ray device key, so it cannot place workers "
+              "with Ray (`--distributed-executor-backend ray`).",
+        fix="Use the multiprocessing backend (`--distributed-executor-backend mp`, with --nnodes / "
+            "--node-rank / --headless across nodes), or an image whose platform supports Ray.",
+        source="vLLM 0.32 v1/executor/ray_utils.py (initialize_ray_cluster); the lab's real engine "
+               "started with Ray and without its device-key hook",
+    ),
+    FailureSignature(
+        id="ray_node_marked_dead", family="ray_cluster", role="cause", fatal=True,
+        pattern=_re(r"has been marked dead because the detector has missed too many heartbeats"),
+        title="Ray lost a node (missed heartbeats)",
+        cause="The head stopped hearing from a node's raylet: the node, its raylet or the network "
+              "between the nodes failed (or is too busy to answer).",
+        fix="Check the node named in the line (is its raylet running? `ray status`), the link "
+            "between the nodes, and its memory; then relaunch.",
+        source="Ray GCS health check (`(raylet) The node with node id ... has been marked dead "
+               "because the detector has missed too many heartbeats`); corpus b-039",
+    ),
+    FailureSignature(
+        id="ray_not_on_a_node", family="ray_cluster", role="cause", fatal=True,
+        pattern=_re(r"Can't find a `node_ip_address\.json` file"),
+        title="vLLM's Ray driver is not running on a node of the Ray cluster",
+        cause="ray.init connected to an existing cluster (RAY_ADDRESS) from a machine or container "
+              "where no `ray start` ran, so it finds no local node session.",
+        fix="Run `vllm serve` on a node that joined the cluster with `ray start` (inside its "
+            "container), or unset RAY_ADDRESS to start a local Ray instance.",
+        source="Ray python/ray/_private/node.py (`Can't find a node_ip_address.json file from "
+               "...`); corpus a-059",
     ),
     FailureSignature(
         id="ray_placement_group_waiting", family="ray_cluster", role="symptom", fatal=False,
@@ -151,6 +199,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="Ray does not (yet) see enough GPUs, or the node IPs of Ray and vLLM differ.",
         fix="Check `ray status` ({node_count}, {gpus}) and that VLLM_HOST_IP on each node equals the "
             "IP Ray registered for it.",
+        source='vLLM v1/executor/ray_utils.py _wait_until_pg_ready (INFO, every 10 s)',
     ),
     # --- vLLM arguments and model ---------------------------------------------------------------
     FailureSignature(
@@ -160,6 +209,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="This image's vLLM version does not know these flags: {args}.",
         fix="Remove the flags ({args}) or rename them to this vLLM version's spelling "
             "(`vllm serve --help` in the image lists them), then relaunch.",
+        source='argparse (`vllm serve`): `error: unrecognized arguments`',
     ),
     FailureSignature(
         id="vllm_invalid_argument", family="config_invalid", role="cause", fatal=True,
@@ -168,6 +218,32 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="The value given for {arg} is not accepted by this vLLM version: {reason}.",
         fix="Correct {arg} in the serve arguments (`vllm serve --help` in the image lists the "
             "accepted values), then relaunch.",
+        source='argparse (`vllm serve`): `error: argument X: invalid ... value`',
+    ),
+    FailureSignature(
+        id="max_model_len_over_model", family="context_length", role="cause", fatal=True,
+        pattern=_re(r"User-specified max_model_len \((?P<max_len>\d+)\) is greater than the "
+                    r"derived max_model_len"),
+        title="--max-model-len {max_len} is beyond the model's own limit",
+        cause="--max-model-len ({max_len}) is larger than the model's max_position_embeddings (or "
+              "its tokenizer's model_max_length).",
+        fix="Lower --max-model-len to the model's limit (the line names it), or enable a RoPE "
+            "scaling the model supports; VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 only if you know it is "
+            "safe.",
+        source="vLLM config (`User-specified max_model_len (N) is greater than the derived "
+               "max_model_len`, 0.6-0.2x); corpus b-058",
+    ),
+    FailureSignature(
+        id="request_too_long", family="other", role="cause", fatal=True,
+        pattern=_re(r"The (?:decoder )?prompt \(length (?P<length>\d+)\) is longer than the "
+                    r"maximum model length of (?P<max_len>\d+)"),
+        title="A request's prompt ({length} tokens) is longer than --max-model-len ({max_len})",
+        cause="A client sent a prompt longer than the served model length: the request failed, "
+              "not the start-up.",
+        fix="Shorten the prompt on the client side, or serve with a larger --max-model-len if the "
+            "model and memory allow it.",
+        source="vLLM v1/engine/input_processor.py (0.32: line 590, processor.py before); corpus "
+               "b-044",
     ),
     FailureSignature(
         id="tp_not_divisible", family="config_invalid", role="cause", fatal=True,
@@ -175,15 +251,39 @@ SIGNATURES: tuple[FailureSignature, ...] = (
                     r"tensor parallel size \((?P<tp>\d+)\)"),
         title="Tensor-parallel size {tp} does not divide the model's {heads} attention heads",
         cause="The model's {heads} attention heads cannot be split over {tp} GPUs.",
-        fix="Set --tensor-parallel-size to a divisor of {heads} (2 for two Sparks).",
+        fix="Set --tensor-parallel-size to a divisor of {heads}.",
+        source="vLLM config/model.py verify_with_parallel_config (0.32: line 1549); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
+    ),
+    FailureSignature(
+        id="model_arch_not_inspected", family="model_arch", role="symptom", fatal=True,
+        pattern=_re(r"Model architectures (?P<arch>\[.*?\]) failed to be inspected"),
+        title="vLLM could not inspect the model architecture {arch}",
+        cause="Loading the model class for {arch} failed in vLLM's inspection subprocess: this "
+              "vLLM (or a package it needs for it) does not support the architecture; the "
+              "subprocess's own exception, when logged, is the root.",
+        fix="Read the subprocess's traceback above it (a missing module is a package problem); "
+            "else use a vLLM release that supports {arch}.",
+        source="vLLM model_executor/models/registry.py (`Model architectures [...] failed to be "
+               "inspected`, 0.7-0.2x); corpus b-069",
+    ),
+    FailureSignature(
+        id="transformers_unknown_model_type", family="package_version", role="cause", fatal=True,
+        pattern=_re(r"has model type `(?P<model_type>[\w.-]+)` but Transformers does not "
+                    r"recognize this architecture"),
+        title="The image's transformers does not know model type {model_type}",
+        cause="The transformers inside the image is older than the model: it has no "
+              "configuration class for `{model_type}`.",
+        fix="Use an image with a transformers that supports `{model_type}` (and a vLLM built for "
+            "it), or `pip install -U transformers` in the image.",
+        source="transformers models/auto/configuration_auto.py (4.x-5.x); corpus b-072",
     ),
     FailureSignature(
         id="model_arch_unsupported", family="model_arch", role="cause", fatal=True,
         pattern=_re(r"Model architectures (?P<arch>\[.*?\]) are not supported"),
         title="The image's vLLM does not support model architecture {arch}",
         cause="The image's vLLM is too old for this model.",
-        fix="Use an image with a newer vLLM that supports {arch} (for Qwen3.5, e.g. "
-            "hellohal2064/vllm-qwen3.5-gb10), on {every_node}.",
+        fix="Use an image with a newer vLLM that supports {arch}, on {every_node}.",
+        source="vLLM model_executor/models/registry.py (0.32: line 1206); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="hf_gated_repo", family="model_access", role="cause", fatal=True,
@@ -192,6 +292,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="The model repo is gated: it needs an accepted licence and a token.",
         fix="Accept the model's licence on huggingface.co, set HF_TOKEN (the secret) for the "
             "containers on {every_node}; or point the model at a local path already downloaded.",
+        source="huggingface_hub GatedRepoError (`Cannot access gated repo`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="hf_repo_not_found", family="model_access", role="cause", fatal=True,
@@ -200,6 +301,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="The model id is wrong, or the repo is private/gated and no token was given.",
         fix="Check the model id (owner/name, exact spelling and case); if it is private or "
             "gated set HF_TOKEN; or point the model at the local path in the mounted HF cache.",
+        source="huggingface_hub RepositoryNotFoundError; docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="hf_unauthorized", family="model_access", role="cause", fatal=True,
@@ -209,6 +311,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "or invalid.",
         fix="Check the model id; set a valid HF_TOKEN with access to the model; or point the "
             "model at a local path.",
+        source="huggingface_hub HTTP errors (`401 Client Error`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="hf_bad_repo_id", family="model_access", role="cause", fatal=True,
@@ -218,6 +321,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "as a repo id, and it is not of the form owner/name.",
         fix="Check the model id (owner/name); if it is a local path, mount it into the "
             "container at that path on {every_node}.",
+        source="huggingface_hub HFValidationError (`Repo id must be in the form`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     # --- memory ----------------------------------------------------------------------------------
     FailureSignature(
@@ -225,10 +329,31 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         pattern=_re(r"Free memory on device .*?on startup is less than desired GPU memory "
                     r"utilization"),
         title="Not enough free memory for --gpu-memory-utilization at startup",
-        cause="GB10 unified memory is held by the page cache or other processes, so less is "
-              "free than --gpu-memory-utilization asks for.",
+        cause="Less memory is free than --gpu-memory-utilization asks for: {unified_memory}.",
         fix="Lower --gpu-memory-utilization to 0.7-0.85; drop caches on {every_node} "
             "(`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`) and stop other GPU processes.",
+        source="vLLM v1/worker/gpu_worker.py and v1/worker/utils.py (`Free memory on device ... on startup is less than desired GPU memory utilization`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
+    ),
+    FailureSignature(
+        id="kv_cache_no_memory", family="memory_gpu", role="cause", fatal=True,
+        pattern=_re(r"No available memory for the cache blocks"),
+        title="No memory left for the KV cache after loading the model",
+        cause="Once the weights and the profiling run were in memory, nothing of the "
+              "--gpu-memory-utilization budget was left for KV cache blocks ({gpu}).",
+        fix="Raise --gpu-memory-utilization (if nothing else holds the GPU), or use a smaller / "
+            "quantized model or a higher tensor-parallel size; lower --max-num-seqs.",
+        source="vLLM v1/core/kv_cache_utils.py check_enough_kv_cache_memory (0.8+; 0.32: line "
+               "1011); corpus a-004, b-001",
+    ),
+    FailureSignature(
+        id="nvrm_no_memory", family="memory_gpu", role="cause", fatal=True,
+        pattern=_re(r"NV_ERR_NO_MEMORY"),
+        title="The NVIDIA driver ran out of memory (NV_ERR_NO_MEMORY)",
+        cause="The kernel driver (NVRM) could not allocate memory for the GPU ({gpu}): the "
+              "memory the GPU uses is exhausted.",
+        fix="Lower --gpu-memory-utilization, --max-model-len and --max-num-seqs (shorter "
+            "prompts); stop other processes using the GPU's memory.",
+        source="NVIDIA kernel driver (NVRM) messages in dmesg; corpus b-021",
     ),
     FailureSignature(
         id="cuda_oom", family="memory_gpu", role="cause", fatal=True,
@@ -236,15 +361,41 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         title="CUDA out of memory",
         cause="Memory exhausted while loading weights, profiling or sampling.",
         fix="Lower --gpu-memory-utilization, --max-model-len and/or --max-num-seqs, then relaunch.",
+        source="torch.OutOfMemoryError (c10/cuda/CUDACachingAllocator.cpp); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
+    ),
+    FailureSignature(
+        id="ray_memory_monitor_killed", family="memory_host", role="cause", fatal=True,
+        pattern=_re(r"exceeds the memory usage threshold of (?P<threshold>[\d.]+)\. Ray killed "
+                    r"this worker"),
+        title="Ray's memory monitor killed a worker (host memory above {threshold})",
+        cause="The node's host memory went above Ray's threshold ({threshold}) and Ray killed a "
+              "worker to save the node: host RAM, not the GPU's memory.",
+        fix="Lower what the workers hold in host memory (--max-model-len, --max-num-seqs, "
+            "--swap-space, --cpu-offload-gb); free the node's memory; RAY_memory_monitor_refresh_ms=0 "
+            "turns the monitor off (then the kernel's OOM killer decides).",
+        source="Ray's memory monitor (`Memory on the node ... which exceeds the memory usage "
+               "threshold of 0.95. Ray killed this worker`); corpus a-016",
+    ),
+    FailureSignature(
+        id="shm_no_space", family="memory_host", role="cause", fatal=True,
+        pattern=_re(r"/dev/shm/\S+.*No space left on device"),
+        title="/dev/shm is full: shared-memory segments cannot be made",
+        cause="The container's /dev/shm is too small for NCCL's (or vLLM's) shared-memory "
+              "segments.",
+        fix="Run the containers with `--ipc=host` or a larger `--shm-size` (e.g. 64g); remove "
+            "leftover segments in /dev/shm.",
+        source="NCCL src/misc/shmutils.cc (`failed to extend /dev/shm/nccl-... No space left on "
+               "device`); corpus b-070",
     ),
     FailureSignature(
         id="host_oom_killed", family="memory_host", role="cause", fatal=True,
         pattern=_re(r"Out of memory: Killed process|\boom-kill\b|\boom_reaper\b"),
         title="The kernel OOM killer killed a process",
-        cause="Unified memory ran out: --gpu-memory-utilization is not a hard cap while "
-              "profiling on GB10, so the host ran out of memory.",
+        cause="The host ran out of memory and the kernel killed a process (where the GPU shares "
+              "the host's memory, --gpu-memory-utilization is not a hard cap while profiling).",
         fix="Lower --max-model-len and/or --max-num-seqs (and --gpu-memory-utilization); drop "
             "caches before launching.",
+        source="the Linux kernel's OOM killer (dmesg: `Out of memory: Killed process`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="kv_cache_too_small", family="kv_cache", role="cause", fatal=True,
@@ -254,6 +405,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         title="KV cache too small for --max-model-len",
         cause="The KV cache that fits in memory cannot hold one sequence of --max-model-len tokens.",
         fix="Raise --gpu-memory-utilization or lower --max-model-len.",
+        source="vLLM v1/core/kv_cache_utils.py check_enough_kv_cache_memory (`max seq len`; 0.32: line 1031); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     # --- NCCL / RDMA / Gloo -------------------------------------------------------------------------
     FailureSignature(
@@ -265,6 +417,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix="Run `ibdev2netdev` on each node and set NCCL_IB_HCA to the devices that are (Up); "
             "pass the devices into the container (`--privileged` or `--device=/dev/infiniband "
             "--cap-add=IPC_LOCK`).",
+        source="NCCL src/transport/net_ib.cc (`ibv_modify_qp failed with 19`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="ibv_modify_qp_timeout", family="nccl", role="cause", fatal=True,
@@ -273,6 +426,20 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="NCCL chose the wrong HCA or subnet for the RoCE connection.",
         fix="Set NCCL_IB_SUBNET_AWARE_ROUTING=1 and NCCL_IB_MERGE_NICS=0 on {every_node}; check "
             "NCCL_IB_HCA lists only the (Up) RoCE devices on the same subnet.",
+        source="NCCL src/transport/net_ib.cc (`ibv_modify_qp failed with 110`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
+    ),
+    FailureSignature(
+        id="nccl_ibv_call_failed", family="nccl", role="symptom", fatal=True,
+        pattern=_re(r"NCCL WARN Call to (?P<call>ibv_\w+) failed"),
+        title="NCCL's RDMA verbs call {call} failed",
+        cause="NCCL could not use the RDMA device: {call} failed (memory registration or queue "
+              "creation: the locked-memory limit, the peer-memory module, or the device not "
+              "usable inside the container).",
+        fix="Give the containers the RDMA devices and `--ulimit memlock=-1` (or `--privileged`), "
+            "`--cap-add=IPC_LOCK`; check NCCL_IB_HCA names devices that are Up; relaunch with "
+            "NCCL_DEBUG=INFO.",
+        # a symptom: the NCCL error the process raises after it, when logged, has the better fix
+        source="NCCL src/misc/ibvwrap.cc (`Call to ibv_... failed`); corpus b-016, b-017",
     ),
     FailureSignature(
         id="nccl_unhandled_system_error", family="nccl", role="cause", fatal=True,
@@ -282,14 +449,15 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "differs between the nodes.",
         fix="Run the containers with `--cap-add=IPC_LOCK` (or `--privileged`) and `--ipc=host` "
             "(or `--shm-size=64g`); leave NCCL_IB_GID_INDEX unset.",
+        source="torch ProcessGroupNCCL / vLLM pynccl_wrapper.py (`NCCL error: unhandled system error`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="nccl_watchdog_timeout", family="nccl", role="cause", fatal=True,
         pattern=_re(r"Watchdog caught collective operation timeout"),
         title="NCCL collective hung (watchdog timeout)",
-        cause="NCCL 2.28.x hangs on ARM: a collective never completed and the watchdog "
-              "killed the process (typically 20-55 min after ready).",
-        fix=_NCCL_HANG_FIX,
+        cause="The watchdog killed the process: {nccl_hang}.",
+        fix="{nccl_hang_fix}",
+        source="torch ProcessGroupNCCL.cpp watchdog (`Watchdog caught collective operation timeout`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="nccl_error", family="nccl", role="cause", fatal=True,
@@ -299,6 +467,19 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="NCCL reported an error between the nodes (RDMA/RoCE setup or a peer that died).",
         fix="Relaunch with NCCL_DEBUG=INFO and read the `NCCL WARN` lines before this one; "
             "check `ibdev2netdev` (Up), NCCL_IB_HCA and NCCL_SOCKET_IFNAME on {every_node}.",
+        source='torch ProcessGroupNCCL (DistBackendError), vLLM pynccl_wrapper.py NCCL_CHECK',
+    ),
+    FailureSignature(
+        id="c10d_connect_timeout", family="distributed_init", role="cause", fatal=True,
+        pattern=_re(r"\[c10d\] The client socket has timed out after \d+s while trying to "
+                    r"connect to \(?(?P<address>[\w.:\[\]-]+)"),
+        title="A rank could not reach the distributed store at {address}",
+        cause="torch.distributed's store at {address} did not answer: an address other ranks "
+              "cannot reach (a container's bridge IP, the wrong interface) or a firewall.",
+        fix="Make VLLM_HOST_IP / --master-addr the node's fabric IP (host networking), reachable "
+            "from every node (`nc -zv` to the port); then relaunch.",
+        source="torch c10d socket.cpp (`[c10d] The client socket has timed out after Ns while "
+               "trying to connect to (host, port)`); corpus b-087",
     ),
     FailureSignature(
         id="gloo_interface_missing", family="distributed_init", role="cause", fatal=True,
@@ -320,6 +501,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "fabric address).",
         fix="Set GLOO_SOCKET_IFNAME to the fabric interface name (e.g. enp1s0f1np1) and "
             "VLLM_HOST_IP to the node's fabric IP on {every_node}.",
+        source="torch ProcessGroupGloo (`Gloo connectFullMesh failed`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="gloo_hostname_unresolved", family="distributed_init", role="cause", fatal=False,
@@ -328,6 +510,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="Wrong interface: no GLOO_SOCKET_IFNAME, so Gloo may bind to loopback.",
         fix="Set GLOO_SOCKET_IFNAME to the fabric interface name and VLLM_HOST_IP to the "
             "node's fabric IP.",
+        source="torch ProcessGroupGloo.cpp (`Unable to resolve hostname to a (local) address`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="nccl_ib_no_device", family="nccl", role="cause", fatal=False,
@@ -336,6 +519,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="The RDMA devices are not visible inside the container.",
         fix="Run the containers with `--privileged`, or `--device=/dev/infiniband "
             "--cap-add=IPC_LOCK`; set NCCL_IB_HCA to the (Up) devices from `ibdev2netdev`.",
+        source="NCCL src/transport/net_ib.cc INFO (`NET/IB : No device found`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="nccl_net_socket", family="nccl", role="cause", fatal=False,
@@ -344,8 +528,19 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="The RDMA devices are not visible inside the container.",
         fix="Run the containers with `--privileged`, or `--device=/dev/infiniband "
             "--cap-add=IPC_LOCK`; set NCCL_IB_HCA to the (Up) devices from `ibdev2netdev`.",
+        source="NCCL INFO lines (`via NET/Socket`, `Using network Socket`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     # --- multiprocessing backend ----------------------------------------------------------------
+    FailureSignature(
+        id="nccl_warn", family="nccl", role="symptom", fatal=False,
+        pattern=_re(r"NCCL WARN\b"),
+        title="NCCL printed a warning",
+        cause="NCCL printed a warning (its network, its shared memory, a peer); if the engine "
+              "then hangs or dies, this is where to look.",
+        fix="Read the `NCCL WARN` line and the lines around it; relaunch with NCCL_DEBUG=INFO to "
+            "see NCCL's choices of transport and devices.",
+        source="NCCL's WARN lines (src/include/debug.h), any release",
+    ),
     FailureSignature(
         id="mp_semlock_across_nodes", family="config_invalid", role="cause", fatal=True,
         pattern=_re(r"No such file or directory"),
@@ -354,6 +549,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="The single-node multiprocessing backend was used across nodes.",
         fix="Use the multi-node flags (--nnodes 2, --node-rank 0/1, --master-addr, "
             "--headless on the worker) or the Ray backend (--distributed-executor-backend ray).",
+        source="Python multiprocessing/synchronize.py SemLock under vLLM's mp executor; docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="workerproc_init_failed", family="other", role="symptom", fatal=True,
@@ -364,6 +560,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "backend was used across nodes.",
         fix="Read the earlier lines; for SemLock / `No such file or directory` use the "
             "multi-node flags (--nnodes, --node-rank, --headless) or Ray.",
+        source='vLLM v1/executor/multiproc_executor.py (`WorkerProc initialization failed`)',
     ),
     # --- ports ----------------------------------------------------------------------------------------
     FailureSignature(
@@ -374,6 +571,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "still running).",
         fix="Stop the old server/container (`docker ps`; `docker rm -f <name>`; `ss -ltnp` shows "
             "the holder), or choose another --port (or --master-port), then relaunch.",
+        source="the OS's bind() (`[Errno 98] Address already in use`), uvicorn / torch TCPStore",
     ),
     # --- engine death (symptoms: the cause is earlier) -------------------------------------------------
     FailureSignature(
@@ -381,36 +579,83 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         pattern=_re(r"^TimeoutError\b(?!.*RPC call)"),
         after=_re(r"shm_broadcast\.py"), window=12,
         title="vLLM workers stopped answering (shm_broadcast TimeoutError)",
-        cause="The engine's workers stopped answering, often because of the NCCL hang "
-              "(NCCL 2.28.x on ARM).",
-        fix=_NCCL_HANG_FIX,
+        cause="The engine's workers stopped answering, often because {nccl_hang}.",
+        fix="{nccl_hang_fix}",
+        source="vLLM distributed/device_communicators/shm_broadcast.py (TimeoutError); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="shm_broadcast_timeout_rpc", family="engine_hang", role="symptom", fatal=True,
         pattern=_re(r"TimeoutError.*shm_broadcast|shm_broadcast.*TimeoutError"
                     r"|RPC call to \w+ timed out"),
         title="vLLM workers stopped answering (timeout)",
-        cause="The engine's workers stopped answering, often because of the NCCL hang "
-              "(NCCL 2.28.x on ARM).",
-        fix=_NCCL_HANG_FIX,
+        cause="The engine's workers stopped answering, often because {nccl_hang}.",
+        fix="{nccl_hang_fix}",
+        source='vLLM v1/executor/multiproc_executor.py collective_rpc (`RPC call to X timed out`)',
     ),
     FailureSignature(
         id="shm_broadcast_waiting", family="engine_hang", role="symptom", fatal=False,
         pattern=_re(r"No available shared memory broadcast block found in \d+ seconds?"),
         title="vLLM workers are not answering (shared memory broadcast wait)",
-        cause="The engine's workers stopped answering, often because of the NCCL hang "
-              "(NCCL 2.28.x on ARM); it can also be a long compilation.",
-        fix="If it repeats: " + _NCCL_HANG_FIX,
+        cause="The engine's workers stopped answering, often because {nccl_hang}; it can also "
+              "be a long compilation.",
+        fix="If it repeats: {nccl_hang_fix}",
+        source="vLLM distributed/device_communicators/shm_broadcast.py (`No available shared memory broadcast block found in 60 seconds`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
-        id="ray_worker_crashed", family="other", role="cause", fatal=True,
-        pattern=_re(r"\*\*\* SIG(?:BUS|SEGV|ABRT|ILL|KILL) received|"
+        id="torch_arch_not_supported", family="gpu_arch", role="cause", fatal=True,
+        pattern=_re(r"with CUDA capability (?P<sm>sm_\d+a?) is not compatible with the current "
+                    r"PyTorch installation"),
+        title="The image's PyTorch was not built for this GPU ({sm})",
+        cause="The PyTorch inside the image has no kernels for {sm}, the compute capability of "
+              "{gpu}.",
+        fix="Use an image whose torch (and vLLM) is built for {sm} (a newer CUDA and torch "
+            "build), then relaunch.",
+        source="torch/cuda/__init__.py _check_capability (`... with CUDA capability sm_N is not "
+               "compatible with the current PyTorch installation`, torch 2.x); corpus a-027",
+    ),
+    FailureSignature(
+        id="no_gpu_platform", family="cuda_runtime", role="cause", fatal=True,
+        pattern=_re(r"No platform detected, vLLM is running on UnspecifiedPlatform"),
+        title="vLLM found no GPU platform",
+        cause="vLLM detected no usable accelerator: no GPU visible in the container, or a vLLM "
+              "build without the platform's libraries.",
+        fix="Check that the container sees the GPU (`nvidia-smi` inside it; --gpus all) and that "
+            "the image's vLLM is a CUDA build.",
+        source="vLLM platforms/__init__.py (logged at INFO before 0.9, DEBUG in 0.32); corpus a-018",
+    ),
+    FailureSignature(
+        id="cuda_no_kernel_image", family="gpu_arch", role="cause", fatal=True,
+        pattern=_re(r"no kernel image is available for execution on the device"),
+        title="The image has no CUDA kernels for this GPU ({gpu})",
+        cause="torch or vLLM in the image was not compiled for this GPU's architecture "
+              "({gpu}): CUDA found no kernel image for it.",
+        fix="Use an image built for this GPU's compute capability (a torch/vLLM build whose "
+            "arch list includes it, and a CUDA that knows it).",
+        source="CUDA runtime (cudaErrorNoKernelImageForDevice) through torch's CUDA checks; "
+               "corpus a-005",
+    ),
+    FailureSignature(
+        id="ray_worker_crashed", family="memory_host", role="cause", fatal=True,
+        pattern=_re(r"\*\*\* SIG(?:BUS|KILL) received|Fatal Python error: Bus error|"
                     r"A worker died or was killed while executing a task"),
-        title="A Ray worker process crashed",
-        cause="A vLLM worker process was killed by a signal (a crash such as SIGBUS/SIGSEGV, or "
-              "the OOM killer); the `ip=` in the line names its node.",
+        title="A Ray worker process was killed",
+        cause="A vLLM worker process was killed by a signal: SIGBUS (its /dev/shm too small) or "
+              "SIGKILL (the OOM killer, Ray's memory monitor); the `ip=` in the line names its "
+              "node.",
         fix="On the node named by `ip=`: `dmesg -T | grep -iE 'oom|killed'` and free memory; read "
             "that node's container log; lower --gpu-memory-utilization if memory ran out; relaunch.",
+        source="Ray's signal handler (`*** SIGBUS received`), raylet (`A worker died or was killed while executing a task`), Python faulthandler; corpus a-011",
+    ),
+    FailureSignature(
+        id="worker_crashed_signal", family="other", role="cause", fatal=True,
+        pattern=_re(r"\*\*\* SIG(?:SEGV|ABRT|ILL) received|Fatal Python error: "
+                    r"(?:Segmentation fault|Aborted)"),
+        title="A worker process crashed",
+        cause="A vLLM worker process crashed (a segmentation fault or an abort in native code); "
+              "the lines just before it name the library it was in.",
+        fix="Read the lines before the crash for the library and the kernel; try the image's "
+            "other attention backend or --enforce-eager; report it with the whole traceback.",
+        source="Python's faulthandler and Ray's signal handler (`*** SIGSEGV received`)",
     ),
     FailureSignature(
         id="ray_actor_died", family="ray_cluster", role="symptom", fatal=True,
@@ -420,6 +665,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "cause is in the lines before (often from the other node's worker).",
         fix="Read the earlier lines of that worker (its `(RayWorkerWrapper pid=..., ip=...)` "
             "prefix names the node); check `dmesg` on that node for the OOM killer; restart.",
+        source="ray.exceptions.ActorDiedError (python/ray/exceptions.py); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
         id="ray_subprocesses_exited", family="ray_cluster", role="symptom", fatal=True,
@@ -438,6 +684,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         title="vLLM engine failed to start",
         cause="The engine process failed during start-up; the cause is in the lines before.",
         fix="Read the earlier lines (attached) for the first error; fix it and relaunch.",
+        source='vLLM v1/engine/core.py run_engine_core (`EngineCore failed to start.`) and v1/engine/utils.py wait_for_engine_startup (0.32: line 1431)',
     ),
     FailureSignature(
         id="engine_dead", family="other", role="symptom", fatal=True,
@@ -446,6 +693,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         title="vLLM engine died",
         cause="The engine process died; the cause is in the lines before.",
         fix="Read the earlier lines (attached) for the first error; restart the server.",
+        source='vLLM v1/engine/exceptions.py EngineDeadError, v1/engine/core.py, v1/engine/async_llm.py output_handler',
     ),
 )
 # fmt: on
@@ -509,7 +757,7 @@ STALLED = KnownFailure(
     title="Stalled in {phase}",
     cause="No output for {idle} in {phase}; the last line is the last thing that happened.",
     fix="Look at the log tail (attached) for what it was doing; if {phase} is legitimately "
-    "slow (loading ~119 GB of weights, compiling, capturing CUDA graphs), raise the stall "
+    "slow (loading a large model's weights, compiling, capturing CUDA graphs), raise the stall "
     "timeout.",
 )
 
@@ -803,10 +1051,10 @@ SERVING_HUNG = KnownFailure(
     source="spark-bot watch (a canary completion, the server's /metrics)",
     title="serving hung: {detail}",
     cause="the API answers /health but the engine generates nothing: its workers are stuck, "
-          "most often in a collective between the nodes (the NCCL 2.28.x hang on ARM, a fabric "
-          "link problem) or a node short of memory",
+          "most often in a collective between the nodes (an NCCL hang, a fabric link problem) "
+          "or a node short of memory",
     fix="read the last lines of every node's log (below) for `No available shared memory broadcast "
-        "block` or NCCL lines; `down` then `up` relaunches; if it recurs: " + _NCCL_HANG_FIX,
+        "block` or NCCL lines; `down` then `up` relaunches; if it recurs: " + NEUTRAL_WORDS["nccl_hang_fix"],
 )
 _OOM_FIX = (
     "lower serve.gpu_memory_utilization (e.g. 0.80) or serve.max_model_len / max_num_seqs, then "
@@ -818,9 +1066,9 @@ CONTAINER_OOM_KILLED = KnownFailure(
     id="container_oom_killed", family="memory_host", role="cause", fatal=True,
     source="spark-bot watch (Docker's oom event, State.OOMKilled)",
     title="the container on {node} was killed for lack of memory during {checkpoint}",
-    cause="unified memory ran out on {node} and the kernel's OOM killer killed the container's "
-          "process (--gpu-memory-utilization is not a hard cap on GB10; the page cache, other "
-          "processes and long contexts add to it)",
+    cause="memory ran out on {node} and the kernel's OOM killer killed the container's "
+          "process (where the GPU shares the host's memory, --gpu-memory-utilization is not a "
+          "hard cap; the page cache, other processes and long contexts add to it)",
     fix=_OOM_FIX,
 )
 KERNEL_OOM_KILL = KnownFailure(
@@ -956,6 +1204,7 @@ def cluster_words(nodes: int | None = None, world_size: int | None = None) -> di
     """What the texts' `{every_node}`, `{node_count}`, `{gpus}` and `{world_size}` say for this
     cluster (the config's node count and TP x PP), or in general when it is not known."""
     return {
+        **NEUTRAL_WORDS,
         "every_node": "every node"
         if nodes is None
         else "both nodes"

@@ -154,19 +154,20 @@ def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
 # fmt: off
 EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
     ExceptionClass("gpu_arch", _re(
-        r"no kernel image is available|\bsm_\d+a?\b|compute capability|not compiled for|"
+        r"no kernel image is available|\bsm_?\d{2,3}a?\b|compute capability|not compiled for|"
         r"not supported on (?:this|your) (?:GPU|device)|PTXAS|ptxas|unsupported (?:GPU )?arch",
         re.I), "CUDA runtime (`no kernel image is available for execution on the device`), "
         "ptxas, triton and the kernels' capability checks"),
-    ExceptionClass("cuda_runtime", _re(
-        r"CUDA driver (?:error|version)|cudaError|CUDA error|NVML|No CUDA GPUs are available|"
-        r"Found no NVIDIA driver|CUDA initiali[sz]ation|illegal memory access|"
-        r"unspecified launch failure", re.I),
-        "torch's CUDA checks (c10/cuda), NVML, the CUDA driver API"),
     ExceptionClass("memory_gpu", _re(
         r"OutOfMemory|out of memory|No available memory for the cache blocks|"
         r"NV_ERR_NO_MEMORY|CUBLAS_STATUS_ALLOC_FAILED", re.I),
         "torch.OutOfMemoryError (CUDA/HIP/XPU), vLLM v1/core/kv_cache_utils.py"),
+    ExceptionClass("cuda_runtime", _re(
+        r"CUDA driver (?:error|version)|cudaError|CUDA error|NVML|No CUDA GPUs are available|"
+        r"Found no NVIDIA driver|CUDA initiali[sz]ation|initiali[sz]e CUDA|illegal memory access|"
+        r"unspecified launch failure|NVIDIA driver on your system is too old|libcuda\.so|"
+        r"No CUDA runtime is found", re.I),
+        "torch's CUDA checks (c10/cuda), NVML, the CUDA driver API"),
     ExceptionClass("memory_host", _re(r"\bMemoryError\b|Bus error|Cannot allocate memory|"
                                       r"OutOfMemoryError: Task was killed due to the node"),
                    "Python's MemoryError, ENOMEM, SIGBUS on /dev/shm, Ray's memory monitor"),
@@ -185,9 +186,10 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"(?:^|\.)(?:ImportError|ModuleNotFoundError|PackageNotFoundError)\b|undefined symbol|"
         r"^AttributeError: module '[\w.]+' has no attribute|"
         r"Transformers does not recognize this architecture|"
-        r"requires (?:transformers|torch|vllm)\s*[<>=]"),
+        r"requires (?:transformers|torch|vllm)\s*[<>=]|Mismatched number of arguments|"
+        r"got an unexpected keyword argument"),
         "Python's import machinery, the dynamic loader (`undefined symbol`), transformers' "
-        "model-type check"),
+        "model-type check", frame=_re(r"transformers/models/auto/")),
     ExceptionClass("nccl", _re(r"\bnccl\w*Error\b|\bDistBackendError\b|NCCL error|NCCL WARN",
                                re.I), "torch.distributed (ProcessGroupNCCL), vLLM's pynccl"),
     ExceptionClass("distributed_init", _re(
@@ -198,9 +200,11 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
     ExceptionClass("port_in_use", _re(r"address already in use|EADDRINUSE|Errno 98", re.I),
                    "the OS's bind()"),
     ExceptionClass("engine_hang", _re(r"^TimeoutError\b|timed out|Timeout", re.I),
-                   "vLLM's RPC and shm_broadcast timeouts"),
-    ExceptionClass("config_invalid", _re(r"ValidationError|^(?:\w+\.)*(?:ValueError|TypeError|"
-                                         r"NotImplementedError|AssertionError)\b"),
+                   "vLLM's RPC and shm_broadcast timeouts",
+                   frame=_re(r"shm_broadcast\.py.* in (?:dequeue|acquire_read)|"
+                             r"multiproc_executor\.py.* in (?:get_response|collective_rpc)")),
+    ExceptionClass("config_invalid", _re(r"ValidationError|^(?:\w+\.)*(?:ValueError|"
+                                         r"NotImplementedError)\b|^Value error, "),
                    "vLLM's config validation (pydantic, ValueError, NotImplementedError)",
                    frame=_re(r"vllm/(?:config|engine/arg_utils)")),
 )
@@ -215,6 +219,15 @@ def family_of_exception(raised: RaisedException, frame: str | None = None) -> Fa
         if kind.pattern is not None and kind.pattern.search(text):
             return kind.family
         if kind.frame is not None and frame is not None and kind.frame.search(frame):
+            return kind.family
+    return "other"
+
+
+def family_of_frame(frame: str) -> FamilyId:
+    """The family a traceback's innermost frame line (`File "...", line N, in f`) tells, when
+    an excerpt ends before its exception line; "other" when nothing tells."""
+    for kind in EXCEPTION_CLASSES:
+        if kind.frame is not None and kind.frame.search(frame):
             return kind.family
     return "other"
 

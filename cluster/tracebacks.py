@@ -32,16 +32,18 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+')
 # utils.py ("Engine core initialization failed. See root cause above.", 0.8+), v1/executor/
 # multiproc_executor.py ("WorkerProc initialization failed", "Worker failed"), Ray's
 # python/ray/exceptions.py (RayTaskError wraps the task's own exception, ActorDiedError /
-# RayActorError / ActorUnavailableError a dead actor).
+# RayActorError / ActorUnavailableError a dead actor), vLLM's model inspection subprocess
+# (model_executor/models/registry.py: CalledProcessError, then "Error raised in subprocess").
 _WRAPPER_TYPES = re.compile(
     r"(?:^|\.)(?:EngineDeadError|EngineGenerateError|RayTaskError|ActorDiedError|RayActorError"
-    r"|ActorUnavailableError|SystemExit|KeyboardInterrupt|CancelledError|BrokenProcessPool)$"
+    r"|ActorUnavailableError|SystemExit|KeyboardInterrupt|CancelledError|BrokenProcessPool"
+    r"|CalledProcessError)$"
 )
 _WRAPPER_MESSAGES = re.compile(
     r"Engine core initialization failed|Frontend process failed during engine core"
     r"|WorkerProc initialization failed|Worker failed|EngineCore encountered an issue"
     r"|See (?:root cause|stack trace) above|Worker proc \S+ died unexpectedly"
-    r"|Error executing method|This might cause deadlock"
+    r"|Error executing method|This might cause deadlock|Error raised in subprocess"
 )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cluster.diagnosis import LogDiagnoser, diagnose, first_error
+from cluster.failures import SIGNATURES
 from cluster.logtext import strip_prefixes
 from cluster.tracebacks import raised_exception
 
@@ -21,10 +22,17 @@ def test_the_real_engines_ray_refusal_is_quoted_as_the_cause():
     # vLLM 0.32.0 CPU, `--distributed-executor-backend ray` without the lab's device-key hook
     lines = (LOGS / "real-vllm-0.32-cpu-ray-refusal.log").read_text().splitlines()
     d = diagnose(lines)
-    assert d is not None and d.fatal
+    assert d is not None and d.fatal and d.signature_id == "ray_platform_unsupported"
+    assert d.evidence.endswith("ValueError: current platform cpu does not support ray.")
+    assert d.family == "ray_cluster" and "cpu platform" in d.title
+    # without its row, the chain still names it: the root exception quoted, its family by frame
+    table = tuple(sig for sig in SIGNATURES if sig.id != "ray_platform_unsupported")
+    d = diagnose(lines, table)
+    assert d is not None and d.signature_id == "engine_start_failed"
     assert d.evidence.endswith("ValueError: current platform cpu does not support ray.")
     assert "`ValueError: current platform cpu does not support ray.`" in d.cause
-    assert "EngineCore failed to start" not in d.evidence
+    assert d.family == "ray_cluster"  # raised in vllm/v1/executor/ray_utils.py
+    assert d.search == "ValueError: current platform cpu does not support ray."
 
 
 def test_the_stream_answers_at_the_symptom_then_names_the_root_as_the_traceback_follows():
@@ -32,9 +40,13 @@ def test_the_stream_answers_at_the_symptom_then_names_the_root_as_the_traceback_
         ENGINE + vllm("INFO", "Initializing a V1 LLM engine (v0.32.0)", "core.py:133"),
         ENGINE + vllm("ERROR", "EngineCore failed to start."),
         ENGINE + vllm("ERROR", "Traceback (most recent call last):"),
-        ENGINE + vllm("ERROR", '  File "/x/vllm/v1/executor/ray_utils.py", line 574, in init'),
-        ENGINE + vllm("ERROR", "    raise ValueError("),
-        ENGINE + vllm("ERROR", "ValueError: current platform cpu does not support ray."),
+        ENGINE + vllm("ERROR", '  File "/x/flashinfer/cute_dsl/utils.py", line 9, in <module>'),
+        ENGINE + vllm("ERROR", "    from cutlass.cute.nvgpu import OperandMajorMode"),
+        ENGINE
+        + vllm(
+            "ERROR",
+            "AttributeError: module 'cutlass.cute.nvgpu' has no attribute 'OperandMajorMode'",
+        ),
     ]
     ld = LogDiagnoser()
     first = ld.feed(lines[0]), ld.feed(lines[1])
@@ -45,7 +57,8 @@ def test_the_stream_answers_at_the_symptom_then_names_the_root_as_the_traceback_
         assert ld.feed(line) is None  # refinements are read from .diagnosis, not returned
     refined = ld.diagnosis
     assert refined is not None and refined.line_number == 6
-    assert "the root exception in its traceback: `ValueError: current platform" in refined.cause
+    assert "the root exception in its traceback: `AttributeError: module 'cutlass" in refined.cause
+    assert refined.family == "package_version"
     assert refined == diagnose(lines)
 
 
@@ -58,8 +71,7 @@ def test_the_innermost_exception_of_a_chain_is_the_root():
         "During handling of the above exception, another exception occurred:",
         "",
         "Traceback (most recent call last):",
-        "ValueError: The checkpoint you are trying to load has model type `qwen3_next` but "
-        "Transformers does not recognize this architecture.",
+        "ValueError: a newer exception of the chain (synthetic)",
         "",
         "The above exception was the direct cause of the following exception:",
         "",
