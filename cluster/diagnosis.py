@@ -41,7 +41,12 @@ from cluster.families import (
 from cluster.literals import Screen
 from cluster.logtext import clean_line, is_nccl_line, rank_of, strip_prefixes
 from cluster.platform import PlatformSeen
-from cluster.tracebacks import RaisedException, frame_file, raised_exception
+from cluster.tracebacks import (
+    RaisedException,
+    frame_file,
+    raised_exception,
+    says_another_is_the_cause,
+)
 
 CONTEXT_LINES = 5  # cleaned lines kept before the evidence in a Diagnosis
 STALL_WINDOW = 5  # last non-empty lines examined by diagnose_stall
@@ -90,7 +95,9 @@ _TRACEBACK_NOISE = re.compile(
 )
 # An exception vLLM logs at WARNING or below was caught and survived (an optional import).
 _LOW_LEVEL = re.compile(r"(?:^|[\s)\]])(?:DEBUG|INFO|WARNING|WARN) \d\d-\d\d ")
-_ERROR_LEVEL = re.compile(r"(?:^|[\s)\]])(?:ERROR|CRITICAL|FATAL)\b|^\[E\d{4} ")
+_ERROR_LEVEL = re.compile(
+    r"(?:^|[\s)\]])(?:ERROR|CRITICAL|FATAL)\b|^\[E\d{4} |\bfatal\s*:|\bNCCL WARN\b"
+)
 
 _FIELD = re.compile(r"\{(\w+)\}")
 _SHUTDOWN = Screen([marker for marker, _ in SHUTDOWN_MARKERS])
@@ -242,7 +249,7 @@ class LogDiagnoser:
             )
         if (
             symptom is not None
-            and (root is None or root.kind == "error_level")
+            and (root is None or root.kind != "exception")
             and self._last_frame is not None
         ):
             framed = with_frame(symptom, self._last_frame)
@@ -384,7 +391,7 @@ class LogDiagnoser:
         if (
             found is None
             and self._first_symptom is not None
-            and (self._root is None or self._root.kind == "error_level")
+            and (self._root is None or self._root.kind != "exception")
             and not is_source
             and self._line_number - (self._first_symptom.line_number or 0) <= ROOT_AFTER_LINES
         ):
@@ -480,12 +487,13 @@ def diagnose(
 @dataclass(frozen=True)
 class RootError:
     """The likely root of a death: the first raised exception that wraps no other (`kind`
-    "exception"), else the first line logged at ERROR level ("error_level"); its line, the
-    traceback frame that raised it, and the lines before it."""
+    "exception"), else the first line logged at ERROR level ("error_level"), else the first
+    wrapper ("wrapper": it names no root, but says what died); its line, the traceback frame
+    that raised it, and the lines before it."""
 
     line_number: int
     cleaned: str
-    kind: Literal["exception", "error_level"]
+    kind: Literal["exception", "error_level", "wrapper"]
     exception: RaisedException | None = None
     frame: str | None = None  # the traceback's `File "...", line N, in f` that raised it
     context: tuple[str, ...] = ()
@@ -502,6 +510,7 @@ def root_error(
     log order); `before`: the lines that precede them (for the raising frame and context)."""
     seen: deque[tuple[int, str, str]] = deque(before, maxlen=CONTEXT_LINES)
     error_level: RootError | None = None
+    wrapper: RootError | None = None  # the first wrapper, when nothing else says more
     for entry in entries:
         n, cleaned, message = entry
         if message[:1].isspace() or not message:  # a traceback's frame or source line
@@ -511,15 +520,18 @@ def root_error(
         if raised is not None and not raised.wraps_another and not _LOW_LEVEL.search(cleaned):
             frame = next((m.strip() for _, _, m in reversed(seen) if frame_file(m)), None)
             return RootError(n, cleaned, "exception", raised, frame, tuple(c for _, c, _ in seen))
+        if raised is not None and wrapper is None and not _LOW_LEVEL.search(cleaned):
+            wrapper = RootError(n, cleaned, "wrapper", raised, None, tuple(c for _, c, _ in seen))
         if (
             error_level is None
             and raised is None
             and _ERROR_LEVEL.search(cleaned)
             and not _TRACEBACK_NOISE.match(message)
+            and not says_another_is_the_cause("", message)
         ):
             error_level = RootError(n, cleaned, "error_level", context=tuple(c for _, c, _ in seen))
         seen.append(entry)
-    return error_level
+    return error_level or wrapper
 
 
 def family_of_root(root: RootError) -> FamilyId:
@@ -584,8 +596,8 @@ def with_frame(symptom: Diagnosis, frame: str) -> Diagnosis:
 
 
 def with_root(symptom: Diagnosis, root: RootError | None) -> Diagnosis:
-    """A symptom (the engine died) told by its root."""
-    if root is None:
+    """A symptom (the engine died) told by its root (a wrapper tells nothing more)."""
+    if root is None or root.kind == "wrapper":
         return symptom
     where = "in its traceback" if root.line_number > (symptom.line_number or 0) else "before it"
     return told_by_root(symptom, root, what=where)

@@ -11,6 +11,7 @@ failure unless a fatal line follows it; an ERROR line before it did not stop the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -20,10 +21,13 @@ from cluster.checkpoints import CHECKPOINTS, Checkpoint, Spelling, spellings_for
 from cluster.config import Knowledge
 from cluster.diagnosis import Diagnosis, LogDiagnoser, first_error, unrecognised
 from cluster.failures import SIGNATURES, FailureSignature
+from cluster.families import family_of_text
 from cluster.logtext import clean_line, rank_of, ray_repeats, strip_prefixes
 from cluster.tracebacks import raised_exception
 
 # "incomplete": no failure shown, but no end of start-up either: not proven healthy.
+_QUIET = re.compile(r"(?:^|[\s)\]])(?:DEBUG|INFO)\b")
+
 Verdict = Literal["failed", "healthy", "stopped", "incomplete"]
 
 # Logged checkpoints every healthy start-up shows (NCCL's only with NCCL_DEBUG=INFO).
@@ -113,6 +117,22 @@ def raised_after(lines: Sequence[str], ready: int) -> Diagnosis | None:
     return late.model_copy(update={"line_number": (late.line_number or 0) + ready})
 
 
+def family_hint(lines: Sequence[str]) -> Diagnosis | None:
+    """For a log that shows no failure and no end: the first line (not logged at INFO or
+    below) whose text a family's exception class knows, as an unrecognised, non-fatal hint."""
+    for n, raw in enumerate(lines, start=1):
+        cleaned = clean_line(raw)
+        if not cleaned.strip() or _QUIET.search(cleaned):
+            continue
+        family = family_of_text(strip_prefixes(cleaned))
+        if family != "other":
+            hint = unrecognised([raw], "this log")
+            return hint.model_copy(
+                update={"line_number": n, "family": family, "fatal": False, "context": []}
+            )
+    return None
+
+
 def explain(
     lines: Iterable[str],
     table: tuple[FailureSignature, ...] = SIGNATURES,
@@ -168,6 +188,9 @@ def explain(
             "no fatal row and no error line, but the log does not reach the end of start-up "
             "(`Application startup complete.`): not proven healthy; " + why
         )
+        if found is None and (hint := family_hint(lines)) is not None:
+            found = hint
+            why += f"; line {hint.line_number} is of the family {hint.family} by its text"
     checkpoints, missing = proofs(lines, knowledge)
     return Explanation(
         verdict=verdict,

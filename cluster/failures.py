@@ -255,6 +255,30 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         source="vLLM config/model.py verify_with_parallel_config (0.32: line 1549); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
     ),
     FailureSignature(
+        id="model_no_implementation", family="model_arch", role="cause", fatal=True,
+        pattern=_re(r"(?P<arch>\w+) has no vLLM implementation and the Transformers "
+                    r"implementation is not compatible with vLLM"),
+        title="vLLM cannot run {arch}",
+        cause="This vLLM has no implementation of {arch}, and the Transformers fallback cannot "
+              "run it either.",
+        fix="Use a vLLM release that implements {arch} (its supported-models list), or a model "
+            "of a supported architecture.",
+        source="vLLM model_executor/model_loader/utils.py resolve_transformers_arch (0.8-0.1x; "
+               "0.32 words it `has no vLLM implementation, falling back to Transformers`); "
+               "corpus a-073, a-074",
+    ),
+    FailureSignature(
+        id="model_weights_not_found", family="model_files", role="cause", fatal=True,
+        pattern=_re(r"Cannot find any model weights with [`']?(?P<model>[^`'\s]+)"),
+        title="No weight files found for {model}",
+        cause="The model's folder holds no weight files vLLM can load (*.safetensors, *.bin): an "
+              "incomplete download, the wrong path, or a --load-format that does not match.",
+        fix="Check the model folder (or the mounted Hugging Face cache) has its weight shards; "
+            "download it again completely; check --load-format.",
+        source="vLLM model_executor/model_loader/default_loader.py (0.32: line 260; "
+               "weight_utils.py before); corpus a-086",
+    ),
+    FailureSignature(
         id="model_arch_not_inspected", family="model_arch", role="symptom", fatal=True,
         pattern=_re(r"Model architectures (?P<arch>\[.*?\]) failed to be inspected"),
         title="vLLM could not inspect the model architecture {arch}",
@@ -600,6 +624,25 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "be a long compilation.",
         fix="If it repeats: {nccl_hang_fix}",
         source="vLLM distributed/device_communicators/shm_broadcast.py (`No available shared memory broadcast block found in 60 seconds`); docs: the multi-node reference's failure table (public Spark launchers' issue trackers)",
+    ),
+    FailureSignature(
+        id="quantization_not_on_this_gpu", family="gpu_arch", role="cause", fatal=True,
+        pattern=_re(r"The quantization method (?P<method>\S+) is not supported for the current "
+                    r"GPU\. Minimum capability: (?P<min>\d+)\. Current capability: (?P<current>\d+)"),
+        title="{method} quantization needs compute capability {min}, this GPU has {current}",
+        cause="The model's quantization ({method}) has kernels only for compute capability {min} "
+              "and up; {gpu} is {current}.",
+        fix="Serve a checkpoint in a quantization this GPU supports (or unquantized), or use a "
+            "GPU of capability {min} or more.",
+        source="vLLM config/vllm.py (0.32: line 903; config.py before)",
+    ),
+    FailureSignature(
+        id="bf16_not_on_this_gpu", family="gpu_arch", role="cause", fatal=True,
+        pattern=_re(r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0"),
+        title="This GPU cannot run bfloat16",
+        cause="{gpu} has a compute capability below 8.0: no bfloat16 kernels.",
+        fix="Serve with `--dtype float16` (or `--dtype half`).",
+        source="vLLM platforms/cuda.py (0.32: line 649) and platforms/rocm.py",
     ),
     FailureSignature(
         id="torch_arch_not_supported", family="gpu_arch", role="cause", fatal=True,

@@ -155,7 +155,9 @@ def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
 EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
     ExceptionClass("gpu_arch", _re(
         r"no kernel image is available|\bsm_?\d{2,3}a?\b|compute capability|not compiled for|"
-        r"not supported on (?:this|your) (?:GPU|device)|PTXAS|ptxas|unsupported (?:GPU )?arch",
+        r"not supported on (?:this|your) (?:GPU|device)|PTXAS|ptxas|unsupported (?:GPU )?arch|"
+        r"CUDA architectures|SM \d+\.x requires CUDA|is not supported for the current GPU|"
+        r"Minimum capability",
         re.I), "CUDA runtime (`no kernel image is available for execution on the device`), "
         "ptxas, triton and the kernels' capability checks"),
     ExceptionClass("memory_gpu", _re(
@@ -166,7 +168,8 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"CUDA driver (?:error|version)|cudaError|CUDA error|NVML|No CUDA GPUs are available|"
         r"Found no NVIDIA driver|CUDA initiali[sz]ation|initiali[sz]e CUDA|illegal memory access|"
         r"unspecified launch failure|NVIDIA driver on your system is too old|libcuda\.so|"
-        r"No CUDA runtime is found", re.I),
+        r"No CUDA runtime is found|forward compatibility was attempted|"
+        r"Failed to infer device type|No platform detected", re.I),
         "torch's CUDA checks (c10/cuda), NVML, the CUDA driver API"),
     ExceptionClass("memory_host", _re(r"\bMemoryError\b|Bus error|Cannot allocate memory|"
                                       r"OutOfMemoryError: Task was killed due to the node"),
@@ -184,7 +187,7 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
                    "transformers tokenizers / processors, vLLM's chat template handling"),
     ExceptionClass("package_version", _re(
         r"(?:^|\.)(?:ImportError|ModuleNotFoundError|PackageNotFoundError)\b|undefined symbol|"
-        r"^AttributeError: module '[\w.]+' has no attribute|"
+        r"^AttributeError: module '[\w.]+' has no attribute|cannot open shared object file|"
         r"Transformers does not recognize this architecture|"
         r"requires (?:transformers|torch|vllm)\s*[<>=]|Mismatched number of arguments|"
         r"got an unexpected keyword argument"),

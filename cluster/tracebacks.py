@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["RaisedException", "frame_file", "raised_exception"]
+__all__ = ["RaisedException", "frame_file", "raised_exception", "says_another_is_the_cause"]
 
 # `ValueError: msg`, `torch.OutOfMemoryError: msg`, `ray.exceptions.RayTaskError(ValueError): msg`,
 # `ncclInternalError: ...`, a bare `AssertionError`.
@@ -44,6 +44,7 @@ _WRAPPER_MESSAGES = re.compile(
     r"|WorkerProc initialization failed|Worker failed|EngineCore encountered an issue"
     r"|See (?:root cause|stack trace) above|Worker proc \S+ died unexpectedly"
     r"|Error executing method|This might cause deadlock|Error raised in subprocess"
+    r"|got fatal signal from worker processes"
 )
 
 
@@ -63,9 +64,14 @@ class RaisedException:
 
     @property
     def wraps_another(self) -> bool:
-        """True for a wrapper (EngineDeadError, RayTaskError(...), "Engine core initialization
-        failed..."): the death's root is another exception of the chain."""
-        return bool(_WRAPPER_TYPES.search(self.type) or _WRAPPER_MESSAGES.search(self.message))
+        """True when the death's root is another exception of the chain."""
+        return says_another_is_the_cause(self.type, self.message)
+
+
+def says_another_is_the_cause(type_: str, message: str) -> bool:
+    """True for a wrapper's exception or log line (EngineDeadError, RayTaskError(...), "Engine
+    core initialization failed...", "See stack trace above"): the root is elsewhere."""
+    return bool(_WRAPPER_TYPES.search(type_) or _WRAPPER_MESSAGES.search(message))
 
 
 def raised_exception(message: str) -> RaisedException | None:

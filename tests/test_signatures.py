@@ -238,6 +238,15 @@ SAMPLES: dict[str, str | list[str]] = {
     "nccl_warn": "[2026-04-06 23:02:12] gx10-9eba:158:188 [0] transport/net_ib/p2p.cc:786 NCCL "
     "WARN NET/IB: ncclIbTest: Got CQE with error (devIndex=0, req=0xe51690018018, comm=0xe516900"
     "18000 (send), wr_id=2, qp_num=1104)",
+    "model_no_implementation": "ERROR 05-21 18:19:15 [engine.py:448] ValueError: "
+    "Qwen2_5OmniForConditionalGeneration has no vLLM implementation and the Transformers "
+    "implementation is not compatible with vLLM. Try setting VLLM_USE_V1=0.",
+    "model_weights_not_found": "(RayWorkerVllm pid=1842765) ERROR 04-24 09:33:04 ray_utils.py:44] "
+    "RuntimeError: Cannot find any model weights with 'meta-llama/CodeLlama-7b-Instruct-hf'",
+    "quantization_not_on_this_gpu": "ValueError: The quantization method fp8 is not supported "
+    "for the current GPU. Minimum capability: 89. Current capability: 86.",
+    "bf16_not_on_this_gpu": "ValueError: Bfloat16 is only supported on GPUs with compute "
+    "capability of at least 8.0.",
     "worker_crashed_signal": RAY + "*** SIGSEGV received at time=1796022252 on cpu 7 ***",
     "engine_dead": API
     + "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
