@@ -257,7 +257,7 @@ class JobView:
                 f"\n⚠ {escape(event.warning)}" if event.warning else ""
             )
         else:
-            title = f"➖ {event.title}{where}: not checked"
+            title = f"➖ {event.title}{where}"
             text = f"Not checked at {event.elapsed_s:.1f}s: {escape(unchecked)}"
         await self.reply(
             self._with_log(
