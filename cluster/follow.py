@@ -103,7 +103,9 @@ class Expectation:
         return list(ranked[-1][1].values()) if ranked else []
 
     def evidence(self) -> str:
-        """Its lines, each with the node and rank it is from."""
+        """Its lines; a per-rank checkpoint's each with the node and rank it is from."""
+        if not self.checkpoint.per_rank:
+            return "\n".join(line.text for line in self.lines)
         return "\n".join(f"{line.text}  [{rank_label(line)}]" for line in self.lines)
 
     @property
