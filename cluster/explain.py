@@ -30,8 +30,16 @@ _QUIET = re.compile(r"(?:^|[\s)\]])(?:DEBUG|INFO)\b")
 
 Verdict = Literal["failed", "healthy", "stopped", "incomplete"]
 
-# Logged checkpoints every healthy start-up shows (NCCL's only with NCCL_DEBUG=INFO).
+# Logged checkpoints every healthy start-up shows (NCCL's only with NCCL_DEBUG=INFO; vLLM before
+# 0.6.5 prints no `init engine` line).
 EVERY_START_UP = ("weights", "kv_cache", "engine", "api_server")
+# Lines that look like a checkpoint's, whatever the release's wording: one no spelling matches
+# is a checkpoint line the table does not know (a new release's drift).
+_LOOKS_LIKE_A_CHECKPOINT = re.compile(
+    r"weights took|loading took|model took|KV cache size: \d|\bblocks: \d|init engine|"
+    r"startup complete",
+    re.IGNORECASE,
+)
 
 
 class _Model(BaseModel):
@@ -67,21 +75,31 @@ class Explanation(_Model):
     checkpoints_missing: list[str] = Field(
         description="checkpoints every start-up logs that this log does not prove"
     )
+    unknown_checkpoint_lines: list[int] = Field(
+        default_factory=list,
+        description="lines that look like a checkpoint's but match no spelling (drift)",
+    )
 
 
 def proofs(
     lines: Sequence[str], knowledge: Knowledge | None = None
-) -> tuple[list[CheckpointProof], list[str]]:
+) -> tuple[list[CheckpointProof], list[str], list[int]]:
     """Every line that proves a logged checkpoint (per-rank checkpoints: one line per distinct
-    rank), and the EVERY_START_UP checkpoints without one."""
+    rank), the EVERY_START_UP checkpoints without one, and the lines that look like a
+    checkpoint's but match no spelling."""
     logged: list[tuple[Checkpoint, list[Spelling]]] = [
         (c, list(spellings_for(c, knowledge or Knowledge()))) for c in CHECKPOINTS if c.logged
     ]
     found: list[CheckpointProof] = []
     ranks: dict[str, set[str | None]] = {}
+    unknown: list[int] = []
     for n, raw in enumerate(lines, start=1):
         cleaned = clean_line(raw)
         message = strip_prefixes(cleaned)
+        if _LOOKS_LIKE_A_CHECKPOINT.search(message) and not any(
+            s.pattern.search(message) for _, spellings in logged for s in spellings
+        ):
+            unknown.append(n)
         for checkpoint, spellings in logged:
             spelling = next((s for s in spellings if s.pattern.search(message)), None)
             if spelling is None:
@@ -103,7 +121,7 @@ def proofs(
                 )
             )
     missing = [c for c in EVERY_START_UP if c not in ranks]
-    return found, missing
+    return found, missing, unknown
 
 
 def raised_after(lines: Sequence[str], ready: int) -> Diagnosis | None:
@@ -191,7 +209,7 @@ def explain(
         if found is None and (hint := family_hint(lines)) is not None:
             found = hint
             why += f"; line {hint.line_number} is of the family {hint.family} by its text"
-    checkpoints, missing = proofs(lines, knowledge)
+    checkpoints, missing, unknown = proofs(lines, knowledge)
     return Explanation(
         verdict=verdict,
         diagnosis=found,
@@ -211,4 +229,5 @@ def explain(
         ready_line=ready,
         checkpoints=checkpoints,
         checkpoints_missing=missing,
+        unknown_checkpoint_lines=unknown,
     )

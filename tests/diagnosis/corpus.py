@@ -87,7 +87,8 @@ class Verdict:
     healthy: bool  # the diagnosis says it is healthy (proven by its end, or a requested stop)
     family: str
     quoted_root: bool  # the evidence line holds the case's root_error
-    checkpoints_missing: tuple[str, ...] = ()  # healthy logs: logged checkpoints not recognised
+    # healthy logs: lines that look like a checkpoint's but match no spelling
+    checkpoints_missing: tuple[int, ...] = ()
 
     @property
     def right_family(self) -> bool:
@@ -110,7 +111,7 @@ def judge(case: Case) -> Verdict:
     family = "healthy" if healthy else chosen.family if chosen is not None else "other"
     root = case.root_error.strip()
     quoted = bool(root) and chosen is not None and root in chosen.evidence
-    missing = tuple(explained.checkpoints_missing) if case.outcome == "healthy" else ()
+    missing = tuple(explained.unknown_checkpoint_lines) if case.outcome == "healthy" else ()
     return Verdict(case, failed, healthy, family, quoted, missing)
 
 
@@ -124,7 +125,8 @@ class Score:
     root_quoted: int = 0
     failures_called_healthy: int = 0
     healthy_called_failed: int = 0
-    checkpoints_recognised: int = 0  # healthy logs whose every logged checkpoint was recognised
+    # healthy logs in which every line that looks like a checkpoint's matched a spelling
+    checkpoints_recognised: int = 0
     wrong: list[Verdict] = field(default_factory=list)
 
     @property
