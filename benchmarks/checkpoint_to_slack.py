@@ -71,7 +71,9 @@ class Run:
 
 
 def done_count(call: Call) -> int:
-    return block_text(call).count("✅")
+    """Checklist items reported (passed, or not checked: a check that could not run)."""
+    text = block_text(call)
+    return text.count("✅") + text.count("➖")
 
 
 async def one_up(side: SlackSide, config: ClusterConfig, store: Path, limited: bool) -> Run:
@@ -97,14 +99,17 @@ async def one_up(side: SlackSide, config: ClusterConfig, store: Path, limited: b
     edits = side.edits(parent_ts)
     accepted_edits = [e for e in edits if e.ok]
 
-    titles = [r.event.title for r in passed if isinstance(r.event, CheckpointPassed)]
-    expected = [f"✔ {title}" for title in titles] + ["✅ Ready"]
-    shown = [header(r) for r in replies if header(r)[:1] in "✔✅"]
+    expected = [
+        f"{'✔' if r.event.not_checked is None else '➖'} {r.event.title}"
+        for r in passed
+        if isinstance(r.event, CheckpointPassed)
+    ] + ["✅ Ready"]
+    shown = [header(r) for r in replies if header(r)[:1] in "✔➖✅"]
     run.lost = sum(1 for title in expected if not any(h.startswith(title) for h in shown))
     run.reordered = len(shown) != len(expected) or not all(
         h.startswith(t) for h, t in zip(shown, expected, strict=False)
     )
-    by_title = iter(r for r in replies if header(r).startswith("✔"))
+    by_title = iter(r for r in replies if header(r)[:1] in "✔➖")
     for k, item in enumerate(passed, start=1):
         reply = next(by_title)
         assert isinstance(item.event, CheckpointPassed)

@@ -37,9 +37,9 @@ from cluster.bench.runner import (
 )
 from cluster.config import ClusterConfig, resolve_secrets, shown_cluster
 from cluster.controller import Controller
-from cluster.diagnosis import LogDiagnoser, first_error, unrecognised
 from cluster.errors import SparkBotError
 from cluster.events import Failed, StatusReport
+from cluster.explain import Explanation, explain
 from cluster.failures import with_knowledge
 from cluster.redact import redact
 from handlers.commands import check_bench, parse_concurrency, resolve_node
@@ -233,28 +233,69 @@ def diagnose_log(args: argparse.Namespace) -> int:
                 text = handle.read()
         except OSError as exc:
             raise SparkBotError(f"{args.file}: cannot read ({exc.strerror})") from exc
-    lines = text.splitlines()
-    diagnoser = LogDiagnoser(
-        table=with_knowledge(load_knowledge(args.extra) if args.extra else None)
+    knowledge = load_knowledge(args.extra) if args.extra else None
+    explained = explain(text.splitlines(), with_knowledge(knowledge), knowledge)
+    if args.json:
+        print(explained.model_dump_json(indent=2))
+    else:
+        print(told(explained))
+        if args.explain:
+            print(explanation_text(explained))
+    return 1 if explained.verdict == "failed" else 0
+
+
+def told(explained: Explanation) -> str:
+    """The verdict as `diagnose` prints it: what failed, its line, cause, fix, row and family."""
+    found = explained.diagnosis
+    if explained.verdict == "stopped":
+        return f"No failure: {explained.why}"
+    unproven = (
+        "\n  (not proven healthy either: the log does not reach `Application startup complete.`)"
+        if explained.verdict == "incomplete"
+        else ""
     )
-    for line in lines:
-        diagnoser.feed(line)
-    found = diagnoser.diagnosis
-    if found is None or not found.fatal:
-        stopped = diagnoser.stopped_on_request
-        likely = first_error(lines) if stopped is None else None
-        if likely is not None:
-            found = unrecognised(lines, "this log")
-        elif stopped is not None:
-            print(f"No failure: the log ends in a requested shutdown, from: {stopped}")
-            return 0
-        elif found is None:
-            print("No failure found in this log (no known failure signature, no error line).")
-            return 0
-    heading = found.title if found.fatal else f"No failure found, but worth reading: {found.title}"
-    print(f"{heading}\n  evidence (line {found.line_number}): {found.evidence}")
-    print(f"  cause: {found.cause}\n  fix:   {found.fix}\n  row:   {found.signature_id}")
-    return 1 if found.fatal else 0
+    if explained.verdict != "failed" or found is None:
+        ended = (
+            f": the start-up completed (line {explained.ready_line}) and no fatal line follows"
+            if explained.verdict == "healthy"
+            else ""
+        )
+        if found is None:
+            return (
+                f"No failure found{ended}."
+                if ended
+                else "No failure found in this log (no known failure signature, no error line)."
+                + unproven
+            )
+        heading = f"No failure found{ended}, but worth reading: {found.title}"
+    else:
+        heading = found.title
+    return (
+        f"{heading}\n  evidence (line {found.line_number}): {found.evidence}\n"
+        f"  cause: {found.cause}\n  fix:   {found.fix}\n  row:   {found.signature_id}\n"
+        f"  family: {found.family}" + (f"\n  search: {found.search}" if found.search else "")
+    )
+
+
+def explanation_text(explained: Explanation) -> str:
+    """`--explain`: the rows and families that matched which lines, why the chosen one won,
+    and every checkpoint the log proves."""
+    out = [f"\nwhy: {explained.why}", "rows matched:"]
+    out += [
+        f"  line {m.line_number}: {m.row} ({m.family}, {m.role}, "
+        f"{'fatal' if m.fatal else 'finding'}{', a source line' if m.source_line else ''}): "
+        f"{m.line.strip()[:160]}"
+        for m in explained.matches
+    ] or ["  (none)"]
+    out.append("checkpoints proven:")
+    out += [
+        f"  {p.checkpoint} (line {p.line_number}, {p.rank or 'rank not shown'}): "
+        f"{p.line.strip()[:160]}"
+        for p in explained.checkpoints
+    ] or ["  (none)"]
+    if explained.checkpoints_missing:
+        out.append("not proven by this log: " + ", ".join(explained.checkpoints_missing))
+    return "\n".join(out)
 
 
 def _configure_logging(args: argparse.Namespace, default_level: str) -> None:
@@ -530,6 +571,14 @@ def _parser() -> _Parser:
         default=None,
         help="a knowledge file: extra failure rows (checked first) and checkpoint spellings",
     )
+    shown = sub.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--explain",
+        action="store_true",
+        help="also which rows and families matched which lines, why the chosen one won, and "
+        "every checkpoint the log proves (line and rank)",
+    )
+    shown.add_argument("--json", action="store_true", help="all of it as one JSON document")
     command("help", show_help, "every command with an example, the chat's commands too")
     return parser
 

@@ -78,7 +78,13 @@ class ConsoleChat:
 
     async def update(self, posted: Posted, message: Message) -> None:
         done = sum(1 for i in message.checklist if i.state == "done")
-        status = f"{done}/{len(message.checklist)} done" if message.checklist else message.tone
+        unchecked = sum(1 for i in message.checklist if i.state == "not_checked")
+        status = (
+            f"{done}/{len(message.checklist)} done"
+            + (f", {unchecked} not checked" if unchecked else "")
+            if message.checklist
+            else message.tone
+        )
         self._print(f"  #{posted.ts} ↻ {status}  {plain(message.footer or '')}".rstrip())
 
     async def upload(self, channel: str, thread: str, attachment: Attachment, comment: str) -> None:

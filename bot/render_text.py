@@ -26,7 +26,11 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
     stamp = f"[{event.elapsed_s:7.1f}s]"
     if isinstance(event, CheckpointPassed):
         where = f" ({event.node})" if event.node else ""
-        text = f"{stamp} ✔ {event.title}{where}\n{_indent(event.evidence.splitlines(), '    ')}"
+        mark = "✔" if event.not_checked is None else "➖"
+        text = f"{stamp} {mark} {event.title}{where}" + (
+            f": not checked: {event.not_checked}" if event.not_checked else ""
+        )
+        text += f"\n{_indent(event.evidence.splitlines(), '    ')}"
         if event.warning:
             text += f"\n    ⚠ {event.warning}"
         if event.log_tail and tail_lines:
@@ -54,6 +58,7 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
             text += f"\n    recipe: {event.recipe}"
         if event.memory:
             text += f"\n    memory: {event.memory}"
+        text += "".join(f"\n    ➖ not verified: {why}" for why in event.not_verified)
         if event.sample:
             s = event.sample
             rate = f"{s.decode_tps:.1f} tok/s" if s.decode_tps else "n/a"

@@ -34,7 +34,14 @@ COLORS = {
     "failure": "#e01e5a",
     "warning": "#ecb22e",
 }
-ICONS = {"pending": "⬜", "running": "⏳", "done": "✅", "failed": "❌", "skipped": "➖"}
+ICONS = {
+    "pending": "⬜",
+    "running": "⏳",
+    "done": "✅",
+    "failed": "❌",
+    "skipped": "➖",
+    "not_checked": "➖",
+}
 
 
 def _cut(text: str, limit: int, *, keep_end: bool = False) -> str:

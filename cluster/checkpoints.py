@@ -105,6 +105,19 @@ API_SERVER_SPELLINGS = (
         r"Application startup complete\.",
         "uvicorn, in every vLLM release: the last start-up line, the API answers",
     ),
+    spelling(
+        r"Uvicorn running on \S+",
+        "uvicorn (`Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)`), printed once "
+        "the application started; an excerpt may begin with it (corpus a-036)",
+    ),
+)
+# Lines only a serving engine prints: a log that shows them has completed its start-up.
+SERVING_SPELLINGS = (
+    spelling(
+        r"Avg prompt throughput: [\d.]+ tokens/s",
+        "vLLM's stats logger: engine/metrics.py (V0, 0.4-0.10), v1/metrics/loggers.py "
+        "(`Engine 000: Avg prompt throughput`, V1)",
+    ),
 )
 
 CHECKPOINTS: tuple[Checkpoint, ...] = (

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from cluster.errors import ConfigError
+from cluster.families import FamilyId
 from cluster.redact import MASK, looks_secret, redact, secret_name
 
 # Values that end up in remote commands or Docker API calls: each pattern admits no shell
@@ -446,6 +447,7 @@ class ExtraSignature(_Model):
     fatal: bool = Field(
         True, description="the launch or the engine has failed (else a finding worth reporting)"
     )
+    family: FamilyId = Field("other", description="the kind of root cause (cluster.families)")
     source: str = Field("", description="where the line comes from (release, file, issue)")
 
 

@@ -35,6 +35,15 @@ class CheckpointPassed(_Event):
     log_tail: list[str] = Field(default_factory=list)
     warning: str | None = Field(None, description="passed, but with a finding worth reading")
     logged_at: datetime | None = Field(None, description="when the evidence line was logged")
+    not_checked: str | None = Field(
+        None,
+        description="the check could not run, and why: neither passed nor failed (its evidence "
+        "says what was seen)",
+    )
+
+    @property
+    def state(self) -> Literal["passed", "not_checked"]:
+        return "passed" if self.not_checked is None else "not_checked"
 
 
 class Transfer(BaseModel):
@@ -104,6 +113,10 @@ class Ready(_Event):
     recipe: str | None = Field(None, description="the recipe launched, if one was")
     memory: str | None = Field(
         None, description="the fit check's estimate beside what vLLM logged (weights, KV cache)"
+    )
+    not_verified: list[str] = Field(
+        default_factory=list,
+        description="the checks that could not run on the way (`title: why`): ready without them",
     )
 
 

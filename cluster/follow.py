@@ -26,7 +26,7 @@ from cluster.failures import (
 )
 from cluster.literals import Screen
 from cluster.liveness import ServingHung
-from cluster.logtext import ray_repeats, strip_prefixes
+from cluster.logtext import rank_of, ray_repeats, strip_prefixes
 from cluster.memory import KernelOomKill, MemoryLow
 from cluster.monitor import (
     ClusterMonitor,
@@ -61,17 +61,19 @@ def must_see(config: ClusterConfig) -> Callable[[str], bool]:
 
 @dataclass
 class Expectation:
-    """A checkpoint proven by `count` lines of one spelling in the logs of `nodes` (None: any)."""
+    """A checkpoint proven by lines of one spelling from `count` distinct ranks in the logs of
+    `nodes` (None: any). A rank is the node and the process prefix that printed the line
+    (`rank_of`): one process printing a line twice (the model and its draft, with speculative
+    decoding) is one rank; Ray's `[repeated Nx across cluster]` stands for N more."""
 
     checkpoint: Checkpoint
     spellings: tuple[Spelling, ...]
     count: int = 1
     nodes: frozenset[str] | None = None
     node: str | None = None
-    seen: dict[int, list[LogLine]] = field(default_factory=dict)  # per spelling index
-    tally: dict[int, int] = field(
-        default_factory=dict
-    )  # lines per spelling, Ray's repeats included
+    # per spelling index: (node, rank) -> the first line that rank printed
+    seen: dict[int, dict[tuple[str, str | None], LogLine]] = field(default_factory=dict)
+    repeats: dict[int, int] = field(default_factory=dict)  # Ray's repeats, per spelling
 
     def offer(self, line: LogLine) -> None:
         """Record `line` if it is one of this checkpoint's lines (its first matching spelling)."""
@@ -80,22 +82,35 @@ class Expectation:
         message = strip_prefixes(line.text)
         for index, spelling in enumerate(self.spellings):
             if spelling.pattern.search(message):
-                self.seen.setdefault(index, []).append(line)
-                self.tally[index] = self.tally.get(index, 0) + 1 + ray_repeats(line.text)
+                self.seen.setdefault(index, {}).setdefault((line.node, rank_of(line.text)), line)
+                self.repeats[index] = self.repeats.get(index, 0) + ray_repeats(line.text)
                 return
 
     @property
+    def tally(self) -> dict[int, int]:
+        """Distinct ranks per spelling, Ray's repeats included."""
+        return {i: len(ranks) + self.repeats.get(i, 0) for i, ranks in self.seen.items()}
+
+    @property
     def lines(self) -> list[LogLine]:
-        """The lines of the spelling seen most (the evidence), definitive wordings first."""
+        """The lines of the spelling seen most (the evidence; one a rank), definitive wordings
+        first."""
+        tally = self.tally
         ranked = sorted(
             self.seen.items(),
-            key=lambda item: (not self.spellings[item[0]].provisional, len(item[1])),
+            key=lambda item: (not self.spellings[item[0]].provisional, tally[item[0]]),
         )
-        return ranked[-1][1] if ranked else []
+        return list(ranked[-1][1].values()) if ranked else []
+
+    def evidence(self) -> str:
+        """Its lines; a per-rank checkpoint's each with the node and rank it is from."""
+        if not self.checkpoint.per_rank:
+            return "\n".join(line.text for line in self.lines)
+        return "\n".join(f"{line.text}  [{rank_label(line)}]" for line in self.lines)
 
     @property
     def done(self) -> bool:
-        """Proven by its own lines: `count` of one definitive wording."""
+        """Proven by its own lines: `count` ranks of one definitive wording."""
         return any(
             seen >= self.count and not self.spellings[index].provisional
             for index, seen in self.tally.items()
@@ -103,9 +118,14 @@ class Expectation:
 
     @property
     def provisionally_done(self) -> bool:
-        """`count` lines of a wording printed before the stage ends: done once a later stage
+        """`count` ranks of a wording printed before the stage ends: done once a later stage
         proves it."""
         return any(seen >= self.count for seen in self.tally.values())
+
+
+def rank_label(line: LogLine) -> str:
+    rank = rank_of(line.text)
+    return f"{line.node}, {rank}" if rank else line.node
 
 
 # A later checkpoint's line proves the earlier ones happened; their own lines, when they come
@@ -158,11 +178,15 @@ class LogFollower:
                     return None
         return await self.monitor.next(timeout=timeout)
 
-    def _symptom_failure(self, checkpoint: Checkpoint) -> Failed:
+    def _symptom_failure(self, checkpoint: Checkpoint) -> Failed | None:
+        """The pending symptom's failure, told by what followed it; None when the start-up
+        went on to complete meanwhile (it did not stop it)."""
         assert self._symptom is not None
         node = self._symptom[0]
         diagnosis = self._diagnoser(node).diagnosis
-        assert diagnosis is not None
+        if diagnosis is None or not diagnosis.fatal:
+            self._symptom = None
+            return None
         return self.failure_from(diagnosis, checkpoint, node)
 
     def failure_from(
@@ -288,7 +312,7 @@ class LogFollower:
             f"{checkpoint.title}: its line was {seen} (this vLLM may word it differently); "
             f"a later stage proves it: {proof}"
         )
-        evidence = "\n".join([line.text for line in expectation.lines] + [f"proven by: {proof}"])
+        evidence = "\n".join([expectation.evidence(), f"proven by: {proof}"]).lstrip("\n")
         return self.reporter.passed(
             checkpoint, evidence, node=expectation.node, log_tail=context, warning=warning
         )
@@ -484,7 +508,7 @@ class LogFollower:
         last = lines[-1]
         dated = proven_by.lines[-1] if proven_by is not None else last
         node = last.node
-        evidence = "\n".join(line.text for line in lines)
+        evidence = expectation.evidence()
         findings = self._new_findings()
         warning = (
             "; ".join(f"{f.title} ({f.evidence.strip()[-120:]}): {f.fix}" for f in findings) or None

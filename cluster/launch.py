@@ -732,6 +732,7 @@ class Launch:
             vllm_version=version,
             recipe=self.config.recipe,
             memory=compare_with_logged(self.preflight.fit, self.memory_logged),
+            not_verified=list(self.reporter.not_checked),
         )
 
     def _api_passed(self, checkpoint: str, evidence: str) -> CheckpointPassed:

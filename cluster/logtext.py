@@ -23,6 +23,7 @@ __all__ = [
     "LineSplitter",
     "clean_line",
     "is_nccl_line",
+    "rank_of",
     "ray_repeats",
     "strip_prefixes",
 ]
@@ -63,6 +64,8 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\[[DIWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)? [^\]\s]+:\d+\]\s?"),
     # Python logging default format: ERROR:root:  INFO:vllm.engine:  and uvicorn's INFO:
     re.compile(rf"^{_LEVELS}:(?:[\w.]+:|\s+)"),
+    # docker build (BuildKit, --progress=plain): #17 3.506
+    re.compile(r"^#\d+ \d+\.\d+ "),
     # docker logs --timestamps: 2025-11-30T05:42:03.123456789Z
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s"),
 )
@@ -112,6 +115,35 @@ def ray_repeats(line: str) -> int:
     """How many more workers printed this line, by Ray's `[repeated Nx across cluster]`."""
     match = _RAY_REPEAT.search(line)
     return int(match.group(1)) if match else 0
+
+
+# Who printed a line, from its prefixes: vLLM's worker names (`(Worker_TP1 pid=95)`,
+# `(VllmWorker rank=5 pid=50999)`, `(Worker_PP0_TP1 pid=7)`), torch's `[rank1]:`, Ray's
+# `(RayWorkerWrapper pid=95, ip=198.18.1.11)`, any `(Name pid=N)`.
+_WORKER_RANK = re.compile(r"\(Worker_(?P<rank>(?:PP\d+_)?TP\d+|DP\d+\w*)\b|\brank=(?P<n>\d+)\b")
+_TORCH_RANK = re.compile(r"^\[[Rr]ank ?(?P<n>\d+)\]")
+_IP = re.compile(r"\bip=(?P<ip>[\w.:]+)")
+_PID = re.compile(r"\bpid=(?P<pid>\d+)")
+
+
+def rank_of(line: str) -> str | None:
+    """Which rank (or process) printed `line`, by its prefixes: `TP1 on 198.18.1.11`, `rank 5`,
+    `pid 89`; None when no prefix says. Searched only in the prefixes, never the message."""
+    line = clean_line(line)
+    message = strip_prefixes(line)
+    prefixes = line[: len(line) - len(message)] if message and line.endswith(message) else line
+    rank: str | None = None
+    if m := _WORKER_RANK.search(prefixes):
+        rank = m["rank"] or f"rank {m['n']}"
+    elif m := _TORCH_RANK.search(prefixes.lstrip()):
+        rank = f"rank {m['n']}"
+    ip = _IP.search(prefixes)
+    if rank is not None:
+        return f"{rank} on {ip['ip']}" if ip else rank
+    if ip:
+        return f"{ip['ip']}"
+    pid = _PID.findall(prefixes)
+    return f"pid {pid[-1]}" if pid else None
 
 
 def is_nccl_line(line: str) -> bool:

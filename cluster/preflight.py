@@ -471,6 +471,10 @@ class Preflight:
             yield failure
             return
         unseen = [m for m in found.nodes if m.unseen is not None]
+        evidence = f"{found.evidence()}\n{found.offline_note()}"
+        if unseen and len(unseen) == len(found.nodes):  # seen nowhere: the check did not run
+            yield self.reporter.unchecked(BY_ID["model"], unseen[0].unseen or "", evidence)
+            return
         yield self.reporter.passed(
             BY_ID["model"],
             f"{found.evidence()}\n{found.offline_note()}",
@@ -501,12 +505,12 @@ class Preflight:
             )
             fit = estimate(facts, config.serve, self._memory_gib(smallest))
         except ModelFilesProblem as problem:
-            yield self.reporter.passed(
+            yield self.reporter.unchecked(
                 BY_ID["fit"],
+                f"no fit estimate for {config.serve.model}: {problem}; the load is not checked "
+                "before it starts",
                 f"cannot estimate: {problem}",
                 node=head.name,
-                warning=f"no fit estimate for {config.serve.model}: {problem}; the load "
-                "is not checked before it starts",
             )
             return
         self.fit = fit

@@ -17,6 +17,21 @@ class Reporter:
 
     def __init__(self) -> None:
         self.started = time.monotonic()
+        self.not_checked: list[str] = []  # `title: why` of each check that could not run
+
+    def unchecked(
+        self, checkpoint: Checkpoint, why: str, evidence: str, *, node: str | None = None
+    ) -> CheckpointPassed:
+        """A check that could not run: its own state, remembered for `Ready`."""
+        self.not_checked.append(f"{checkpoint.title}: {why}")
+        return CheckpointPassed(
+            elapsed_s=self.elapsed(),
+            checkpoint=checkpoint.id,
+            title=checkpoint.title,
+            node=node,
+            evidence=evidence,
+            not_checked=why,
+        )
 
     def elapsed(self) -> float:
         return round(time.monotonic() - self.started, 3)

@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from cluster.redact import redact
 
 Tone = Literal["neutral", "running", "success", "failure", "warning"]
-ItemState = Literal["pending", "running", "done", "failed", "skipped"]
+# "not_checked": the check could not run (neither done nor failed; its note says why)
+ItemState = Literal["pending", "running", "done", "failed", "skipped", "not_checked"]
 
 CONFIRM_ACTION = "spark_confirm"
 CANCEL_ACTION = "spark_cancel"

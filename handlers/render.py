@@ -241,28 +241,33 @@ class JobView:
             await self.reply(bench_message(event.report, chart))
 
     async def _passed(self, event: CheckpointPassed) -> None:
+        unchecked = event.not_checked
         item = self.items.get(event.checkpoint)
         if item is not None and item.state != "done":
+            note = event.warning if unchecked is None else f"not checked: {unchecked}"
             self.items[event.checkpoint] = item.model_copy(
                 update={
-                    "state": "done",
+                    "state": "done" if unchecked is None else "not_checked",
                     "elapsed_s": event.elapsed_s,
-                    "note": escape(event.warning) if event.warning else None,
+                    "note": escape(note) if note else None,
                 }
             )
             self._mark_running()
         await self.refresh()
         where = f" ({event.node})" if event.node else ""
-        tone: Tone = "warning" if event.warning else "success"
+        tone: Tone = "warning" if event.warning or unchecked else "success"
         shown = self.on_checkpoint_shown
-        text = f"Passed at {event.elapsed_s:.1f}s" + (
-            f"\n⚠ {escape(event.warning)}" if event.warning else ""
-        )
+        if unchecked is None:
+            title = f"✔ {event.title}{where}"
+            text = f"Passed at {event.elapsed_s:.1f}s" + (
+                f"\n⚠ {escape(event.warning)}" if event.warning else ""
+            )
+        else:
+            title = f"➖ {event.title}{where}"
+            text = f"Not checked at {event.elapsed_s:.1f}s: {escape(unchecked)}"
         await self.reply(
             self._with_log(
-                Message(
-                    title=f"✔ {event.title}{where}", text=text, tone=tone, evidence=event.evidence
-                ),
+                Message(title=title, text=text, tone=tone, evidence=event.evidence),
                 event.log_tail,
                 f"{event.checkpoint}.log",
             ),
@@ -337,6 +342,7 @@ def ready_message(event: Ready) -> Message:
         lines.append(f"Recipe: `{escape(event.recipe)}`")
     if event.memory:
         lines.append(f"Memory: {escape(event.memory)}")
+    lines += [f"➖ Not verified: {escape(why)}" for why in event.not_verified]
     sample = event.sample
     if sample:
         rate = f"{sample.decode_tps:.1f} tok/s" if sample.decode_tps else "n/a tok/s"

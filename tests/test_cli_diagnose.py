@@ -93,7 +93,7 @@ def test_a_line_taught_in_a_knowledge_file_names_its_row(tmp_path):
     untaught = diagnose(str(log))
     assert "row:   engine_start_failed" in untaught.stdout
     assert (
-        "Likely cause (unrecognised), the first error before it: `No MoE kernel available for fp8`"
+        "no row knows it), the first error before it: `No MoE kernel available for fp8`"
         in untaught.stdout
     )
 

@@ -75,6 +75,12 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
         "remedy": "set serve.max_model_len to 72960 or less",
     },
     "stale_container": {"container": "vllm", "listing": "spark-a: running"},
+    "launch_in_progress": {
+        "cluster": "lab",
+        "holder": "`spark-bot console` on ops (pid 4242), since 2026-12-04 09:00:00 UTC "
+        "(renewed 3 s ago)",
+        "stale": "30",
+    },
     "foreign_container": {
         "container": "vllm",
         "node": "spark-b",

@@ -4,6 +4,8 @@ whose question says it removes what the script started."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cluster.checkpoints import launch_plan
@@ -23,7 +25,13 @@ from tests.bot.helpers import (
     slack_bot,
 )
 from tests.controller.helpers import collect
-from tests.controller.test_launcher_lab import RECIPE, script_cluster, self_stopping_cluster
+from tests.controller.test_launcher_lab import (
+    RECIPE,
+    WAITS_AFTER_A_FAILED_RUN,
+    script_cluster,
+    self_stopping_cluster,
+    with_launcher_script,
+)
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
 
@@ -104,5 +112,35 @@ async def test_a_launcher_that_stops_its_own_containers_is_told_as_its_failure_i
         text = block_text(failure)
         assert "exited with status 1" in text and "Error: NCCL did not finish its set-up" in text
         assert "on request" not in text and "stopped its own containers" in text
+    finally:
+        await collect(Controller(cluster, Secrets({})).down())
+
+
+async def test_a_launcher_whose_docker_run_failed_is_told_at_once_in_slack(slack, lab, tmp_path):
+    # issue 26, item 1, through Slack: the script's `docker run` refused, the thread says so with
+    # Docker's reason and the fix, well before the containers' timeout
+    base = script_cluster(lab)
+    launched = with_launcher_script(
+        base,
+        Path(lab.head.home) / "spark-vllm-docker",
+        "waits-after-a-failed-run.sh",
+        WAITS_AFTER_A_FAILED_RUN.format(image=base.container.image),
+    )
+    cluster = launched.model_copy(
+        update={
+            "recipe": None,
+            "launcher": None,
+            "container": launched.container.model_copy(update={"name": "vllm_lab"}),
+        }
+    )
+    await collect(Controller(cluster, Secrets({})).down())
+    try:
+        async with slack_bot(slack, cluster, settings(tmp_path)):
+            await slack.send_slash_command(ALICE, CH, f"up {RECIPE}")
+            failure = await slack.wait_for(
+                lambda c: c.method == "chat.postMessage" and header(c).startswith("✘"), 90
+            )
+        text = block_text(failure)
+        assert "unable to apply caps" in text and "--cap-add" in text, text
     finally:
         await collect(Controller(cluster, Secrets({})).down())

@@ -52,9 +52,10 @@ async def test_slash_up_on_the_real_ray_cluster_posts_every_checkpoint_with_its_
             ]
     finally:
         await down(cluster)
-    assert [checkpoint_header(r) for r in replies] == [f"✔ {c.title}" for c in plan] + [
-        "✅ Ready"
-    ], "no checkpoint warned: every one proven by the real engine"
+    # the dummy-weight model has no safetensors to size: the fit check cannot run, and says so
+    assert [checkpoint_header(r) for r in replies] == [
+        f"{'➖' if c.id == 'fit' else '✔'} {c.title}" for c in plan
+    ] + ["✅ Ready"], "no checkpoint warned: every one proven by the real engine"
     by_title = {checkpoint_header(r): block_text(r) for r in replies}
     assert (
         "2 active node(s), 0.0/2.0 GPU" in by_title["✔ Ray sees every node and GPU"]
@@ -69,4 +70,7 @@ async def test_slash_up_on_the_real_ray_cluster_posts_every_checkpoint_with_its_
     )
     assert f"vLLM {VERSION}" in block_text(replies[-1]) and "tok/s" in block_text(replies[-1])
     parent = slack.message(CH, parent_ts)
-    assert attachment_color(parent) == GREEN and block_text(parent).count("✅") == len(plan)
+    assert attachment_color(parent) == GREEN and block_text(parent).count("✅") == len(plan) - 1
+    assert block_text(parent).count("➖") == 1 and "not checked: no fit estimate" in block_text(
+        parent
+    )
