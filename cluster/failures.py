@@ -1320,7 +1320,7 @@ DROP_CACHES_REFUSED = KnownFailure(
         "then run drop-caches again",
 )
 IMAGE_NOT_BUILT_FOR_GPU = KnownFailure(
-    id="image_not_built_for_gpu", role="cause", fatal=True,
+    id="image_not_built_for_gpu", family="gpu_arch", role="cause", fatal=True,
     source="spark-bot preflight (CUDA's compatibility rules; torch.cuda.get_arch_list)",
     title="image {image} is not built for the GPU on {node} ({gpu_arch})",
     cause="the image's torch and vLLM kernels carry machine code for other GPUs only ({built_for}) "

@@ -189,7 +189,7 @@ class Preflight:
         assert image_id is not None  # the image check failed otherwise
         if not self.config.container.gpus:
             why = "the containers get no GPU (container.gpus is false)"
-            yield self._not_checked("gpu_arch", why, head.name)
+            yield self.reporter.unchecked(BY_ID["gpu_arch"], why, why, node=head.name)
             return
         try:
             asked = await ask_image(
@@ -197,15 +197,18 @@ class Preflight:
             )
         except (NodeTimedOut, DockerRefused) as error:
             why = f"the image could not be asked: {error.problem}"
-            yield self._not_checked("gpu_arch", why, head.name)
+            yield self.reporter.unchecked(BY_ID["gpu_arch"], why, why, node=head.name)
             return
         if isinstance(asked.answer, str):
-            yield self._not_checked("gpu_arch", asked.answer, head.name)
+            why = asked.answer
+            yield self.reporter.unchecked(BY_ID["gpu_arch"], why, why, node=head.name)
             return
         found = verdict(asked.answer)
         evidence = f"{found.evidence} ({asked.how}: image {image_id[:19]})"
         if found.runs is None:
-            yield self._not_checked("gpu_arch", evidence, head.name)
+            yield self.reporter.unchecked(
+                BY_ID["gpu_arch"], found.evidence, evidence, node=head.name
+            )
         elif found.runs:
             yield self._passed("gpu_arch", evidence, head.name)
         else:
@@ -221,12 +224,6 @@ class Preflight:
                 },
                 evidence=evidence,
             )
-
-    def _not_checked(self, checkpoint: str, why: str, node: str) -> CheckpointPassed:
-        """A check that could not run: said as not checked, never as seen."""
-        return self.reporter.passed(
-            BY_ID[checkpoint], f"not checked: {why}", node=node, warning=f"not checked: {why}"
-        )
 
     async def _interfaces(self) -> AsyncGenerator[Event, None]:
         nodes = self._nodes

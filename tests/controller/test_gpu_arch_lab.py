@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.events import CheckpointPassed, Failed
+from cluster.events import CheckpointPassed
 from cluster.gpu_arch import CHECK_CONTAINER_SUFFIX
 from tests.controller.helpers import LAB_CONFIG, collect, controller_for
 from tests.controller.test_cli_lab import spark_bot
@@ -73,7 +73,7 @@ async def test_the_image_is_asked_once_per_image_id(clean, tmp_path):
     controller = controller_for(clean, env=env)
     since = time.time()
     first = [e for e in await collect(controller.preflight()) if e.checkpoint == "gpu_arch"]
-    assert isinstance(first[0], CheckpointPassed) and first[0].warning is None, first
+    assert isinstance(first[0], CheckpointPassed) and first[0].state == "passed", first
     assert "sm_121 is built for exactly it (asked: image sha256:" in first[0].evidence
     assert await checks_started(clean, since) == 1
 
@@ -90,6 +90,14 @@ async def test_an_image_without_torch_is_not_checked_never_passed(clean):
     controller = controller_for(clean, env={"SPARK_EMU_TORCH": "absent", **fresh()})
     events = await collect(controller.preflight())
     [check] = [e for e in events if e.checkpoint == "gpu_arch"]
-    assert not isinstance(check, Failed)
-    assert check.evidence.startswith("not checked: the image has no torch to ask")
-    assert check.warning and "No module named 'torch'" in check.warning
+    assert isinstance(check, CheckpointPassed) and check.state == "not_checked", check
+    assert check.not_checked and "the image has no torch to ask" in check.not_checked
+    assert "No module named 'torch'" in check.not_checked
+
+
+async def test_a_node_without_a_gpu_seen_is_not_checked_from_the_command_line(clean, tmp_path):
+    config = lab_config_with_env(tmp_path, SPARK_EMU_GPUS="0", **fresh())
+    code, out, _ = await spark_bot("preflight", config=config)
+    assert code == 0, out
+    assert "➖ The image built for the GPU (spark-lab-0): not checked: no GPU seen" in out
+    assert "✔ The image built for the GPU" not in out
