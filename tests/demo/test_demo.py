@@ -70,11 +70,17 @@ def test_up_verify_bench_status_logs_down_then_nothing_left():
     assert "Loading weights took" in out and "last 10 log lines:" in out
     assert re.search(r"✅ Ready.*\n.*answers at http://127\.0\.0\.10:\d+", out)
     # the demo mounts no Hugging Face cache: the model and fit checks could not run, and say so
-    for title in ("The model complete on every node", "The model fits"):
+    # nor the image's against the GPU: the demo's containers get none (container.gpus false)
+    for title in (
+        "The image built for the GPU",
+        "The model complete on every node",
+        "The model fits",
+    ):
         assert f"✔ {title}" not in out and f"➖ {title}" in out, title
+    assert "➖ Not verified: The image built for the GPU: the containers get no GPU" in out
     assert "➖ Not verified: The model complete on every node: no container mount" in out
     assert "➖ Not verified: The model fits (weights, KV cache, overhead): no fit estimate" in out
-    assert "17/19 done, 2 not checked" in out
+    assert "17/20 done, 3 not checked" in out
     assert re.search(r"Sample completion: \d+ tokens, [\d.]+ tok/s", out)
     assert "6/6 done" in out, "verify passes every checkpoint"
     assert re.search(r"📊 Benchmark[\s\S]*Single stream: decode \*[\d.]+ tok/s\*", out)
@@ -140,8 +146,8 @@ def test_ctrl_c_while_serving_cleans_up_everything():
         seen = []
         for line in process.stdout:  # synchronise on the output itself: Ready means serving
             seen.append(line)
-            # the outcome line, after the Ready reply (the model and fit checks cannot run here)
-            if "17/19 done, 2 not checked  ✔ Ready" in line:
+            # the outcome line, after the Ready reply (the GPU, model and fit checks cannot run here)
+            if "17/20 done, 3 not checked  ✔ Ready" in line:
                 break
         output = "".join(seen)
         assert "✅ Ready" in output, output[-3000:]
