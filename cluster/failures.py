@@ -1327,10 +1327,11 @@ IMAGE_NOT_BUILT_FOR_GPU = KnownFailure(
           "and no PTX at or below {gpu_arch} the driver could compile: torch warns `{gpu_arch} is "
           "not compatible with the current PyTorch installation` and the load fails after "
           "minutes with `CUDA error: no kernel image is available for execution on the device`",
-    fix="use an image built for {gpu_arch} (a GB10 is compute capability 12.1: an image made "
-        "for DGX Spark, built with CUDA 12.8 or later for sm_120 or sm_121), or build one with "
-        "`TORCH_CUDA_ARCH_LIST` naming it (`12.1`, or `12.0+PTX`) for torch and vLLM; then set "
-        "container.image and `sync-image`",
+    fix="use an image whose torch and vLLM are built for {gpu} (compute capability "
+        "{capability}: machine code for {gpu_arch}, or for a lower minor of the same major, or "
+        "PTX at or below it), one made for this GPU; or build one with `TORCH_CUDA_ARCH_LIST` "
+        "naming it (`{capability}`, or `{ptx}` for PTX the driver compiles) for torch and "
+        "vLLM's kernels; then set container.image and `sync-image`",
 )
 # fmt: on
 

@@ -95,6 +95,19 @@ class Verdict:
     evidence: str
     built_for: str = ""  # the image's archs, as torch lists them
     gpu_arch: str = ""  # the GPU's, as sm_XY
+    gpu: str = ""  # its name
+    capability: tuple[int, int] = (0, 0)
+
+    def words(self) -> dict[str, str]:
+        """What the failure's texts say of the image and the GPU."""
+        major, minor = self.capability
+        return {
+            "built_for": self.built_for,
+            "gpu_arch": self.gpu_arch,
+            "gpu": self.gpu,
+            "capability": f"{major}.{minor}",
+            "ptx": f"{major}.0+PTX",
+        }
 
 
 def parse(output: str) -> Answer | str:
@@ -138,13 +151,15 @@ def verdict(answer: Answer) -> Verdict:
     gpu_arch = f"sm_{major}{minor}"
     built = ", ".join(answer.archs) or "no CUDA architecture (a CPU-only torch)"
     facts = f"image built for {built} (torch {answer.torch}, CUDA {answer.cuda or 'none'})"
-    gpu = f"the GPU ({answer.gpu or 'unnamed'}) is {gpu_arch}"
+    name = answer.gpu or "the GPU"
+    gpu = f"the GPU ({name}) is {gpu_arch}"
     # machine code before PTX: the list's order says nothing, the best way to run does
     ways = [way for arch in answer.archs if (way := _covers(arch, answer.capability))]
     best = min(ways, key=lambda way: ("exactly" not in way, "PTX" in way), default=None)
     if best is None:
-        return Verdict(False, f"{facts}; {gpu}: none of them runs on it", built, gpu_arch)
-    return Verdict(True, f"{facts}; {gpu}: {best}", built, gpu_arch)
+        found = f"{facts}; {gpu}: none of them runs on it"
+        return Verdict(False, found, built, gpu_arch, name, answer.capability)
+    return Verdict(True, f"{facts}; {gpu}: {best}", built, gpu_arch, name, answer.capability)
 
 
 # The answers already had, by image ID and the environment the image was asked in (the launch's:

@@ -216,12 +216,7 @@ class Preflight:
                 "gpu_arch",
                 head.name,
                 IMAGE_NOT_BUILT_FOR_GPU,
-                {
-                    "image": image,
-                    "node": head.name,
-                    "built_for": found.built_for,
-                    "gpu_arch": found.gpu_arch,
-                },
+                {"image": image, "node": head.name, **found.words()},
                 evidence=evidence,
             )
 

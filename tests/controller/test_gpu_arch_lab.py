@@ -62,7 +62,8 @@ async def test_an_image_not_built_for_the_gpu_fails_before_the_load_from_the_com
     assert "image spark-lab/vllm-emu:latest is not built for the GPU on spark-lab-0 (sm_121)" in out
     assert "image built for sm_80, sm_86, sm_89, sm_90, sm_90a" in out
     assert "the GPU (NVIDIA GB10) is sm_121: none of them runs on it" in out
-    assert "TORCH_CUDA_ARCH_LIST" in out
+    assert "NVIDIA GB10 (compute capability 12.1" in out
+    assert "`TORCH_CUDA_ARCH_LIST` naming it (`12.1`, or `12.0+PTX`" in out
     assert "Weights" not in out and "Containers started" not in out, "nothing was loaded"
     [status] = await collect(controller_for(clean).status())
     assert not any(c.present for c in status.containers), "no container of the launch started"
