@@ -52,6 +52,31 @@ ray.exceptions.RayTaskError(RuntimeError): ray::RayWorkerWrapper.execute_method(
 RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"""
 )
 
+# torch/cuda/__init__.py _check_capability, as torch 2.x words it ($archs: torch's arch list)
+TORCH_INCOMPATIBLE_WARNING = """$py/torch/cuda/__init__.py:287: UserWarning:
+NVIDIA GB10 with CUDA capability sm_121 is not compatible with the current PyTorch installation.
+The current PyTorch install supports CUDA capabilities $archs.
+If you want to use the NVIDIA GB10 GPU with PyTorch, please check the instructions at https://pytorch.org/get-started/locally/"""
+
+NO_KERNEL_IMAGE_TB = (
+    ENGINE_CORE_TB_HEAD
+    + """
+  File "$py/vllm/v1/engine/core.py", line 175, in _initialize_kv_caches
+    available_gpu_memory = self.model_executor.determine_available_memory()
+  File "$py/vllm/v1/worker/gpu_worker.py", line 263, in determine_available_memory
+    self.model_runner.profile_run()
+  File "$py/vllm/v1/worker/gpu_model_runner.py", line 3311, in profile_run
+    hidden_states, last_hidden_states = self._dummy_run(
+  File "$py/vllm/model_executor/layers/layernorm.py", line 186, in forward_cuda
+    ops.fused_add_rms_norm(
+  File "$py/vllm/_custom_ops.py", line 340, in fused_add_rms_norm
+    torch.ops._C.fused_add_rms_norm(input, residual, weight, epsilon)
+RuntimeError: CUDA error: no kernel image is available for execution on the device
+CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
+For debugging consider passing CUDA_LAUNCH_BLOCKING=1
+Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."""
+)
+
 LOW_MEMORY_TB = (
     ENGINE_CORE_TB_HEAD
     + """
@@ -260,6 +285,22 @@ FAULTS = {
         "signature": "Application startup complete.",
         "doc": "Every startup phase 7x longer (printed durations too); succeeds.",
         "lines": [],
+    },
+    "no_kernel_image": {
+        "where": "serve",
+        "phase": "profile",
+        "action": "engine_dead",
+        "signature": "no kernel image is available for execution on the device",
+        "doc": "An image not built for the GPU, as it fails: the weights load, then the first kernel of the memory profile: torch's UserWarning (NVIDIA GB10 with CUDA capability sm_121 is not compatible ..., the image's archs from SPARK_EMU_TORCH_ARCHS), RuntimeError: CUDA error: no kernel image is available for execution on the device (traceback), EngineDeadError, exit 1.",
+        "lines": [
+            ("engine", None, None, TORCH_INCOMPATIBLE_WARNING),
+            (
+                "engine",
+                "ERROR",
+                "core.py:721",
+                "EngineCore encountered a fatal error.\n" + NO_KERNEL_IMAGE_TB,
+            ),
+        ],
     },
     "oom": {
         "where": "serve",

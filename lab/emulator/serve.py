@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from . import dialects, model_files
+from . import dialects, model_files, torch_build
 from . import faults as F
 from . import profiles as P
 from .common import (
@@ -188,6 +188,7 @@ class Serve:
             "wpid": "",
             "master": args.master_addr,
             "port": args.master_port,
+            "archs": " ".join(torch_build.arch_list()),
         }
 
     # ---- helpers ---------------------------------------------------------------------

@@ -40,6 +40,12 @@ def only_failure(events) -> Failed:
         ("worker_died_loading", "weights", {"ray_worker_crashed"}, "ip=198.18.1.11"),
         ("gloo_iface", "nccl", {"gloo_connect_failed"}, "Gloo connectFullMesh failed"),
         ("oom", "kv_cache", {"cuda_oom"}, "CUDA out of memory"),
+        (
+            "no_kernel_image",
+            "kv_cache",
+            {"cuda_no_kernel_image", "torch_arch_not_supported"},
+            "with CUDA capability sm_121 is not compatible",
+        ),
         ("ray_version_mismatch", "containers", {"ray_version_mismatch"}, "Version mismatch"),
         ("ray_worker_never_joins", "ray_cluster", {"ray_incomplete"}, "1 active node(s)"),
     ],

@@ -56,7 +56,9 @@ LAB_CONFIG_CONTAINER = yaml.safe_load(LAB_CONFIG.read_text())["cluster"]["contai
 async def test_an_image_not_built_for_the_gpu_fails_before_the_load_from_the_command_line(
     clean, tmp_path
 ):
-    config = lab_config_with_env(tmp_path, SPARK_EMU_TORCH_ARCHS=HOPPER_ERA, **fresh())
+    # the image as it would fail: loaded, then its first kernel (what today's code ran into)
+    image = {"SPARK_EMU_TORCH_ARCHS": HOPPER_ERA, "SPARK_EMU_FAULT": "no_kernel_image"}
+    config = lab_config_with_env(tmp_path, **image, **fresh())
     code, out, _ = await spark_bot("up", config=config)
     assert code == 1, out
     assert "image spark-lab/vllm-emu:latest is not built for the GPU on spark-lab-0 (sm_121)" in out
