@@ -438,8 +438,9 @@ def _parser() -> _Parser:
             sub.add_argument(
                 "--take-over",
                 action="store_true",
-                help="take the cluster from another launch that is running now (the Slack bot's, "
-                "a console's, another shell's): it is killed; without it `up` refuses",
+                help="take the lease from another launch that is running now (the Slack bot's, a "
+                "console's, another shell's); with --replace its containers are removed and it "
+                "fails. Without it `up` refuses",
             )
         if name == "logs":
             sub.add_argument("node", nargs="?", help="head, worker or a node name (default: head)")

@@ -64,8 +64,8 @@ REFUSALS: dict[str, str] = {
 }
 KIND_TIMEOUT = 1.5  # s to tell whose direct message a command came from: Slack acks within 3 s
 RESPOND_TIMEOUT = 10  # s for one post to a response_url
-DIRECT_MESSAGES_KEPT = 10_000
-SHARE_WAIT = 10.0  # s an upload may take to show in its thread before the next reply goes  # users whose direct-message ID with the bot is remembered
+DIRECT_MESSAGES_KEPT = 10_000  # users whose direct-message ID with the bot is remembered
+SHARE_WAIT = 10.0  # s an upload may take to show in its thread before the next reply goes
 
 
 def make_client(token: str, base_url: str | None = None) -> AsyncWebClient:
@@ -197,9 +197,8 @@ class SlackChat:
                     "file %s not shared in %s after %g s; going on", file, channel, SHARE_WAIT
                 )
                 return
-            await asyncio.sleep(
-                pause
-            )  # Slack sends no answer to wait on: its event needs a subscription
+            # Slack sends nothing to wait on here (its file_shared event needs a subscription)
+            await asyncio.sleep(pause)
             pause = min(pause * 2, 1.0)
 
     async def reply_private(
@@ -215,6 +214,10 @@ class SlackChat:
                 return
             except ChatRefused as refused:  # expired, used up: the other ways are still open
                 log.info("a private answer to %s: %s; trying the channel", user, refused)
+            except ChatUnavailable as down:  # a 5xx or no connection; a timeout may have arrived
+                if isinstance(down.__cause__, TimeoutError):
+                    raise
+                log.info("a private answer to %s: %s; trying the channel", user, down)
         try:
             await self._call(
                 "chat.postEphemeral",
@@ -275,7 +278,7 @@ class SlackChat:
             own = await asyncio.wait_for(self.direct_message_with(user), KIND_TIMEOUT)
         except (ChatError, TimeoutError) as error:
             log.warning("could not tell whose direct message %s is: %s", channel, error)
-            return "people_dm"
+            return "unknown_dm"
         return "bot_dm" if own == channel else "people_dm"
 
     async def upload_private(self, user: str, attachment: Attachment, comment: str) -> None:
@@ -319,7 +322,7 @@ def build_app(
         signing_secret=signing_secret,
         request_verification_enabled=signing_secret is not None,
     )
-    chat = SlackChat(client)
+    chat = dispatcher.chat if isinstance(dispatcher.chat, SlackChat) else SlackChat(client)
 
     @app.command("/spark")
     async def spark(ack, command) -> None:

@@ -81,7 +81,7 @@ def create_body(
             for name, (soft, hard) in container.ulimits.items()
         ],
         "Binds": [
-            f"{_expand_home(m.source, home)}:{m.target}{':ro' if m.read_only else ''}"
+            f"{expand_home(m.source, home)}:{m.target}{':ro' if m.read_only else ''}"
             for m in container.mounts
         ],
     }
@@ -121,8 +121,9 @@ def throwaway_body(config: ClusterConfig, command: list[str]) -> dict[str, Any]:
     }
 
 
-def _expand_home(path: str, home: str) -> str:
-    return home + path[1:] if path.startswith("~") else path
+def expand_home(path: str, home: str) -> str:
+    """`~` at the start of a path on a node as its SSH user's home."""
+    return home.rstrip("/") + path[1:] if path.startswith("~") else path
 
 
 def ray_head_command(config: ClusterConfig, interfaces: NodeInterfaces) -> list[str]:

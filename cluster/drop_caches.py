@@ -9,6 +9,7 @@ spark-bot runs nothing as root of its own accord: the command is the operator's
 from __future__ import annotations
 
 import asyncio
+import shlex
 from collections.abc import AsyncGenerator
 
 from cluster.checkpoints import DROP_CACHES
@@ -55,9 +56,14 @@ async def drop_caches(
         yield reporter.known(dropped, DROP_CACHES_NOT_CONFIGURED, {})
         return
     nodes = connection.ordered()
-    results = await asyncio.gather(
-        *(_drop(node, list(argv), config.timeouts.preflight) for node in nodes)
+    outcomes = await asyncio.gather(
+        *(_drop(node, list(argv), config.timeouts.preflight) for node in nodes),
+        return_exceptions=True,  # every node's drop ends before one's error is told
     )
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    results = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
     for node, (_, result, _) in zip(nodes, results, strict=True):
         if not result.ok:
             stderr = (result.stderr or result.stdout).strip()[:SHOWN_STDERR]
@@ -65,7 +71,7 @@ async def drop_caches(
                 dropped,
                 DROP_CACHES_REFUSED,
                 {
-                    "command": " ".join(argv),
+                    "command": shlex.join(argv),
                     "status": str(result.exit_status),
                     "node": node.name,
                     "stderr": stderr or "(nothing on stderr)",

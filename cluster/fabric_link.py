@@ -60,7 +60,8 @@ def down(links: list[LinkFacts]) -> LinkFacts | None:
 
 
 def mtu_mismatch(links: list[LinkFacts]) -> bool:
-    return len({link.mtu for link in links}) > 1
+    """Two ends read with different MTUs (an end whose MTU could not be read proves nothing)."""
+    return len({link.mtu for link in links if link.mtu is not None}) > 1
 
 
 def warnings(links: list[LinkFacts], nominal_mbps: int) -> list[str]:

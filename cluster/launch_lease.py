@@ -17,7 +17,6 @@ positional parameters, never as shell code. The lease's one line is JSON.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -39,21 +38,39 @@ HELD = 3  # the take script's exit status when another live launch holds the lea
 
 # $1 the cluster's folder, $2 our line, $3 seconds after which a lease is stale, $4 "yes" to
 # take over a live one. Prints the holder's line and its age when it refuses.
+# The check and the write under one flock (util-linux): two launches starting at once are one
+# holder and one refusal.
 TAKE = (
     'dir=$1 line=$2 stale=$3 force=$4; mkdir -p "$dir" || exit 125; lease="$dir/launch.lease"; '
+    'exec 9>"$dir/launch.lock" && flock -w 5 9 || exit 125; '
     'if [ -e "$lease" ] && [ "$force" != yes ]; then '
-    'age=$(( $(date +%s) - $(stat -c %Y "$lease") )); held=$(cat "$lease"); '
-    'if [ "$age" -lt "$stale" ] && [ "$held" != "$line" ]; then '
+    'age=$(( $(date +%s) - $(stat -c %Y "$lease" 2>/dev/null || echo 0) )); '
+    'held=$(cat "$lease" 2>/dev/null); '
+    'if [ -n "$held" ] && [ "$age" -lt "$stale" ] && [ "$held" != "$line" ]; then '
     'printf "%s\\n%s\\n" "$held" "$age"; exit 3; fi; fi; '
     'printf "%s\\n" "$line" >"$lease.$$" && mv -f "$lease.$$" "$lease"'
 )
-# $1 the lease, $2 our line: touched (renew) or removed (release) only while it is ours
-RENEW = '[ "$(cat "$1" 2>/dev/null)" = "$2" ] && touch "$1"'
-RELEASE = '[ "$(cat "$1" 2>/dev/null)" != "$2" ] || rm -f "$1"'
+# $1 the lease, $2 our line. Renewed while it is ours, written again if it went (a take-over
+# that gave it back without launching); exit 1: another launch holds it now.
+RENEW = (
+    'exec 9>"${1%/*}/launch.lock" && flock -w 5 9 || exit 125; '
+    'if [ -e "$1" ]; then [ "$(cat "$1")" = "$2" ] && touch "$1"; '
+    'else printf "%s\\n" "$2" >"$1"; fi'
+)
+# removed only while it is ours
+RELEASE = (
+    'exec 9>"${1%/*}/launch.lock" && flock -w 5 9 || exit 125; '
+    '[ "$(cat "$1" 2>/dev/null)" != "$2" ] || rm -f "$1"'
+)
+
+
+# This process, apart from an earlier one that had its pid (a restarted container keeps its
+# host name and often its pid 1)
+PROCESS = uuid.uuid4().hex
 
 
 @dataclass(frozen=True)
-class Holder:
+class LeaseHolder:
     """Another launch holding the lease: who, and how many seconds ago it last renewed it."""
 
     who: str
@@ -61,12 +78,15 @@ class Holder:
     age_s: int
     host: str = ""
     pid: int = 0
+    process: str = ""
 
     @property
     def gone(self) -> bool:
         """It ran on this host, and its process has exited."""
         if self.host != socket.gethostname() or self.pid <= 0:
             return False
+        if self.pid == os.getpid():
+            return self.process != PROCESS
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
@@ -80,7 +100,7 @@ class Holder:
 
 
 class LeaseHeld(Exception):
-    def __init__(self, holder: Holder):
+    def __init__(self, holder: LeaseHolder):
         super().__init__(holder.describe())
         self.holder = holder
 
@@ -95,22 +115,28 @@ def holder_line(who: str) -> str:
             "since": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
             "host": host,
             "pid": pid,
+            "process": PROCESS,
             "nonce": uuid.uuid4().hex,
         },
         separators=(",", ":"),
     )
 
 
-def _holder(output: str) -> Holder:
+def _holder(output: str) -> LeaseHolder:
     line, _, age = output.strip().rpartition("\n")
     age_s = int(age) if age.strip().isdigit() else 0
     try:
         held = json.loads(line)
-        return Holder(
-            str(held["who"]), str(held["since"]), age_s, str(held["host"]), int(held["pid"])
+        return LeaseHolder(
+            str(held["who"]),
+            str(held["since"]),
+            age_s,
+            str(held["host"]),
+            int(held["pid"]),
+            str(held.get("process", "")),
         )
     except (ValueError, KeyError, TypeError):
-        return Holder("a launch whose lease spark-bot cannot read", "?", age_s)
+        return LeaseHolder("a launch whose lease spark-bot cannot read", "?", age_s)
 
 
 class LaunchLease:
@@ -154,18 +180,23 @@ class LaunchLease:
         while True:
             await asyncio.sleep(RENEW_S)  # the lease's own period, not a wait for an event
             try:
-                await self.head.run(
+                renewed = await self.head.run(
                     ["sh", "-c", RENEW, "sh", self._path, self.line], timeout=self.timeout
                 )
-            except NodeError as error:  # the launch notices a lost head itself
+            except Exception as error:  # the launch notices a lost head itself
                 log.warning("could not renew the launch lease on %s: %s", self.head.name, error)
+                continue
+            if renewed.exit_status == 1:
+                log.warning(
+                    "the launch lease on %s was taken over by another launch (up --take-over)",
+                    self.head.name,
+                )
 
     async def release(self) -> None:
         """Give it back (only if it is still ours); a head that does not answer lets it expire."""
         if self._renewing is not None:
             self._renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewing
+            await asyncio.gather(self._renewing, return_exceptions=True)
             self._renewing = None
         if self._path is None:
             return

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from secrets import token_hex
 
 from cluster.config import ClusterConfig, LauncherConfig, Secrets
+from cluster.containers import expand_home
 from cluster.errors import FileUnreadable, NodeError
 from cluster.logtext import LineSplitter, clean_line
 from cluster.nodes import NodeConnection
@@ -152,7 +153,7 @@ class Launcher:
         self.home = home
         self.recipe = config.recipe or ""
         self.run = run_folder(config, home)  # this run's own folder, once started
-        self.cwd = _expand_home(self.settings.cwd or "~", home)
+        self.cwd = expand_home(self.settings.cwd or "~", home)
         self.pgid: int | None = None
         self.lines: deque[str] = deque(maxlen=self.settings.output_lines)
         self.total_lines = 0
@@ -347,7 +348,3 @@ def live_in_group(ps_output: str, pgid: int) -> bool:
         if group == str(pgid) and not state.strip().startswith("Z"):
             return True
     return False
-
-
-def _expand_home(path: str, home: str) -> str:
-    return home.rstrip("/") + path[1:] if path.startswith("~") else path

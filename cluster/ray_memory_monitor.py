@@ -15,6 +15,7 @@ import posixpath
 import re
 
 from cluster.config import ClusterConfig
+from cluster.containers import expand_home
 from cluster.errors import FileUnreadable
 from cluster.nodes import NodeConnection
 
@@ -42,7 +43,7 @@ async def launcher_warning(config: ClusterConfig, head: NodeConnection, home: st
         return None
     if any(_OFF.search(arg) for arg in launcher.command):
         return None
-    cwd = (launcher.cwd or "~").replace("~", home, 1)
+    cwd = expand_home(launcher.cwd or "~", home)
     script = posixpath.join(cwd, launcher.command[0])
     try:
         text = await head.read_file(

@@ -41,7 +41,7 @@ _TOKEN_SHAPES = re.compile(
         [
             r"(?<![A-Za-z0-9])xox(?:[abposr]|e(?:\.xox[bp])?)-[A-Za-z0-9-]{6,}",
             r"(?<![A-Za-z0-9])xapp-[A-Za-z0-9-]{6,}",
-            r"https?://hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+",
+            r"https?://hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers|commands|actions)/[A-Za-z0-9/_-]+",
             r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}",
             r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{20,}",
             r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",

@@ -67,7 +67,7 @@ def demo_config(machines: list[NodeMachine], *, fault: str | None, host_path: st
                 driver="local",
                 fabric_ip=m.ip,
                 docker_socket=str(m.docker_socket),
-                local_env={"PATH": f"{m.bin_dir}:{host_path}"},
+                local_env={"PATH": f"{m.bin_dir}:{host_path}", "HOME": str(m.home)},
             )
             for m in machines
         ],

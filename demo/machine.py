@@ -126,6 +126,12 @@ class NodeMachine:
         return self.root / "bin"
 
     @property
+    def home(self) -> Path:
+        """The node's home folder: what spark-bot keeps on a node (the launch lease) stays in
+        this demo's folder, apart from another demo's on the same machine."""
+        return self.root / "home"
+
+    @property
     def sys_class_net(self) -> Path:
         return self.root / "sys" / "class" / "net"
 
@@ -138,6 +144,7 @@ class NodeMachine:
         return self.root / "engine"
 
     def build(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
         link = self.sys_class_net / FABRIC_IF
         _write(link / "operstate", "up\n", 0o644)
         _write(link / "flags", "0x1003\n", 0o644)

@@ -15,6 +15,12 @@ PEOPLE_DM_REFUSAL = (
 )
 
 
+UNKNOWN_DM_REFUSAL = (
+    "The bot could not tell in time whether this is your direct message with it (the chat did "
+    "not answer): nothing was done. Run `/spark {command}` again."
+)
+
+
 @dataclass(frozen=True)
 class Decision:
     allowed: bool
@@ -43,6 +49,8 @@ class Access:
             return Decision(True)
         if kind == "people_dm":
             return Decision(False, PEOPLE_DM_REFUSAL.format(command=command))
+        if kind == "unknown_dm":
+            return Decision(False, UNKNOWN_DM_REFUSAL.format(command=command))
         levels = (
             [self.config.operate] if level == "operate" else [self.config.read, self.config.operate]
         )

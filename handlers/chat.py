@@ -16,8 +16,9 @@ from handlers.messages import Attachment, Message
 
 # Where a command was typed, as the adapter tells it: a channel (public, private, a group DM),
 # the asker's own direct message with the bot, or a direct message between people (the bot is
-# no member there: it can answer the asker privately, never post).
-ConversationKind = Literal["channel", "bot_dm", "people_dm"]
+# no member there: it can answer the asker privately, never post), or a direct message the
+# adapter could not tell (the chat did not answer in time).
+ConversationKind = Literal["channel", "bot_dm", "people_dm", "unknown_dm"]
 
 
 @dataclass(frozen=True)

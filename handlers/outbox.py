@@ -321,6 +321,8 @@ class Outbox:
                     lane.ready_at = now + wait
         finally:
             self._task = None
+            if self.posted is None:  # no post comes of this task (given up, failed, cancelled)
+                self._first_post.set()
 
     async def _send_parent(self) -> None:
         message = self._parent

@@ -48,7 +48,7 @@ class AccessConfig(_Model):
     )
     operate: AccessLevel = Field(
         AccessLevel(),
-        description="who may run up, down, bench, sync-image, sync-model, cancel (and read), and where",
+        description="who may run up, down, bench, sync-image, sync-model, drop-caches, cancel (and read), and where",
     )
 
 

@@ -27,6 +27,9 @@ SECRETS = [
     "xoxe-1-My0xLTEyMzQ1Njc4OTAtMTIzNDU2Nzg5MDEyMy0",
     "xapp-1-A0123456789-1234567890123-0123456789abcdef0123456789abcdef",
     "https://hooks.slack.com/services/T0SPARKS1/B0HOOK123/aBcDeFgHiJkLmNoPqRsTuVwX",
+    # a command's and a button's response_url: whoever holds one can answer as the bot
+    "https://hooks.slack.com/commands/T0SPARKS1/5123456789012/aBcDeFgHiJkLmNoPqRsTuVwX",
+    "https://hooks.slack.com/actions/T0SPARKS1/5123456789012/aBcDeFgHiJkLmNoPqRsTuVwX",
     # Hugging Face, OpenAI-style, GitHub, AWS
     "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
     "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf6hIj9k",

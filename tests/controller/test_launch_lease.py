@@ -3,6 +3,7 @@ its scripts in a home folder of the test's own; a stand-in Docker engine (none i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.launch_lease import STALE_S, LaunchLease, LeaseHeld
+from cluster.launch_lease import RENEW, STALE_S, LaunchLease, LeaseHeld
 from cluster.nodes.local import LocalNode
 from tests.docker_standin import docker_standin, failing
 from tests.local_cluster import local_cluster
@@ -71,7 +72,9 @@ async def test_a_lease_nobody_renewed_for_its_span_belongs_to_nobody(tmp_path):
         crashed._renewing.cancel()  # it crashed: nothing renews it
         old = time.time() - STALE_S - 5
         os.utime(lease_file(tmp_path), (old, old))
-        await LaunchLease(node, "lab", "`spark-bot` from a shell", timeout=5).take()
+        taker = LaunchLease(node, "lab", "`spark-bot` from a shell", timeout=5)
+        await taker.take()
+        await taker.release()
 
 
 async def test_the_lease_of_a_process_gone_from_this_host_is_taken_at_once(tmp_path):
@@ -92,3 +95,50 @@ async def test_the_lease_of_a_process_gone_from_this_host_is_taken_at_once(tmp_p
         await taker.take()
         assert "killed" not in lease_file(tmp_path).read_text()
         await taker.release()
+
+
+async def test_of_launches_that_start_at_once_one_holds_the_lease(tmp_path):
+    async with head(tmp_path) as node:
+        takers = [LaunchLease(node, "lab", f"launch {n}", timeout=10) for n in range(8)]
+        outcomes = await asyncio.gather(*(t.take() for t in takers), return_exceptions=True)
+        holders = [t for t, outcome in zip(takers, outcomes, strict=True) if outcome is None]
+        assert len(holders) == 1, outcomes
+        assert all(isinstance(o, LeaseHeld) for o in outcomes if o is not None)
+        await holders[0].release()
+
+
+async def test_a_restarted_process_with_the_same_pid_finds_its_old_lease_gone(tmp_path):
+    # a container restarted by Docker keeps its host name and often its pid: the lease of the
+    # process that ran before is no live launch
+    async with head(tmp_path) as node:
+        before = json.dumps(
+            {
+                "who": "the Slack bot before its restart",
+                "since": "2026-12-04 09:00:00 UTC",
+                "host": os.uname().nodename,
+                "pid": os.getpid(),
+                "process": "an earlier process",
+                "nonce": "0",
+            }
+        )
+        lease_file(tmp_path).parent.mkdir(parents=True)
+        lease_file(tmp_path).write_text(before + "\n")
+        taker = LaunchLease(node, "lab", "the Slack bot", timeout=5)
+        await taker.take()
+        assert "before its restart" not in lease_file(tmp_path).read_text()
+        await taker.release()
+
+
+async def test_a_lease_given_back_by_a_take_over_that_launched_nothing_is_written_again(tmp_path):
+    async with head(tmp_path) as node:
+        live = LaunchLease(node, "lab", "`spark-bot console`", timeout=5)
+        await live.take()
+        taker = LaunchLease(node, "lab", "`spark-bot` from a shell", timeout=5)
+        await taker.take(take_over=True)
+        await taker.release()  # it launched nothing: the lease is gone
+        assert not lease_file(tmp_path).exists()
+        result = await node.run(
+            ["sh", "-c", RENEW, "sh", str(lease_file(tmp_path)), live.line], timeout=5
+        )
+        assert result.ok and "`spark-bot console`" in lease_file(tmp_path).read_text()
+        await live.release()

@@ -54,3 +54,10 @@ def test_a_channel_whose_id_begins_with_d_is_a_channel_when_the_adapter_says_so(
         "read", "U0ALICE", "D0NOTADM", "status", "channel"
     )
     assert decision.allowed
+
+
+def test_a_direct_message_the_adapter_could_not_tell_is_refused_with_a_retry():
+    decision = Access(AccessConfig.model_validate(WIDEST)).check(
+        "read", "U0ALICE", "D0SOMEONE", "status", "unknown_dm"
+    )
+    assert not decision.allowed and "again" in decision.reason
