@@ -818,10 +818,11 @@ class Serve:
         self.ready = True
         if not dialects.omitted("startup_complete"):
             out("%sINFO:     Application startup complete." % self.api)
-        out(
-            "%sINFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)"
-            % (self.api, host, args.port)
-        )
+        if not dialects.omitted("uvicorn_running"):
+            out(
+                "%sINFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)"
+                % (self.api, host, args.port)
+            )
         self.notify_peers({"t": "ready"})
         if not args.disable_log_stats:
             threading.Thread(target=self.stats_loop, daemon=True).start()

@@ -129,7 +129,7 @@ async def test_the_failures_button_mends_the_worker_and_the_next_up_is_ready(
     cluster = cluster_for(lab, timeouts=FAST)
     try:
         await down(cluster)
-        async with slack_bot(slack, cluster, settings(tmp_path)):
+        async with slack_bot(slack, cluster, settings(tmp_path)) as bot:
             await slack.send_slash_command(ALICE, CH, "up")
             offer = await slack.wait_for(
                 lambda c: (
@@ -146,6 +146,9 @@ async def test_the_failures_button_mends_the_worker_and_the_next_up_is_ready(
             [button] = actions["elements"]
             assert button["text"]["text"] == remedy.label and "confirm" in button
 
+            # the failed `up` has ended (its lock is free: its clean-up goes over SSH) before the
+            # click, as it has long before a person reads the offer
+            await bot.dispatcher.jobs.idle(chat=False)
             await slack.click_button(ALICE, CH, offer.result["ts"], "spark_confirm")
             copied = await slack.wait_for(
                 lambda c: (

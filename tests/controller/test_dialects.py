@@ -93,10 +93,13 @@ async def test_a_spelling_taught_in_the_knowledge_file_proves_its_checkpoint(cle
 
 
 async def test_without_the_api_servers_line_the_health_answer_proves_it(clean):
-    # Nothing follows "Application startup complete." in the log: the silence runs into the
-    # stall limit, and the API answering 200 then proves the server started.
+    # Neither of the API server's lines ("Application startup complete.", "Uvicorn running on")
+    # in the log: the silence runs into the stall limit, and the API answering 200 then proves
+    # the server started.
     controller = controller_for(
-        clean, env={"SPARK_EMU_OMIT_LINES": "startup_complete"}, timeouts={"stall": 3}
+        clean,
+        env={"SPARK_EMU_OMIT_LINES": "startup_complete,uvicorn_running"},
+        timeouts={"stall": 3},
     )
     events = await collect(controller.up())
     assert_ready(events, controller.config)
