@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cluster.checkpoints import launch_plan
-from cluster.config import Secrets
+from cluster.config import ClusterConfig, Secrets
 from cluster.controller import Controller
 from tests.bot.helpers import (
     ALICE,
@@ -91,17 +91,23 @@ async def test_a_launcher_recipe_through_slack_same_checkpoints_then_down_says_w
         await collect(Controller(cluster, Secrets({})).down())
 
 
-async def test_a_launcher_that_stops_its_own_containers_is_told_as_its_failure_in_slack(
-    slack, lab, tmp_path
-):
-    launched = self_stopping_cluster(lab)
-    cluster = launched.model_copy(
+def the_bots_cluster(launched: ClusterConfig) -> ClusterConfig:
+    """The bot's config holding `launched`'s launcher recipe, running none of it yet (its own
+    container under spark-bot's name)."""
+    return launched.model_copy(
         update={
             "recipe": None,
             "launcher": None,
             "container": launched.container.model_copy(update={"name": "vllm_lab"}),
         }
     )
+
+
+async def test_a_launcher_that_stops_its_own_containers_is_told_as_its_failure_in_slack(
+    slack, lab, tmp_path
+):
+    launched = self_stopping_cluster(lab)
+    cluster = the_bots_cluster(launched)
     await collect(Controller(cluster, Secrets({})).down())
     try:
         async with slack_bot(slack, cluster, settings(tmp_path)):
@@ -126,13 +132,7 @@ async def test_a_launcher_whose_docker_run_failed_is_told_at_once_in_slack(slack
         "waits-after-a-failed-run.sh",
         WAITS_AFTER_A_FAILED_RUN.format(image=base.container.image),
     )
-    cluster = launched.model_copy(
-        update={
-            "recipe": None,
-            "launcher": None,
-            "container": launched.container.model_copy(update={"name": "vllm_lab"}),
-        }
-    )
+    cluster = the_bots_cluster(launched)
     await collect(Controller(cluster, Secrets({})).down())
     try:
         async with slack_bot(slack, cluster, settings(tmp_path)):

@@ -9,7 +9,7 @@ import pytest
 from cluster.checkpoints import launch_plan
 from cluster.config import Secrets
 from cluster.controller import Controller
-from cluster.events import Progress, Ready
+from cluster.events import Ready
 from cluster.failures import SIGNATURES
 from tests.bot.helpers import (
     ALICE,
@@ -31,7 +31,7 @@ from tests.bot.helpers import (
     slack_bot,
     value,
 )
-from tests.controller.helpers import FAST, cluster_for
+from tests.controller.helpers import FAST, cluster_for, serving_started
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
 
@@ -339,17 +339,7 @@ async def test_a_live_launch_from_a_shell_is_not_replaced_from_slack(slack, lab,
         Secrets({}),
         who="`spark-bot` from a shell of alice",
     )
-    serving, events = asyncio.Event(), []
-
-    async def launch() -> None:
-        async for event in shell.up():
-            events.append(event)
-            if isinstance(event, Progress) and "vllm serve started" in event.message:
-                serving.set()
-
-    task = asyncio.create_task(launch())
-    try:
-        await asyncio.wait_for(serving.wait(), timeout=90)
+    async with serving_started(shell) as launch:
         async with slack_bot(slack, cluster, settings(tmp_path)):
             await slack.send_slash_command(ALICE, CH, "up")
             question = await private_answer(slack, ALICE, "Confirm", timeout=30)
@@ -358,7 +348,5 @@ async def test_a_live_launch_from_a_shell_is_not_replaced_from_slack(slack, lab,
                 lambda c: c.method == "chat.postMessage" and "another launch" in block_text(c), 60
             )
         assert "`spark-bot` from a shell of alice on " in block_text(refused)
-        await asyncio.wait_for(task, timeout=240)
-        assert isinstance(events[-1], Ready), "the shell's launch went on to its Ready"
-    finally:
-        task.cancel()
+        await asyncio.wait_for(launch.task, timeout=240)
+        assert isinstance(launch.events[-1], Ready), "the shell's launch went on to its Ready"

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from bot.config import load_config
 from cluster.config import ClusterConfig, NodeConfig, Secrets
 from cluster.controller import Controller
 from cluster.errors import FileUnreadable
-from cluster.events import Event
+from cluster.events import Event, Progress
 from cluster.nodes import CommandResult, FileBytes, NodeConnection
 from lab.api import LabInfo
 
@@ -101,3 +104,32 @@ class FakeNode(NodeConnection):
 
     async def aclose(self) -> None:
         return None
+
+
+@dataclass
+class BackgroundLaunch:
+    """A launch running in a task: its events as they come, and the task to await."""
+
+    events: list[Event]
+    task: asyncio.Task[None]
+
+
+@asynccontextmanager
+async def serving_started(controller: Controller) -> AsyncIterator[BackgroundLaunch]:
+    """`controller.up()` in the background, entered once `vllm serve` has started (the launch
+    is live: its lease held, its containers up); cancelled on exit if still running."""
+    started, events = asyncio.Event(), []
+
+    async def run() -> None:
+        async for event in controller.up():
+            events.append(event)
+            if isinstance(event, Progress) and "vllm serve started" in event.message:
+                started.set()
+
+    task = asyncio.create_task(run())
+    try:
+        await asyncio.wait_for(started.wait(), timeout=90)
+        yield BackgroundLaunch(events, task)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

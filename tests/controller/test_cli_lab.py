@@ -10,8 +10,8 @@ import pytest
 
 from cluster.config import Secrets
 from cluster.controller import Controller
-from cluster.events import Failed, Progress, Ready, parse_event
-from tests.controller.helpers import cluster_for
+from cluster.events import Failed, Ready, parse_event
+from tests.controller.helpers import cluster_for, serving_started
 
 pytestmark = pytest.mark.lab
 CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "lab.yaml")
@@ -86,24 +86,14 @@ async def test_a_live_launch_of_another_way_in_is_not_replaced_from_a_shell(clea
         Secrets({}),
         who="`spark-bot console`",
     )
-    serving, events = asyncio.Event(), []
-
-    async def launch() -> None:
-        async for event in console.up():
-            events.append(event)
-            if isinstance(event, Progress) and "vllm serve started" in event.message:
-                serving.set()
-
-    task = asyncio.create_task(launch())
     try:
-        await asyncio.wait_for(serving.wait(), timeout=90)
-        code, out, _ = await spark_bot("up", "--replace")
-        assert code == 1, out
-        assert "another launch of lab is running: `spark-bot console` on" in out
-        assert "up --replace --take-over" in out
-        await asyncio.wait_for(task, timeout=240)
-        assert isinstance(events[-1], Ready), "the console's launch went on to its Ready"
+        async with serving_started(console) as launch:
+            code, out, _ = await spark_bot("up", "--replace")
+            assert code == 1, out
+            assert "another launch of lab is running: `spark-bot console` on" in out
+            assert "up --replace --take-over" in out
+            await asyncio.wait_for(launch.task, timeout=240)
+            assert isinstance(launch.events[-1], Ready), "the console's launch went on to Ready"
     finally:
-        task.cancel()
         code, out, _ = await spark_bot("down")
     assert code == 0

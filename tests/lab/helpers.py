@@ -76,11 +76,15 @@ async def wait_log_line(container, needle: str, timeout: float = 30) -> list[str
     seen: list[str] = []
 
     async def follow():
-        async for chunk in container.log(stdout=True, stderr=True, follow=True):
-            for line in chunk.splitlines():
-                seen.append(line)
-                if needle in line:
-                    return
+        # closed when the needle is found: a stream left to the garbage collector leaves its
+        # connection open (a ResourceWarning, whenever the collector gets to it)
+        stream = container.log(stdout=True, stderr=True, follow=True)
+        async with contextlib.aclosing(stream) as chunks:
+            async for chunk in chunks:
+                for line in chunk.splitlines():
+                    seen.append(line)
+                    if needle in line:
+                        return
 
     try:
         await asyncio.wait_for(follow(), timeout)

@@ -253,7 +253,13 @@ def test_the_bench_agrees_with_the_engines_own_figures_for_the_same_requests(lau
     for mine, theirs in zip(ours[1:], engine, strict=True):
         # sent before the engine received it, its first token read after the engine made it
         assert mine.ttft_s > theirs.ttft_s
-        assert mine.decode_tok_s == pytest.approx(theirs.decode_tok_s, rel=0.05)
+        # The decode window is the time from the first token to the last: a first token read
+        # late by the client (a busy core) shortens ours by that lateness, which is at most what
+        # our TTFT exceeds the engine's; beyond it, 5 %.
+        mine_s = (mine.tokens - 1) / mine.decode_tok_s
+        theirs_s = (theirs.tokens - 1) / theirs.decode_tok_s
+        late = mine.ttft_s - theirs.ttft_s
+        assert abs(mine_s - theirs_s) <= 0.05 * theirs_s + late, (mine, theirs)
 
 
 def test_watch_then_down_is_a_stop_not_an_engine_death(launched):
