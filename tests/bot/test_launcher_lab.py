@@ -103,10 +103,8 @@ def the_bots_cluster(launched: ClusterConfig) -> ClusterConfig:
     )
 
 
-async def test_a_launcher_that_stops_its_own_containers_is_told_as_its_failure_in_slack(
-    slack, lab, tmp_path
-):
-    launched = self_stopping_cluster(lab)
+async def failure_in_slack(slack, launched: ClusterConfig, tmp_path) -> str:
+    """`/spark up RECIPE` of `launched`'s launcher recipe through Slack: its failure's text."""
     cluster = the_bots_cluster(launched)
     await collect(Controller(cluster, Secrets({})).down())
     try:
@@ -115,11 +113,18 @@ async def test_a_launcher_that_stops_its_own_containers_is_told_as_its_failure_i
             failure = await slack.wait_for(
                 lambda c: c.method == "chat.postMessage" and header(c).startswith("✘"), 90
             )
-        text = block_text(failure)
-        assert "exited with status 1" in text and "Error: NCCL did not finish its set-up" in text
-        assert "on request" not in text and "stopped its own containers" in text
+        return block_text(failure)
     finally:
         await collect(Controller(cluster, Secrets({})).down())
+
+
+async def test_a_launcher_that_stops_its_own_containers_is_told_as_its_failure_in_slack(
+    slack, lab, tmp_path
+):
+    launched = self_stopping_cluster(lab)
+    text = await failure_in_slack(slack, launched, tmp_path)
+    assert "exited with status 1" in text and "Error: NCCL did not finish its set-up" in text
+    assert "on request" not in text and "stopped its own containers" in text
 
 
 async def test_a_launcher_whose_docker_run_failed_is_told_at_once_in_slack(slack, lab, tmp_path):
@@ -132,15 +137,5 @@ async def test_a_launcher_whose_docker_run_failed_is_told_at_once_in_slack(slack
         "waits-after-a-failed-run.sh",
         WAITS_AFTER_A_FAILED_RUN.format(image=base.container.image),
     )
-    cluster = the_bots_cluster(launched)
-    await collect(Controller(cluster, Secrets({})).down())
-    try:
-        async with slack_bot(slack, cluster, settings(tmp_path)):
-            await slack.send_slash_command(ALICE, CH, f"up {RECIPE}")
-            failure = await slack.wait_for(
-                lambda c: c.method == "chat.postMessage" and header(c).startswith("✘"), 90
-            )
-        text = block_text(failure)
-        assert "unable to apply caps" in text and "--cap-add" in text, text
-    finally:
-        await collect(Controller(cluster, Secrets({})).down())
+    text = await failure_in_slack(slack, launched, tmp_path)
+    assert "unable to apply caps" in text and "--cap-add" in text, text
