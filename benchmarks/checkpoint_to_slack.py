@@ -45,9 +45,9 @@ from benchmarks.harness import (
 )
 from cluster.config import ClusterConfig
 from cluster.events import CheckpointPassed, Ready
-from tests.bot.helpers import attachment_text, block_text, header
-from tests.handlers.doubles import CH
-from tests.slack_standin import Call
+from testkit.doubles import CH
+from testkit.slack_bot import attachment_text, block_text, header
+from testkit.slack_standin import Call
 
 GOAL_REPLY_P95_S = 0.5
 JOB_CALLS = ["chat.postMessage", "chat.update"]

@@ -33,10 +33,10 @@ from typing import Any, TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cluster.events import LogTail
-from tests import secrets
-from tests.bot.helpers import slack_bot
-from tests.handlers.doubles import CH, CLUSTER, Hold, ScriptedControllers, ready, settings
-from tests.slack_standin import SLACK_ACK_DEADLINE, Ack, SlackStandIn
+from testkit import planted_secrets as secrets
+from testkit.doubles import CH, CLUSTER, Hold, ScriptedControllers, ready, settings
+from testkit.slack_bot import slack_bot
+from testkit.slack_standin import SLACK_ACK_DEADLINE, Ack, SlackStandIn
 
 T = TypeVar("T")
 USERS = [f"U0LOAD{n:02d}" for n in range(20)]

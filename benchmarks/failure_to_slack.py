@@ -62,15 +62,15 @@ from benchmarks.harness import (
 )
 from benchmarks.traffic import Traffic
 from cluster.config import ClusterConfig
+from cluster.diagnosis.postmortem import probe
 from cluster.events import Progress
-from cluster.postmortem import probe
-from tests.bot.helpers import block_text
-from tests.slack_standin import Call
+from testkit.slack_bot import block_text
+from testkit.slack_standin import Call
 
 GOAL_S = 1.0
 STALL_S = 3.0
 HEALTH_INTERVAL_S = 1.0
-HEALTH_MISSES = 3  # cluster/watch.py's health_failures
+HEALTH_MISSES = 3  # cluster/operations/watch.py's health_failures
 # the serving watch's canary: at most every CANARY_S, and it must answer within CANARY_S
 CANARY_S = 2.0
 HANG_AFTER_S = 12.0  # after the API starts: `up`'s own sample completion (up to ~7 s) is done
@@ -249,7 +249,10 @@ def probes_timed() -> Iterator[list[tuple[float, float]]]:
             spans.append((began, time.time()))
 
     # patched where it is called: the launch's and the watch's own names for it
-    with mock.patch("cluster.launch.probe", timed), mock.patch("cluster.watch.probe", timed):
+    with (
+        mock.patch("cluster.operations.launch.probe", timed),
+        mock.patch("cluster.operations.watch.probe", timed),
+    ):
         yield spans
 
 

@@ -26,12 +26,12 @@ from bot.app import settle_heap
 from cluster.config import ClusterConfig, NodeConfig, Secrets
 from cluster.controller import Controller
 from cluster.events import Event
-from cluster.timestamps import parse_docker_timestamp
+from cluster.logs.timestamps import parse_docker_timestamp
 from handlers.settings import BotSettings
-from tests.bot.helpers import header, slack_bot
-from tests.controller.helpers import collect
-from tests.handlers.doubles import ALICE, CH, settings
-from tests.slack_standin import Call
+from testkit.doubles import ALICE, CH, settings
+from testkit.lab_cluster import collect
+from testkit.slack_bot import header, slack_bot
+from testkit.slack_standin import Call
 
 WHERE = ("lab", "embedded", "lab-real")
 
@@ -59,7 +59,7 @@ async def cluster_on(
     the lab's 2 nodes with the real vLLM and Ray (configs/lab-real*.yaml; root)."""
     if where == "lab":
         from lab.api import exclusive_use, lab_up
-        from tests.controller.helpers import cluster_for
+        from testkit.lab_cluster import cluster_for
 
         with exclusive_use():
             lab = await asyncio.to_thread(lab_up, nodes=nodes)
@@ -69,7 +69,7 @@ async def cluster_on(
                 yield config
     elif where == "lab-real":
         from lab.api import exclusive_use, lab_up
-        from tests.real.helpers import MP, RAY, real_cluster
+        from testkit.real_cluster import MP, RAY, real_cluster
 
         if nodes != 2:
             raise ValueError("the lab's real engine runs on 2 nodes (configs/lab-real*.yaml)")

@@ -24,11 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import emit_json, table
 from cluster.config import Secrets
-from cluster.diagnosis import LogDiagnoser
-from cluster.follow import must_see
-from cluster.logtext import clean_line
-from tests import secrets
-from tests.handlers.doubles import CLUSTER
+from cluster.diagnosis.engine import LogDiagnoser
+from cluster.logs.logtext import clean_line
+from cluster.progress.checkpoint_follower import must_see
+from testkit import planted_secrets as secrets
+from testkit.doubles import CLUSTER
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOOD_LINE = (

@@ -37,7 +37,7 @@ from benchmarks.harness import WHERE, cluster_on, down, emit_json, first_stamp, 
 from cluster.config import ClusterConfig, Secrets
 from cluster.controller import Controller
 from cluster.events import CheckpointPassed, Failed, Progress, Ready
-from cluster.timestamps import parse_docker_timestamp
+from cluster.logs.timestamps import parse_docker_timestamp
 
 GOAL_TWO_S = 2.0
 GOAL_PER_NODE_S = 1.0

@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.api import api_client
 from cluster.bench.models import BenchReport
 from cluster.bench.runner import DEFAULT_PROMPT
 from cluster.bench.server_metrics import sample_sums
 from cluster.config import ClusterConfig, Secrets
 from cluster.controller import Controller
 from cluster.events import BenchResult, Failed, Progress, Ready
+from cluster.serving.api import api_client
 from lab.real_engine import VENV  # the engine's venv: vLLM's own client is in it
 
 # what the engine records once per request, by our name for it (vLLM 0.32)

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from httpx_sse import SSEError, aconnect_sse
 
-from cluster.api import api_client
+from cluster.serving.api import api_client
 
 PROMPT = "Tell a long story about two machines that share one model."
 ERRORS_KEPT = 20

@@ -37,10 +37,10 @@ from cluster.bench.runner import (
 )
 from cluster.config import ClusterConfig, resolve_secrets, shown_cluster
 from cluster.controller import Controller
+from cluster.diagnosis.explain import Explanation, explain
+from cluster.diagnosis.failures import with_knowledge
 from cluster.errors import SparkBotError
 from cluster.events import Failed, StatusReport
-from cluster.explain import Explanation, explain
-from cluster.failures import with_knowledge
 from cluster.redact import redact
 from handlers.commands import check_bench, parse_concurrency, resolve_node
 from handlers.errors import CommandError

@@ -23,8 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from cluster.diagnosis.families import FamilyId
 from cluster.errors import ConfigError
-from cluster.families import FamilyId
 from cluster.redact import MASK, looks_secret, redact, secret_name
 
 # Values that end up in remote commands or Docker API calls: each pattern admits no shell
@@ -447,7 +447,9 @@ class ExtraSignature(_Model):
     fatal: bool = Field(
         True, description="the launch or the engine has failed (else a finding worth reporting)"
     )
-    family: FamilyId = Field("other", description="the kind of root cause (cluster.families)")
+    family: FamilyId = Field(
+        "other", description="the kind of root cause (cluster.diagnosis.families)"
+    )
     source: str = Field("", description="where the line comes from (release, file, issue)")
 
 

@@ -10,33 +10,37 @@ from collections.abc import AsyncGenerator, Collection, Sequence
 from contextlib import aclosing
 from pathlib import Path
 
-from cluster import api
 from cluster.bench.history import BenchHistory, cluster_fingerprint
 from cluster.bench.runner import DEFAULT_PROMPT, BenchOptions, run_bench
-from cluster.checkpoints import BENCH
 from cluster.config import ClusterConfig, Secrets
-from cluster.diag import collect
-from cluster.drop_caches import drop_caches
+from cluster.diagnosis.failures import CLUSTER_NOT_UP
 from cluster.events import DiagnosticsCollected, Event, LogTail, Progress, Removed, StatusReport
-from cluster.failures import CLUSTER_NOT_UP
-from cluster.gpu_arch import AnswersByImage
-from cluster.imagesync import ImageSync
-from cluster.inventory import (
+from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster, node_home
+from cluster.operations.diag_bundle import collect
+from cluster.operations.drop_caches import drop_caches
+from cluster.operations.inventory import (
     container_state,
     container_states,
     read_log_tail,
     remove_container,
 )
-from cluster.launch import Launch, api_base_url
-from cluster.launcher import launched_recipe, launcher_output_tail, stop_launcher
-from cluster.memory import nodes_memory
-from cluster.modelsync import ModelSync
-from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster, node_home
-from cluster.preflight import Preflight
-from cluster.recipes import recipes_report
-from cluster.reporter import Reporter
-from cluster.verify import verify as verify_cluster
-from cluster.watch import watch as watch_cluster
+from cluster.operations.launch import Launch, api_base_url
+from cluster.operations.operator_launcher import (
+    launched_recipe,
+    launcher_output_tail,
+    stop_launcher,
+)
+from cluster.operations.preflight import Preflight
+from cluster.operations.recipes import recipes_report
+from cluster.operations.sync_image import ImageSync
+from cluster.operations.sync_model import ModelSync
+from cluster.operations.verify import verify as verify_cluster
+from cluster.operations.watch import watch as watch_cluster
+from cluster.progress.checkpoints import BENCH
+from cluster.progress.reporter import Reporter
+from cluster.resources.gpu_arch import AnswersByImage
+from cluster.resources.memory import nodes_memory
+from cluster.serving import api
 
 
 class Controller:
@@ -74,7 +78,7 @@ class Controller:
     ) -> AsyncGenerator[Event, None]:
         """Launch; `replace` removes a leftover container spark-bot started, `replace_foreign`
         names the nodes where a user consented to removing one it did not start; `take_over`
-        takes the cluster from another live launch (cluster/launch_lease.py)."""
+        takes the cluster from another live launch (cluster/operations/launch_lease.py)."""
         reporter = Reporter()  # the clock starts with the command, not once SSH is up
         async with connect_cluster(self.config) as connection:
             launch = Launch(
@@ -278,7 +282,7 @@ class Controller:
         events_note: str = "",
         log_lines: int = 2000,
     ) -> AsyncGenerator[Event, None]:
-        """Collect the diagnostics bundle from every node at once (cluster/diag.py) and write it
+        """Collect the diagnostics bundle from every node at once (cluster/operations/diag_bundle.py) and write it
         to `output`; `events`: the JSON lines of the job it is for."""
         reporter = Reporter()
         async with connect_cluster(self.config) as connection:

@@ -28,7 +28,7 @@ class _Event(BaseModel):
 
 class CheckpointPassed(_Event):
     kind: Literal["checkpoint"] = "checkpoint"
-    checkpoint: str = Field(description="id from cluster.checkpoints")
+    checkpoint: str = Field(description="id from cluster.progress.checkpoints")
     title: str
     node: str | None = Field(None, description="None when the checkpoint spans the cluster")
     evidence: str = Field(description="the log line or API answer that proves it")
@@ -79,7 +79,7 @@ class Failed(_Event):
     fix: str
     signature: str | None = Field(
         None,
-        description="the id of its row in cluster.failures; None for a node that could not be reached or driven",
+        description="the id of its row in cluster.diagnosis.failures; None for a node that could not be reached or driven",
     )
     log_tail: list[str] = Field(default_factory=list)
     remedy: Remedy | None = Field(
@@ -208,7 +208,7 @@ class BenchResult(_Event):
 
 
 class DiagnosticsCollected(_Event):
-    """A diagnostics bundle written to `path` (cluster/diag.py)."""
+    """A diagnostics bundle written to `path` (cluster/operations/diag_bundle.py)."""
 
     kind: Literal["diag"] = "diag"
     path: str

@@ -32,7 +32,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from cluster.literals import Screen
+from cluster.logs.literals import Screen
 
 MASK = "***"
 

@@ -16,10 +16,10 @@ from functools import partial
 from typing import Any, TypeVar
 
 from cluster.aio import finish_uncancelled, log_failure
-from cluster.checkpoints import Checkpoint, launch_plan
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready, StatusReport
+from cluster.progress.checkpoints import Checkpoint, launch_plan
 from handlers.chat import Chat, Posted
 from handlers.commands import apply_serve
 from handlers.errors import AnotherInstance, Busy, StoreUnavailable

@@ -47,7 +47,7 @@ class BotMetrics:
         self.failures = Counter(
             "spark_bot_failures",
             "Failures reported in jobs and by the watch, by the id of the row of "
-            f"cluster/failures.py that diagnosed them ({NODE_ERROR}: a node that could not be "
+            f"cluster/diagnosis/failures.py that diagnosed them ({NODE_ERROR}: a node that could not be "
             "reached or driven).",
             ["cluster", "signature"],
             registry=registry,

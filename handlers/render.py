@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from cluster.bench.models import BenchReport
-from cluster.checkpoints import Checkpoint
 from cluster.events import (
     BenchResult,
     CheckpointPassed,
@@ -24,6 +23,7 @@ from cluster.events import (
     Ready,
     Removed,
 )
+from cluster.progress.checkpoints import Checkpoint
 from cluster.redact import redact
 from handlers.chat import Chat, Posted
 from handlers.job_state import JobState

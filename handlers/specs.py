@@ -22,14 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from cluster.checkpoints import (
-    BENCH,
-    DROP_CACHES,
-    SYNC_IMAGE,
-    SYNC_MODEL,
-    launch_plan,
-    verify_plan,
-)
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
 from cluster.events import (
@@ -40,6 +32,14 @@ from cluster.events import (
     Ready,
     RecipesReport,
     StatusReport,
+)
+from cluster.progress.checkpoints import (
+    BENCH,
+    DROP_CACHES,
+    SYNC_IMAGE,
+    SYNC_MODEL,
+    launch_plan,
+    verify_plan,
 )
 from cluster.redact import redact
 from handlers import commands as c

@@ -13,8 +13,8 @@ import logging
 import pytest
 
 from lab.api import LabError, exclusive_use, lab_up
-from tests.secrets import planted_in
-from tests.slack_standin import SlackStandIn
+from testkit.planted_secrets import planted_in
+from testkit.slack_standin import SlackStandIn
 
 
 def bring_up_lab(**options):
@@ -49,7 +49,7 @@ async def slack():
 @pytest.fixture(autouse=True)
 def no_planted_secret_reaches_slack(request, monkeypatch):
     """Every Slack stand-in a test starts is scanned after it for the planted secrets
-    (tests/secrets.py) in anything the bot sent to Slack; one found fails the test."""
+    (testkit/planted_secrets.py) in anything the bot sent to Slack; one found fails the test."""
     started: list[SlackStandIn] = []
     start = SlackStandIn.start
 
@@ -91,7 +91,7 @@ _OUR_LOGGERS = ("bot", "handlers", "cluster", "demo")
 @pytest.fixture(autouse=True)
 def no_planted_secret_in_logs(request):
     """Everything spark-bot logs during a test, at every level and with its tracebacks, is scanned
-    for the planted secrets (tests/secrets.py); one found fails the test."""
+    for the planted secrets (testkit/planted_secrets.py); one found fails the test."""
     recorder = _Recorder()
     root = logging.getLogger()
     root.addHandler(recorder)

@@ -10,7 +10,7 @@ pytest_plugins = ["pytester"]
 INNER_TESTS = """
 import logging
 
-from tests.secrets import HF_TOKEN, SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET
+from testkit.planted_secrets import HF_TOKEN, SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET
 
 
 def test_debug_argument():

@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 
 import httpx
 
-from cluster.api import api_client, vllm_version
 from cluster.bench.depth import MAX_DEPTH, measure_depth
 from cluster.bench.history import BenchHistory, compare, setup_key
 from cluster.bench.models import (
@@ -28,10 +27,11 @@ from cluster.bench.models import (
 )
 from cluster.bench.server_metrics import ServerCounters, read_counters
 from cluster.bench.stream import Measured, measure_request, sample_answer
-from cluster.checkpoints import BENCH
+from cluster.diagnosis.failures import ENGINE_BUSY
 from cluster.events import BenchResult, Event, Progress
-from cluster.failures import ENGINE_BUSY
-from cluster.reporter import Reporter
+from cluster.progress.checkpoints import BENCH
+from cluster.progress.reporter import Reporter
+from cluster.serving.api import api_client, vllm_version
 
 DEFAULT_PROMPT = "Explain how tensor parallelism splits a transformer layer across two GPUs."
 MAX_CONCURRENCY = 1024

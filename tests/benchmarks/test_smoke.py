@@ -122,7 +122,7 @@ def test_sparkrun_as_a_new_user_runs_it_reaches_ready_beside_spark_bot_and_leave
     benchmark, launches, reports Ready with the API answering, and is stopped: no sparkrun
     container, no sparkrun process, no model files of the run and no sparkrun files in the
     nodes' homes stay behind."""
-    from tests.controller.helpers import cluster_for
+    from testkit.lab_cluster import cluster_for
 
     out = tmp_path / "figures.jsonl"
     assert peers.main(["--quick", "--json", str(out)]) == 0

@@ -6,7 +6,7 @@ import json
 
 from bot.slack_blocks import to_slack
 from handlers.messages import Attachment, Button, ChecklistItem, Confirm, Message
-from tests.slack_standin import validate_blocks
+from testkit.slack_standin import validate_blocks
 
 
 def assert_valid(payload):

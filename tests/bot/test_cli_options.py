@@ -12,7 +12,7 @@ from bot.config import load_config
 from handlers.errors import CommandError
 from handlers.settings import CommandsConfig
 from handlers.specs import parse_command
-from tests.controller.helpers import LAB_CONFIG
+from testkit.lab_cluster import LAB_CONFIG
 
 SPARK_BOT = [sys.executable, "-m", "bot.cli"]
 

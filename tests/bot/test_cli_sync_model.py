@@ -1,5 +1,5 @@
 """`spark-bot sync-model --config F`, and `preflight` offering it for a partial model, on the
-controller's events (scripted here; the lab runs the real copy: tests/controller/test_model_sync_lab.py)."""
+controller's events (scripted here; the lab runs the real copy: tests/cluster/in_lab/test_model_sync.py)."""
 
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ import pytest
 
 from bot.app import run_console
 from bot.config import SparkBotConfig
-from tests.bot.helpers import ALICE, CH, containers_present, down, settings, slack_bot
-from tests.controller.helpers import cluster_for
-from tests.slack_standin import SlackStandIn
+from testkit.lab_cluster import cluster_for
+from testkit.slack_bot import ALICE, CH, containers_present, down, settings, slack_bot
+from testkit.slack_standin import SlackStandIn
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(120)]
 

@@ -16,9 +16,9 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from bot.replay import AUDITED_PER_MINUTE, WINDOW, Refusal, ReplayGuard
-from tests.bot.helpers import ALICE, CH, settings, slack_bot
-from tests.handlers.doubles import CLUSTER, ScriptedControllers
-from tests.slack_standin.signing import SignedRequest, sign_body, slash_command_form
+from testkit.doubles import CLUSTER, ScriptedControllers
+from testkit.slack_bot import ALICE, CH, settings, slack_bot
+from testkit.slack_standin.signing import SignedRequest, sign_body, slash_command_form
 
 pytestmark = pytest.mark.timeout(30)
 

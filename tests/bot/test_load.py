@@ -21,8 +21,8 @@ from benchmarks.command_load import (
     mixed_commands,
     send_spread,
 )
-from tests.bot.helpers import CH, GREEN, attachment_color, block_text, header, settings, slack_bot
-from tests.handlers.doubles import CLUSTER, Hold
+from testkit.doubles import CLUSTER, Hold
+from testkit.slack_bot import CH, GREEN, attachment_color, block_text, header, settings, slack_bot
 
 pytestmark = pytest.mark.timeout(60)
 

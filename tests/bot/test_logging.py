@@ -19,9 +19,9 @@ import yaml
 
 from bot.logs import configure_logging, log_settings
 from cluster.errors import ConfigError
-from tests import secrets
+from testkit import planted_secrets as secrets
+from testkit.planted_secrets import planted_in
 from tests.handlers.helpers import bot_config
-from tests.secrets import planted_in
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,8 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.events import CheckpointPassed, Progress
 from handlers.metrics import BotMetrics
-from tests.bot.helpers import ALICE, CH, Samples, scrape, settings, slack_bot, value
-from tests.handlers.doubles import (
+from testkit.doubles import (
     CLUSTER,
     Hold,
     ScriptedControllers,
@@ -21,6 +20,7 @@ from tests.handlers.doubles import (
     launch_passes,
     ready,
 )
+from testkit.slack_bot import ALICE, CH, Samples, scrape, settings, slack_bot, value
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -118,7 +118,7 @@ async def test_metrics_follow_jobs_failures_the_watch_and_slacks_refusals(slack,
             value(serving, "spark_bot_failures_total", cluster=name, signature="engine_dead") == 1
         )
 
-        # a launch that fails, diagnosed by a row of cluster/failures.py
+        # a launch that fails, diagnosed by a row of cluster/diagnosis/failures.py
         diagnosed = failed().model_copy(update={"signature": "nccl_unhandled_system_error"})
         controllers.scripts["up"] = [passes[0], diagnosed]
         await slack.send_slash_command(ALICE, CH, "up")

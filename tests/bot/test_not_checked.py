@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from bot.render_text import render
 from bot.slack_blocks import checklist_lines
-from cluster.checkpoints import BY_ID
 from cluster.events import Ready, parse_event
-from cluster.reporter import Reporter
+from cluster.progress.checkpoints import BY_ID
+from cluster.progress.reporter import Reporter
 from handlers.messages import ChecklistItem, Message
 from handlers.render import ready_message
 

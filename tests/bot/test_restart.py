@@ -28,7 +28,8 @@ import yaml
 
 from cluster.config import Secrets
 from cluster.controller import Controller
-from tests.bot.helpers import (
+from testkit.lab_cluster import cluster_for, collect
+from testkit.slack_bot import (
     ALICE,
     CH,
     GREEN,
@@ -40,9 +41,8 @@ from tests.bot.helpers import (
     header,
     settings,
 )
-from tests.controller.helpers import cluster_for, collect
-from tests.controller.test_faults import lab_docker_kill
-from tests.slack_standin import SlackStandIn
+from testkit.slack_standin import SlackStandIn
+from tests.cluster.test_faults import lab_docker_kill
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(180)]
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot.helpers import (
+from testkit.doubles import CLUSTER, Hold, ScriptedControllers, status_report
+from testkit.slack_bot import (
     ALICE,
     CH,
     GREEN,
@@ -23,8 +24,7 @@ from tests.bot.helpers import (
     settings,
     slack_bot,
 )
-from tests.handlers.doubles import CLUSTER, Hold, ScriptedControllers, status_report
-from tests.slack_standin import SlackStandIn
+from testkit.slack_standin import SlackStandIn
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,7 +8,15 @@ from __future__ import annotations
 import pytest
 
 from handlers.settings import AccessConfig
-from tests.bot.helpers import (
+from testkit.doubles import (
+    CLUSTER,
+    Hold,
+    ScriptedControllers,
+    launch_passes,
+    ready,
+    status_report,
+)
+from testkit.slack_bot import (
     ALICE,
     BOB,
     CH,
@@ -21,15 +29,7 @@ from tests.bot.helpers import (
     settings,
     slack_bot,
 )
-from tests.handlers.doubles import (
-    CLUSTER,
-    Hold,
-    ScriptedControllers,
-    launch_passes,
-    ready,
-    status_report,
-)
-from tests.slack_standin import IM, PRIVATE, PUBLIC, SlackStandIn
+from testkit.slack_standin import IM, PRIVATE, PUBLIC, SlackStandIn
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,8 @@ import pytest
 
 from benchmarks.command_load import send_spread
 from cluster.events import LogTail
-from tests.bot.helpers import (
+from testkit.doubles import CLUSTER, Hold, ScriptedControllers, launch_passes, ready
+from testkit.slack_bot import (
     ALICE,
     BOB,
     CH,
@@ -22,8 +23,7 @@ from tests.bot.helpers import (
     settings,
     slack_bot,
 )
-from tests.handlers.doubles import CLUSTER, Hold, ScriptedControllers, launch_passes, ready
-from tests.slack_standin import SlackStandIn
+from testkit.slack_standin import SlackStandIn
 
 pytestmark = pytest.mark.timeout(60)
 

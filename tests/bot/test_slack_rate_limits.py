@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bot.helpers import (
+from testkit.doubles import CLUSTER, ScriptedControllers, VirtualTime, launch_passes, ready
+from testkit.slack_bot import (
     ALICE,
     CH,
     GREEN,
@@ -18,7 +19,6 @@ from tests.bot.helpers import (
     settings,
     slack_bot,
 )
-from tests.handlers.doubles import CLUSTER, ScriptedControllers, VirtualTime, launch_passes, ready
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -11,8 +11,8 @@ from bot.slack import REFUSALS, SlackChat, make_client
 from handlers.chat import Posted
 from handlers.errors import ChatError, ChatRefused
 from handlers.messages import Attachment, Message
-from tests.bot.helpers import ALICE, CH, private_answers
-from tests.slack_standin.test_fidelity import BOT_MEETS
+from testkit.slack_bot import ALICE, CH, private_answers
+from tests.testkit.slack_standin.test_fidelity import BOT_MEETS
 
 pytestmark = pytest.mark.timeout(30)
 

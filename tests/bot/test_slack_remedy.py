@@ -1,14 +1,14 @@
 """The fix a failure offers, through Bolt's real client on the Slack stand-in (the handler
 doubles' controllers, no lab): the button under the failure runs `/spark sync-image` (an image
 that differs) or `/spark sync-model` (a missing or partial model) for the requester only, with a
-confirm dialog; the lab's end-to-end runs are tests/bot/test_slack_sync_lab.py."""
+confirm dialog; the lab's end-to-end runs are tests/bot/in_lab/test_slack_sync.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.bot.helpers import ALICE, BOB, CH, GREEN, attachment_color, header, settings, slack_bot
-from tests.handlers.doubles import CLUSTER, ScriptedControllers, passed
+from testkit.doubles import CLUSTER, ScriptedControllers, passed
+from testkit.slack_bot import ALICE, BOB, CH, GREEN, attachment_color, header, settings, slack_bot
 from tests.handlers.remedies import REMEDIES, Remedy
 
 pytestmark = pytest.mark.timeout(30)

@@ -14,7 +14,7 @@ from slack_sdk.socket_mode.aiohttp import SocketModeClient
 
 from bot.slack import make_client
 from bot.socket_mode import ResendingSocketModeClient, SocketModeHandler
-from tests.bot.helpers import ALICE, CH
+from testkit.slack_bot import ALICE, CH
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import secrets
+from testkit import planted_secrets as secrets
 from tests.handlers.helpers import bot_config
 
 SPARK_BOT = [sys.executable, "-m", "bot.cli"]

@@ -15,8 +15,8 @@ from typing import Any
 import aiodocker
 import aiohttp
 
-from cluster.containers import into_container_log
 from cluster.nodes.docker_engine import DockerEngine
+from cluster.serving.containers import into_container_log
 
 API = "/v1.41"
 _HEX_ID = re.compile(r"\b[0-9a-f]{64}\b")

@@ -24,9 +24,9 @@ import pytest
 from bot.cli import package_version
 from lab import topology as T
 from lab.api import LabInfo, exclusive_use
+from testkit.slack_standin import SlackStandIn
 from tests.conftest import bring_up_lab
 from tests.deploy import offline_image
-from tests.slack_standin import SlackStandIn
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(600)]
 REPO = offline_image.REPO

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.config import SparkBotConfig
-from tests.local_cluster import local_cluster
+from testkit.local_cluster import local_cluster
 
 
 def bot_config(tmp_path: Path, overrides: dict | None = None) -> SparkBotConfig:

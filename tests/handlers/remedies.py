@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.checkpoints import BY_ID, SYNC_IMAGE, SYNC_MODEL, Checkpoint
+from cluster.diagnosis.failures import IMAGE_DIFFERS, MODEL_INCOMPLETE
 from cluster.events import Event, Failed, Progress, Transfer
-from cluster.failures import IMAGE_DIFFERS, MODEL_INCOMPLETE
-from cluster.reporter import Reporter
-from tests.handlers.doubles import CLUSTER, Hold
+from cluster.progress.checkpoints import BY_ID, SYNC_IMAGE, SYNC_MODEL, Checkpoint
+from cluster.progress.reporter import Reporter
+from testkit.doubles import CLUSTER, Hold
 
 IMAGE = CLUSTER.container.image
 MODEL = CLUSTER.serve.model

@@ -15,7 +15,7 @@ from handlers.job_state import JobState
 from handlers.messages import Message
 from handlers.outbox import MAX_REPLIES, MERGED_LINES, Deliveries, Outbox, Timing
 from handlers.settings import JobsConfig
-from tests.handlers.doubles import (
+from testkit.doubles import (
     ALICE,
     CH,
     CLUSTER,

@@ -10,7 +10,7 @@ from handlers.access import Access
 from handlers.errors import Busy, ChatError, CommandError
 from handlers.settings import AccessConfig, AccessLevel, CommandsConfig
 from handlers.specs import parse_command
-from tests.handlers.doubles import CLUSTER
+from testkit.doubles import CLUSTER
 
 COMMANDS = CommandsConfig.model_validate(
     {

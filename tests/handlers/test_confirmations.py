@@ -9,7 +9,7 @@ import pytest
 from handlers.dispatch import Action, Invocation
 from handlers.messages import CONFIRM_ACTION, Message
 from handlers.store import Store
-from tests.handlers.doubles import (
+from testkit.doubles import (
     ALICE,
     BOB,
     CH,

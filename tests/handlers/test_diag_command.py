@@ -9,7 +9,7 @@ import pytest
 
 from cluster.events import DiagnosticsCollected
 from handlers.dispatch import Invocation
-from tests.handlers.doubles import (
+from testkit.doubles import (
     ALICE,
     BOB,
     CH,

@@ -24,10 +24,10 @@ from demo.cluster import embedded_cluster
 from handlers.dispatch import Invocation
 from handlers.render import JobView, failure_message
 from handlers.settings import JobsConfig
-from tests.bot.helpers import block_text
-from tests.docker_standin import docker_standin, failing
-from tests.handlers.doubles import ALICE, CH, running_dispatcher, settings
-from tests.local_cluster import local_cluster
+from testkit.docker_standin import docker_standin, failing
+from testkit.doubles import ALICE, CH, running_dispatcher, settings
+from testkit.local_cluster import local_cluster
+from testkit.slack_bot import block_text
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from bot.app import run_console
-from cluster.containers import serve_command
+from cluster.serving.containers import serve_command
 from handlers.specs import parse_command
 from tests.handlers.helpers import bot_config, lines
 

@@ -12,7 +12,7 @@ from handlers.dispatch import Dispatcher, Invocation
 from handlers.errors import AnotherInstance
 from handlers.job_state import JobState
 from handlers.store import MIGRATIONS, SCHEMA, Store
-from tests.handlers.doubles import (
+from testkit.doubles import (
     ALICE,
     BOB,
     CH,

@@ -14,7 +14,7 @@ from handlers.dispatch import Action, Dispatcher, Invocation
 from handlers.job_state import JobState
 from handlers.messages import CONFIRM_ACTION, Message, Tone
 from handlers.store import Store
-from tests.handlers.doubles import (
+from testkit.doubles import (
     ALICE,
     BOB,
     CH,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from cluster.events import LogTail
 from handlers.dispatch import Invocation
 from handlers.errors import ChatError
-from tests.handlers.doubles import BOB, CH, RecordingChat, ScriptedControllers, running_dispatcher
+from testkit.doubles import BOB, CH, RecordingChat, ScriptedControllers, running_dispatcher
 
 TAIL = [f"INFO line {n}" for n in range(300)]
 

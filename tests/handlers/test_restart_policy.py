@@ -11,7 +11,7 @@ import pytest
 from cluster.config import RestartPolicy
 from cluster.events import Failed, Removed
 from handlers.dispatch import Invocation
-from tests.handlers.doubles import (
+from testkit.doubles import (
     ALICE,
     CH,
     CLUSTER,

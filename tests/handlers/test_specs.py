@@ -8,7 +8,7 @@ from bot.cli import main
 from handlers import commands as c
 from handlers.dispatch import Invocation
 from handlers.specs import SPECS, CommandSpec, Confirmation, chat_usage, parse_command
-from tests.handlers.doubles import BOB, CH, CLUSTER, ScriptedControllers, running_dispatcher
+from testkit.doubles import BOB, CH, CLUSTER, ScriptedControllers, running_dispatcher
 from tests.handlers.test_commands import COMMANDS
 
 SHARED_WITH_THE_CLI = ["up", "verify", "bench", "status", "recipes", "logs", "diag", "down"]

@@ -8,7 +8,7 @@ import pytest
 
 from handlers.dispatch import Dispatcher, Invocation
 from handlers.job_state import JobState
-from tests.handlers.doubles import (
+from testkit.doubles import (
     ALICE,
     CH,
     CLUSTER,

@@ -8,7 +8,7 @@ import pytest
 
 from handlers.dispatch import Action, Invocation
 from handlers.messages import CONFIRM_ACTION
-from tests.handlers.doubles import (
+from testkit.doubles import (
     ALICE,
     BOB,
     CH,

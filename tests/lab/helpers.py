@@ -11,7 +11,7 @@ import tempfile
 import aiodocker
 import asyncssh
 
-from cluster.containers import create_body
+from cluster.serving.containers import create_body
 from lab.api import LabInfo, NodeInfo
 
 EMULATOR_READY = all(

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from lab.api import exclusive_use
+from testkit.lab_cluster import collect
+from testkit.real_cluster import real_controller
 from tests.conftest import bring_up_lab
-from tests.controller.helpers import collect
-from tests.real.helpers import real_controller
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from contextlib import contextmanager
 import pytest
 
 from cluster.events import CheckpointPassed, Failed
-from tests.controller.helpers import collect
-from tests.real.helpers import RAY, real_controller
+from testkit.lab_cluster import collect
+from testkit.real_cluster import RAY, real_controller
 
 pytestmark = [pytest.mark.lab, pytest.mark.real_engine, pytest.mark.timeout(300)]
 

@@ -20,7 +20,6 @@ import pytest
 
 from benchmarks import real_accuracy
 from cluster.bench.history import JsonLinesHistory
-from cluster.checkpoints import BY_ID, launch_plan, verify_plan
 from cluster.config import Secrets
 from cluster.events import (
     BenchResult,
@@ -32,11 +31,12 @@ from cluster.events import (
     Removed,
     StatusReport,
 )
-from cluster.launch import api_base_url
-from cluster.logtext import clean_line, strip_prefixes
+from cluster.logs.logtext import clean_line, strip_prefixes
 from cluster.nodes import connect_cluster
-from tests.controller.helpers import collect
-from tests.real.helpers import VERSION, real_controller, shm_entries
+from cluster.operations.launch import api_base_url
+from cluster.progress.checkpoints import BY_ID, launch_plan, verify_plan
+from testkit.lab_cluster import collect
+from testkit.real_cluster import VERSION, real_controller, shm_entries
 
 pytestmark = [pytest.mark.lab, pytest.mark.real_engine, pytest.mark.timeout(400)]
 
@@ -107,7 +107,9 @@ def test_up_reaches_ready_with_every_checkpoint_proven_by_a_real_line(launched):
     )
 
 
-RANK_LABEL = re.compile(r"  \[[^\]]+\]$")  # cluster/follow.py's `  [node, rank]`
+RANK_LABEL = re.compile(
+    r"  \[[^\]]+\]$"
+)  # cluster/progress/checkpoint_follower.py's `  [node, rank]`
 
 
 def test_the_emulators_0_32_dialect_prints_the_real_engines_checkpoint_lines(launched, tmp_path):

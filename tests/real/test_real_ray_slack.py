@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.checkpoints import launch_plan
-from tests.bot.helpers import (
+from cluster.progress.checkpoints import launch_plan
+from testkit.real_cluster import RAY, VERSION, real_cluster
+from testkit.slack_bot import (
     ALICE,
     CH,
     GREEN,
@@ -20,7 +21,6 @@ from tests.bot.helpers import (
     settings,
     slack_bot,
 )
-from tests.real.helpers import RAY, VERSION, real_cluster
 
 pytestmark = [pytest.mark.lab, pytest.mark.real_engine, pytest.mark.timeout(400)]
 

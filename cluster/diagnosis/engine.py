@@ -1,0 +1,666 @@
+"""The engine that finds known failures in a log, with the table of `cluster.diagnosis.failures`.
+
+`diagnose(lines)` for a whole log, `LogDiagnoser` for a stream, `unrecognised` for a death no
+signature explains. A diagnosis prefers the FIRST fatal cause in the log over any later
+symptom (an OOM followed by a traceback and EngineDeadError is an OOM). No I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cluster.diagnosis.failures import (
+    GROUP_FORMED,
+    NCCL_INIT_HANG,
+    RANK0_INIT,
+    RANKS_NOT_JOINED,
+    SHUTDOWN_MARKERS,
+    SIGNATURES,
+    STALLED,
+    UNRECOGNISED,
+    FailureSignature,
+    KnownFailure,
+    Role,
+    cluster_words,
+)
+from cluster.diagnosis.families import (
+    FAMILIES,
+    FamilyId,
+    family_of_exception,
+    family_of_frame,
+    family_of_text,
+)
+from cluster.diagnosis.platform import PlatformSeen
+from cluster.diagnosis.tracebacks import (
+    RaisedException,
+    frame_file,
+    raised_exception,
+    says_another_is_the_cause,
+)
+from cluster.events import Failed
+from cluster.logs.literals import Screen
+from cluster.logs.logtext import clean_line, is_nccl_line, rank_of, strip_prefixes
+from cluster.progress.checkpoints import API_SERVER_SPELLINGS, SERVING_SPELLINGS
+
+CONTEXT_LINES = 5  # cleaned lines kept before the evidence in a Diagnosis
+STALL_WINDOW = 5  # last non-empty lines examined by diagnose_stall
+UNRECOGNISED_TAIL = 20  # last lines attached to an unrecognised failure
+ROOT_AFTER_LINES = 400  # lines after a fatal symptom searched for its traceback's root
+MAX_MATCHES = 100  # row matches kept for `diagnose --explain`
+
+
+@dataclass(frozen=True)
+class RowMatch:
+    """A line a row of the table matched."""
+
+    line_number: int
+    row: str
+    family: FamilyId
+    role: Role
+    fatal: bool
+    line: str
+    source_line: bool = False  # a traceback's source line, not a logged message
+
+
+class Diagnosis(BaseModel):
+    """What failed, the log line that shows it, the probable cause and the fix."""
+
+    model_config = ConfigDict(frozen=True)
+
+    signature_id: str
+    title: str
+    cause: str
+    fix: str
+    evidence: str = Field(description="the cleaned line, prefixes kept (shows rank/node)")
+    line_number: int | None = Field(description="1-based line number in the fed log")
+    role: Role
+    fatal: bool = True
+    context: list[str] = Field(default_factory=list, description="cleaned lines before")
+    family: FamilyId = Field(
+        "other", description="the kind of root cause (cluster.diagnosis.families)"
+    )
+    search: str | None = Field(
+        None, description="the exact text to search for (an unknown root's type and message)"
+    )
+
+
+# The first error of a log no signature explains: a Python exception line (cluster.diagnosis.tracebacks),
+# else a line logged at ERROR level (vLLM's, Ray's, glog's).
+_TRACEBACK_NOISE = re.compile(
+    r"^(?:Traceback \(most recent call last\)|File \"|\^+$|During handling|The above exception)"
+)
+# An exception vLLM logs at WARNING or below was caught and survived (an optional import).
+_LOW_LEVEL = re.compile(r"(?:^|[\s)\]])(?:DEBUG|INFO|WARNING|WARN) \d\d-\d\d ")
+_ERROR_LEVEL = re.compile(
+    r"(?:^|[\s)\]])(?:ERROR|CRITICAL|FATAL)\b|^\[E\d{4} |\bfatal\s*:|\bNCCL WARN\b"
+)
+
+_FIELD = re.compile(r"\{(\w+)\}")
+_SHUTDOWN = Screen([marker for marker, _ in SHUTDOWN_MARKERS])
+_STARTUP_COMPLETE = Screen([s.pattern for s in API_SERVER_SPELLINGS + SERVING_SPELLINGS])
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+
+
+def diagnosis_of(
+    known: KnownFailure,
+    evidence: str,
+    line_number: int | None,
+    context: Iterable[str],
+    values: Mapping[str, str | None] | None = None,
+) -> Diagnosis:
+    """`known` as the diagnosis of `evidence` (line `line_number`), its texts filled from the
+    cluster's general words and `values`."""
+    title, cause, fix = known.render({**cluster_words(), **(values or {})})
+    return Diagnosis(
+        signature_id=known.id,
+        title=title,
+        cause=cause,
+        fix=fix,
+        evidence=evidence,
+        line_number=line_number,
+        role=known.role,
+        fatal=known.fatal,
+        context=list(context),
+        family=known.family,
+    )
+
+
+_BUILT_IN = Screen([sig.pattern for sig in SIGNATURES])
+
+
+def screen_of(table: tuple[FailureSignature, ...]) -> Screen:
+    """The screen of `table`'s patterns (the built-in table's is made once)."""
+    return _BUILT_IN if table is SIGNATURES else Screen([sig.pattern for sig in table])
+
+
+def match_line(
+    message: str,
+    previous: Iterable[str] = (),
+    table: tuple[FailureSignature, ...] = SIGNATURES,
+    screen: Screen | None = None,
+) -> tuple[FailureSignature, re.Match[str]] | None:
+    """The first signature (table order) matching a prefix-stripped message, with its match.
+    `previous` are the prefix-stripped messages before it (newest last), for `after` rows.
+    `screen`: `screen_of(table)`, made once by a caller that matches many lines."""
+    prev: list[str] | None = None
+    for index in (screen or screen_of(table)).candidates(message):
+        sig = table[index]
+        m = sig.pattern.search(message)
+        if not m:
+            continue
+        if sig.after is not None:
+            if prev is None:
+                prev = list(previous)
+            if not sig.after.search(message) and not any(
+                sig.after.search(p) for p in prev[-sig.window :]
+            ):
+                continue
+        return sig, m
+    return None
+
+
+def _human_seconds(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class LogDiagnoser:
+    """Incremental diagnosis of a log stream, line by line, in bounded memory.
+
+    `feed` returns a Diagnosis when a fatal line arrives (the same answer `diagnose` would give
+    for everything fed so far: the first fatal cause, else the first fatal symptom), else None.
+    Only the last `keep_lines` non-empty lines, the first fatal cause, the first fatal symptom
+    and the first finding per signature are kept, however long the log."""
+
+    def __init__(
+        self,
+        keep_lines: int = 200,
+        table: tuple[FailureSignature, ...] = SIGNATURES,
+        words: dict[str, str] | None = None,
+    ) -> None:
+        self._table = table
+        self._screen = screen_of(table)
+        self._words = words or cluster_words()
+        self._keep = max(keep_lines, UNRECOGNISED_TAIL + 1, max(s.window for s in table))
+        # (line_number, cleaned line, prefix-stripped message) of recent non-empty lines
+        self._recent: deque[tuple[int, str, str]] = deque(maxlen=self._keep)
+        self._line_number = 0
+        self._first_cause: Diagnosis | None = None
+        self._first_symptom: Diagnosis | None = None
+        self._findings: dict[str, Diagnosis] = {}
+        self._root: RootError | None = None  # the first symptom's root, once one is seen
+        self._source_cause: Diagnosis | None = None  # a cause row on a traceback's source line
+        self._source_process: str | None = None  # the process whose traceback showed it
+        self._last_frame: str | None = None  # the last traceback frame after the first symptom
+        self._stop_line: int | None = None
+        self._matches: list[RowMatch] = []
+        self._ready: int | None = None
+        self._platform = PlatformSeen()
+        self._stop: str | None = None
+
+    @property
+    def line_count(self) -> int:
+        """Lines fed so far (including empty ones)."""
+        return self._line_number
+
+    @property
+    def findings(self) -> list[Diagnosis]:
+        """Non-fatal matches seen (first occurrence of each signature), in log order."""
+        return list(self._findings.values())
+
+    @property
+    def diagnosis(self) -> Diagnosis | None:
+        """The current answer: the first fatal cause; else the first fatal symptom told by the
+        root exception of its chain; else a cause a traceback's source line shows (an excerpt
+        cut before its exception line); else the symptom (with the first error before it); else
+        the first finding."""
+        return self._chosen()[0]
+
+    @property
+    def reason(self) -> str:
+        """Why the current answer was chosen (for `diagnose --explain`)."""
+        return self._chosen()[1]
+
+    def _chosen(self) -> tuple[Diagnosis | None, str]:
+        symptom, root, source = self._first_symptom, self._root, self._source_cause
+        if self._first_cause is not None:
+            return self._first_cause, (
+                f"row {self._first_cause.signature_id} is a cause, the first fatal one in the "
+                "log: a cause wins over every symptom, wherever they are"
+            )
+        if symptom is not None and root is not None and root.kind == "exception":
+            return with_root(symptom, root), (
+                f"row {symptom.signature_id} is a symptom (it says that the engine died, not "
+                f"why); no cause row matched, so its root is the first raised exception that "
+                f"wraps no other (line {root.line_number}), put in a family by its type, "
+                "module, message and raising file"
+            )
+        if source is not None:
+            return source, (
+                f"row {source.signature_id} matched a traceback's source line (the excerpt has "
+                "no exception line for it), and no cause row matched a logged line"
+            )
+        if (
+            symptom is not None
+            and (root is None or root.kind != "exception")
+            and self._last_frame is not None
+        ):
+            framed = with_frame(symptom, self._last_frame)
+            if framed is not symptom:
+                return framed, (
+                    f"row {symptom.signature_id} is a symptom; its traceback has no exception "
+                    f"line, and its innermost frame (`{self._last_frame[:120]}`) tells the family"
+                )
+        if symptom is not None:
+            return with_root(symptom, root), (
+                f"row {symptom.signature_id} is a symptom and no raised exception explains it"
+                + (
+                    f"; the first ERROR line before it (line {root.line_number}) is quoted"
+                    if root
+                    else ""
+                )
+            )
+        finding = next(iter(self._findings.values()), None)
+        return finding, (
+            f"nothing fatal; row {finding.signature_id} is a finding worth reading"
+            if finding
+            else "no row matched"
+        )
+
+    @property
+    def matches(self) -> list[RowMatch]:
+        """Every line a row matched (the first MAX_MATCHES), in log order."""
+        return list(self._matches)
+
+    @property
+    def stop_line(self) -> int | None:
+        """The log's shutdown line, when the log logged one (None for a stop it was told of)."""
+        return self._stop_line
+
+    @property
+    def ready_line(self) -> int | None:
+        """The line that proves the start-up complete (`Application startup complete.`)."""
+        return self._ready
+
+    @property
+    def failed(self) -> bool:
+        """True once a fatal line has been seen."""
+        return (
+            self._first_cause is not None
+            or self._first_symptom is not None
+            or self._source_cause is not None
+        )
+
+    @property
+    def stopped_on_request(self) -> str | None:
+        """What showed a requested stop (a shutdown line, or the stop itself), if one came
+        before any failure: everything after it is teardown."""
+        return self._stop
+
+    def request_stop(self, evidence: str) -> None:
+        """The server was asked to stop (e.g. Docker's SIGTERM): what follows is teardown."""
+        if self._stop is None and not self.failed:
+            self._stop = evidence
+
+    def tail(self, n: int = UNRECOGNISED_TAIL) -> list[str]:
+        """The last `n` non-empty cleaned lines (at most `keep_lines`)."""
+        if n <= 0:
+            return []
+        return [cleaned for _, cleaned, _ in list(self._recent)[-n:]]
+
+    def feed(self, line: str) -> Diagnosis | None:
+        self._line_number += 1
+        cleaned = clean_line(line)
+        if not cleaned.strip():
+            return None
+        message = strip_prefixes(cleaned)
+        self._platform.offer(message)
+        if self._stop is None and not self.failed and _SHUTDOWN.search(message) is not None:
+            self._stop, self._stop_line = cleaned, self._line_number
+        if self._stop is not None:
+            self._recent.append((self._line_number, cleaned, message))
+            return None
+        if self._ready is None and _STARTUP_COMPLETE.search(message):
+            self._started(cleaned)
+        # A traceback's source line (indented, right after `File "...", line N`) echoes code
+        # such as `raise RuntimeError(f"NCCL error: ...")`: it shows no failure by itself, only
+        # when the excerpt has no logged line for it (`_source_cause`).
+        is_source = (
+            message[:1].isspace()
+            and bool(self._recent)
+            and _FRAME.match(self._recent[-1][2]) is not None
+        )
+        found = match_line(
+            message.strip() if is_source else message,
+            (m for _, _, m in self._recent),
+            self._table,
+            self._screen,
+        )
+        result: Diagnosis | None = None
+        if found is not None:
+            sig, m = found
+            if len(self._matches) < MAX_MATCHES:
+                self._matches.append(
+                    RowMatch(
+                        self._line_number,
+                        sig.id,
+                        sig.family,
+                        sig.role,
+                        sig.fatal,
+                        cleaned,
+                        is_source,
+                    )
+                )
+            context = [c for _, c, _ in list(self._recent)[-CONTEXT_LINES:]]
+            made = diagnosis_of(
+                sig,
+                cleaned,
+                self._line_number,
+                context,
+                {**self._words, **self._platform.words(), **m.groupdict()},
+            )
+            if is_source:
+                if sig.fatal and sig.role == "cause" and self._source_cause is None:
+                    self._source_cause, self._source_process = made, rank_of(cleaned)
+            elif sig.fatal:
+                if sig.role == "cause" and self._first_cause is None:
+                    self._first_cause = made
+                elif sig.role == "symptom" and self._first_symptom is None:
+                    self._first_symptom = made
+                    self._root = root_error(self._recent)
+                result = self.diagnosis
+            elif sig.id not in self._findings:
+                self._findings[sig.id] = made
+        elif (
+            self._source_cause is not None
+            and not is_source
+            and raised_exception(message) is not None
+            and rank_of(cleaned) == self._source_process
+        ):
+            # the same process's traceback ends in another exception: that `raise` never ran
+            self._source_cause = None
+        if self._first_symptom is not None and frame_file(message) is not None:
+            self._last_frame = message.strip()  # where a traceback cut before its exception was
+        if (
+            found is None
+            and self._first_symptom is not None
+            and (self._root is None or self._root.kind != "exception")
+            and not is_source
+            and self._line_number - (self._first_symptom.line_number or 0) <= ROOT_AFTER_LINES
+        ):
+            # the traceback after the symptom ("EngineCore failed to start." comes first)
+            after = root_error([(self._line_number, cleaned, message)], self._recent)
+            if after is not None and after.kind == "exception":
+                self._root = after
+        self._recent.append((self._line_number, cleaned, message))
+        return result
+
+    def _started(self, cleaned: str) -> None:
+        """The start-up completed: what was fatal before did not stop it (an ERROR a feature
+        logged and survived), so it is kept as a finding; only what follows can fail it."""
+        self._ready = self._line_number
+        earlier, _ = self._chosen()
+        if earlier is not None and earlier.fatal:
+            self._findings.setdefault(
+                earlier.signature_id,
+                earlier.model_copy(
+                    update={
+                        "fatal": False,
+                        "cause": f"{earlier.cause} (The start-up went on to complete at line "
+                        f"{self._line_number}: it did not stop it.)",
+                    }
+                ),
+            )
+        self._first_cause = self._first_symptom = self._source_cause = None
+        self._root = None
+
+    def diagnose_stall(self, phase: str, idle_seconds: float) -> Diagnosis:
+        """Diagnosis for "no output for `idle_seconds` in `phase`": an NCCL initialisation hang
+        when the last lines are NCCL's (the last non-empty line and most of the last
+        STALL_WINDOW are), else a generic stall with the last line as evidence."""
+        values = {
+            **self._words,
+            **self._platform.words(),
+            "phase": phase,
+            "idle": _human_seconds(idle_seconds),
+        }
+        recent = list(self._recent)
+        window = recent[-STALL_WINDOW:]
+        nccl = [is_nccl_line(msg) for _, _, msg in window]
+        if window and nccl[-1] and sum(nccl) * 2 > len(window):
+            n, cleaned, _ = window[-1]
+            before = [c for _, c, _ in recent[:-1][-CONTEXT_LINES:]]
+            d = diagnosis_of(NCCL_INIT_HANG, cleaned, n, before, values)
+            return d.model_copy(
+                update={"title": f"{d.title} (no output for {values['idle']} in {phase})"}
+            )
+        for index in range(len(recent) - 1, -1, -1):
+            n, cleaned, message = recent[index]
+            if GROUP_FORMED.search(message):
+                break
+            waiting = RANK0_INIT.search(message)
+            if waiting:
+                before = [c for _, c, _ in recent[:index][-CONTEXT_LINES:]]
+                return diagnosis_of(
+                    RANKS_NOT_JOINED, cleaned, n, before, {**values, **waiting.groupdict()}
+                )
+        if recent:
+            last, cleaned, _ = recent[-1]
+            before = [c for _, c, _ in recent[:-1][-CONTEXT_LINES:]]
+            return diagnosis_of(STALLED, cleaned, last, before, values)
+        return diagnosis_of(STALLED, "(no output at all)", None, [], values)
+
+
+def explained_by(failed: Failed, diagnosis: Diagnosis, *, with_lines: bool = False) -> Failed:
+    """`failed` with the cause, fix and row of `diagnosis`, the log line that says why (its
+    summary stays what was seen); `with_lines`: the diagnosis's evidence and context too."""
+    update: dict[str, object] = {
+        "cause": diagnosis.cause,
+        "fix": diagnosis.fix,
+        "signature": diagnosis.signature_id,
+    }
+    if with_lines:
+        update |= {"evidence": diagnosis.evidence, "context": diagnosis.context}
+    return failed.model_copy(update=update)
+
+
+def diagnose(
+    lines: Iterable[str],
+    table: tuple[FailureSignature, ...] = SIGNATURES,
+    words: dict[str, str] | None = None,
+) -> Diagnosis | None:
+    """Diagnose a whole log: the first fatal cause, else the first fatal symptom, else the
+    first non-fatal finding, else None."""
+    d = LogDiagnoser(table=table, words=words)
+    for line in lines:
+        d.feed(line)
+    return d.diagnosis
+
+
+@dataclass(frozen=True)
+class RootError:
+    """The likely root of a death: the first raised exception that wraps no other (`kind`
+    "exception"), else the first line logged at ERROR level ("error_level"), else the first
+    wrapper ("wrapper": it names no root, but says what died); its line, the traceback frame
+    that raised it, and the lines before it."""
+
+    line_number: int
+    cleaned: str
+    kind: Literal["exception", "error_level", "wrapper"]
+    exception: RaisedException | None = None
+    frame: str | None = None  # the traceback's `File "...", line N, in f` that raised it
+    context: tuple[str, ...] = ()
+
+    @property
+    def quoted(self) -> str:
+        return strip_prefixes(self.cleaned).strip()[:300]
+
+
+def root_error(
+    entries: Iterable[tuple[int, str, str]], before: Iterable[tuple[int, str, str]] = ()
+) -> RootError | None:
+    """The root error among `entries` ((line number, cleaned line, prefix-stripped message), in
+    log order); `before`: the lines that precede them (for the raising frame and context)."""
+    seen: deque[tuple[int, str, str]] = deque(before, maxlen=CONTEXT_LINES)
+    error_level: RootError | None = None
+    wrapper: RootError | None = None  # the first wrapper, when nothing else says more
+    for entry in entries:
+        n, cleaned, message = entry
+        if message[:1].isspace() or not message:  # a traceback's frame or source line
+            seen.append(entry)
+            continue
+        raised = raised_exception(message)
+        if raised is not None and not raised.wraps_another and not _LOW_LEVEL.search(cleaned):
+            frame = next((m.strip() for _, _, m in reversed(seen) if frame_file(m)), None)
+            return RootError(n, cleaned, "exception", raised, frame, tuple(c for _, c, _ in seen))
+        if raised is not None and wrapper is None and not _LOW_LEVEL.search(cleaned):
+            wrapper = RootError(n, cleaned, "wrapper", raised, None, tuple(c for _, c, _ in seen))
+        if (
+            error_level is None
+            and raised is None
+            and _ERROR_LEVEL.search(cleaned)
+            and not _TRACEBACK_NOISE.match(message)
+            and not says_another_is_the_cause("", message)
+        ):
+            error_level = RootError(n, cleaned, "error_level", context=tuple(c for _, c, _ in seen))
+        seen.append(entry)
+    return error_level or wrapper
+
+
+def family_of_root(root: RootError) -> FamilyId:
+    if root.exception is not None:
+        return family_of_exception(root.exception, root.frame)
+    return family_of_text(root.quoted)
+
+
+_VOLATILE = re.compile(r"0x[0-9a-fA-F]+|(?:/[\w.+-]+){2,}/|\b\d{5,}\b")
+
+
+def search_text(root: RootError) -> str:
+    """What to paste into an issue tracker's search: the root line without its addresses,
+    paths and ids."""
+    return _VOLATILE.sub("", root.quoted).strip()[:160]
+
+
+def told_by_root(failure: Diagnosis, root: RootError | None, *, what: str) -> Diagnosis:
+    """A failure no row explains (a symptom, or the unrecognised row) told by its root: the
+    root's line is the evidence, quoted as the likely cause, with its family's cause and fix
+    and the exact text to search for. `what`: where the root is, for the operator."""
+    if root is None:
+        return failure
+    family_id = family_of_root(root)
+    if family_id == "other" and failure.family != "other":
+        family_id = failure.family
+    family = FAMILIES[family_id]
+    first = "the root exception" if root.kind == "exception" else "the first error"
+    search = search_text(root)
+    known = f"; {family.cause}" if family_id != "other" else ""
+    return failure.model_copy(
+        update={
+            "cause": f"{failure.cause} Likely cause ({family.title}; no row knows it), "
+            f"{first} {what}: `{root.quoted}`{known}.",
+            "fix": f"{family.fix}; search for the exact text `{search}`"
+            if family_id != "other"
+            else f"{failure.fix} Search for the exact text `{search}`.",
+            "evidence": root.cleaned,
+            "line_number": root.line_number,
+            "context": list(root.context),
+            "family": family_id,
+            "search": search,
+        }
+    )
+
+
+def with_frame(symptom: Diagnosis, frame: str) -> Diagnosis:
+    """A symptom whose traceback ends before its exception line, told by its innermost frame's
+    family (the symptom itself when the frame tells none)."""
+    family_id = family_of_frame(frame)
+    if family_id == "other":
+        return symptom
+    family = FAMILIES[family_id]
+    return symptom.model_copy(
+        update={
+            "cause": f"{symptom.cause} Likely cause ({family.title}; no row knows it): its "
+            f"traceback ends in `{frame[:200]}`: {family.cause}.",
+            "fix": family.fix,
+            "family": family_id,
+        }
+    )
+
+
+def with_root(symptom: Diagnosis, root: RootError | None) -> Diagnosis:
+    """A symptom (the engine died) told by its root (a wrapper tells nothing more)."""
+    if root is None or root.kind == "wrapper":
+        return symptom
+    where = "in its traceback" if root.line_number > (symptom.line_number or 0) else "before it"
+    return told_by_root(symptom, root, what=where)
+
+
+def first_error(lines: Iterable[str]) -> tuple[int, str] | None:
+    """(line number, cleaned line) of the likely cause of a failure no signature explains: the
+    first raised exception that wraps no other, else the first ERROR-level line."""
+    entries = (
+        (n, cleaned, strip_prefixes(cleaned))
+        for n, raw in enumerate(lines, start=1)
+        if (cleaned := clean_line(raw)).strip()
+    )
+    found = root_error(entries)
+    return (found.line_number, found.cleaned) if found is not None else None
+
+
+def unrecognised(lines: Iterable[str], where: str, tail: int = UNRECOGNISED_TAIL) -> Diagnosis:
+    """Diagnosis for a death no signature explains: says where it happened and quotes the first
+    error line as the likely cause (the evidence); the last `tail` non-empty cleaned lines are
+    attached as context."""
+    lines = list(lines)
+    recent: deque[tuple[int, str]] = deque(maxlen=tail + 1)
+    for n, raw in enumerate(lines, start=1):
+        cleaned = clean_line(raw)
+        if cleaned.strip():
+            recent.append((n, cleaned))
+    if not recent:
+        return diagnosis_of(
+            UNRECOGNISED,
+            "(no output)",
+            None,
+            [],
+            {"where": where, "first_error": "none (no output)"},
+        )
+    root = root_error(
+        (n, cleaned, strip_prefixes(cleaned))
+        for n, raw in enumerate(lines, start=1)
+        if (cleaned := clean_line(raw)).strip()
+    )
+    n, evidence = (root.line_number, root.cleaned) if root else recent[-1]
+    first = f"`{root.quoted}` (line {n})" if root else "none found; the last line is attached"
+    found = diagnosis_of(
+        UNRECOGNISED,
+        evidence,
+        n,
+        [c for _, c in list(recent)[:-1]],
+        {"where": where, "first_error": first},
+    )
+    if root is None:
+        return found
+    family = FAMILIES[family_of_root(root)]
+    search = search_text(root)
+    if family.id == "other":
+        return found.model_copy(update={"search": search})
+    return found.model_copy(
+        update={
+            "cause": f"{found.cause} That is an error of its family: {family.title} "
+            f"({family.cause}).",
+            "fix": f"{family.fix}; search for the exact text `{search}`. {found.fix}",
+            "family": family.id,
+            "search": search,
+        }
+    )

@@ -1,0 +1,233 @@
+"""A whole log's verdict and the reasons for it: which rows and families matched which lines, why
+the chosen one won, and every checkpoint the log proves (each with its line and rank).
+
+What `spark-bot diagnose` prints (`--explain`, `--json`), and what the corpus of real logs is
+scored with: an operator who teaches a row sees which line it matched, and checks a log's
+checkpoints without importing the package's internals. No I/O.
+
+Healthy is proven by the end: a log that goes on to `Application startup complete.` is no
+failure unless a fatal line follows it; an ERROR line before it did not stop the start-up.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cluster.config import Knowledge
+from cluster.diagnosis.engine import Diagnosis, LogDiagnoser, first_error, unrecognised
+from cluster.diagnosis.failures import SIGNATURES, FailureSignature
+from cluster.diagnosis.families import family_of_text
+from cluster.diagnosis.tracebacks import raised_exception
+from cluster.logs.logtext import clean_line, rank_of, ray_repeats, strip_prefixes
+from cluster.progress.checkpoints import CHECKPOINTS, Checkpoint, Spelling, spellings_for
+
+# "incomplete": no failure shown, but no end of start-up either: not proven healthy.
+_QUIET = re.compile(r"(?:^|[\s)\]])(?:DEBUG|INFO)\b")
+
+Verdict = Literal["failed", "healthy", "stopped", "incomplete"]
+
+# Logged checkpoints every healthy start-up shows (NCCL's only with NCCL_DEBUG=INFO; vLLM before
+# 0.6.5 prints no `init engine` line).
+EVERY_START_UP = ("weights", "kv_cache", "engine", "api_server")
+# Lines that look like a checkpoint's, whatever the release's wording: one no spelling matches
+# is a checkpoint line the table does not know (a new release's drift).
+_LOOKS_LIKE_A_CHECKPOINT = re.compile(
+    r"weights took|loading took|model took|KV cache size: \d|\bblocks: \d|init engine|"
+    r"startup complete",
+    re.IGNORECASE,
+)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class MatchedLine(_Model):
+    line_number: int
+    row: str
+    family: str
+    role: str
+    fatal: bool
+    line: str
+    source_line: bool = Field(False, description="a traceback's source line, not a message")
+
+
+class CheckpointProof(_Model):
+    checkpoint: str
+    title: str
+    line_number: int
+    line: str
+    rank: str | None = Field(description="who printed it (its prefix), None: not said")
+    spelling: str = Field(description="where the wording comes from")
+
+
+class Explanation(_Model):
+    verdict: Verdict
+    diagnosis: Diagnosis | None
+    why: str
+    matches: list[MatchedLine]
+    ready_line: int | None = Field(description="the `Application startup complete.` line")
+    checkpoints: list[CheckpointProof]
+    checkpoints_missing: list[str] = Field(
+        description="checkpoints every start-up logs that this log does not prove"
+    )
+    unknown_checkpoint_lines: list[int] = Field(
+        default_factory=list,
+        description="lines that look like a checkpoint's but match no spelling (drift)",
+    )
+
+
+def proofs(
+    lines: Sequence[str], knowledge: Knowledge | None = None
+) -> tuple[list[CheckpointProof], list[str], list[int]]:
+    """Every line that proves a logged checkpoint (per-rank checkpoints: one line per distinct
+    rank), the EVERY_START_UP checkpoints without one, and the lines that look like a
+    checkpoint's but match no spelling."""
+    logged: list[tuple[Checkpoint, list[Spelling]]] = [
+        (c, list(spellings_for(c, knowledge or Knowledge()))) for c in CHECKPOINTS if c.logged
+    ]
+    found: list[CheckpointProof] = []
+    ranks: dict[str, set[str | None]] = {}
+    unknown: list[int] = []
+    for n, raw in enumerate(lines, start=1):
+        cleaned = clean_line(raw)
+        message = strip_prefixes(cleaned)
+        if _LOOKS_LIKE_A_CHECKPOINT.search(message) and not any(
+            s.pattern.search(message) for _, spellings in logged for s in spellings
+        ):
+            unknown.append(n)
+        for checkpoint, spellings in logged:
+            spelling = next((s for s in spellings if s.pattern.search(message)), None)
+            if spelling is None:
+                continue
+            rank = rank_of(cleaned)
+            seen = ranks.setdefault(checkpoint.id, set())
+            if rank in seen or (seen and not checkpoint.per_rank):
+                continue
+            seen.add(rank)
+            repeats = ray_repeats(cleaned)
+            found.append(
+                CheckpointProof(
+                    checkpoint=checkpoint.id,
+                    title=checkpoint.title,
+                    line_number=n,
+                    line=cleaned,
+                    rank=f"{rank} (+{repeats} more, Ray's repeats)" if repeats and rank else rank,
+                    spelling=spelling.source,
+                )
+            )
+    missing = [c for c in EVERY_START_UP if c not in ranks]
+    return found, missing, unknown
+
+
+def raised_after(lines: Sequence[str], ready: int) -> Diagnosis | None:
+    """An exception raised after the end of start-up (the line `ready`), as an unrecognised
+    failure; None when none was (or only ERROR lines came)."""
+    after = lines[ready:]
+    found = first_error(after)
+    if found is None or raised_exception(strip_prefixes(found[1])) is None:
+        return None
+    late = unrecognised(after, "serving, after the start-up completed")
+    return late.model_copy(update={"line_number": (late.line_number or 0) + ready})
+
+
+def family_hint(lines: Sequence[str]) -> Diagnosis | None:
+    """For a log that shows no failure and no end: the first line (not logged at INFO or
+    below) whose text a family's exception class knows, as an unrecognised, non-fatal hint."""
+    for n, raw in enumerate(lines, start=1):
+        cleaned = clean_line(raw)
+        if not cleaned.strip() or _QUIET.search(cleaned):
+            continue
+        family = family_of_text(strip_prefixes(cleaned))
+        if family != "other":
+            hint = unrecognised([raw], "this log")
+            return hint.model_copy(
+                update={"line_number": n, "family": family, "fatal": False, "context": []}
+            )
+    return None
+
+
+def explain(
+    lines: Iterable[str],
+    table: tuple[FailureSignature, ...] = SIGNATURES,
+    knowledge: Knowledge | None = None,
+) -> Explanation:
+    """The verdict on a whole log, with its reasons."""
+    lines = list(lines)
+    diagnoser = LogDiagnoser(table=table)
+    for line in lines:
+        diagnoser.feed(line)
+    found, why = diagnoser.diagnosis, diagnoser.reason
+    ready = diagnoser.ready_line
+    verdict: Verdict
+    if found is not None and found.fatal:
+        verdict = "failed"
+        if ready is not None:
+            why += f"; it came after the start-up completed (line {ready})"
+    elif (
+        diagnoser.stop_line is not None
+        and (late := raised_after(lines[: diagnoser.stop_line - 1], ready or 0)) is not None
+    ):
+        verdict = "failed"
+        found = late
+        why = (
+            f"an exception no row knows was raised (line {late.line_number}) before the "
+            f"shutdown (line {diagnoser.stop_line}): the shutdown followed the failure"
+        )
+    elif diagnoser.stopped_on_request is not None:
+        verdict = "stopped"
+        why = f"the log ends in a requested shutdown, from: {diagnoser.stopped_on_request}"
+    elif ready is not None and (late := raised_after(lines, ready)) is not None:
+        verdict = "failed"
+        found = late
+        why = (
+            f"the start-up completed (line {ready}), then an exception no row knows was raised "
+            f"(line {late.line_number}): the server failed at serving, its family by the "
+            "exception's type, module and message"
+        )
+    elif ready is not None:
+        verdict = "healthy"
+        why = f"the start-up completed (line {ready}) and no fatal line follows it; " + why
+    elif first_error(lines) is not None:
+        verdict = "failed"
+        found = unrecognised(lines, "this log")
+        why = (
+            "no row matched a fatal line and the start-up never completed; the first raised "
+            "exception that wraps no other (else the first ERROR line) is the likely cause, "
+            f"put in the family {found.family} by its type, module and message"
+        )
+    else:
+        verdict = "incomplete"
+        why = (
+            "no fatal row and no error line, but the log does not reach the end of start-up "
+            "(`Application startup complete.`): not proven healthy; " + why
+        )
+        if found is None and (hint := family_hint(lines)) is not None:
+            found = hint
+            why += f"; line {hint.line_number} is of the family {hint.family} by its text"
+    checkpoints, missing, unknown = proofs(lines, knowledge)
+    return Explanation(
+        verdict=verdict,
+        diagnosis=found,
+        why=why,
+        matches=[
+            MatchedLine(
+                line_number=m.line_number,
+                row=m.row,
+                family=m.family,
+                role=m.role,
+                fatal=m.fatal,
+                line=m.line,
+                source_line=m.source_line,
+            )
+            for m in diagnoser.matches
+        ],
+        ready_line=ready,
+        checkpoints=checkpoints,
+        checkpoints_missing=missing,
+        unknown_checkpoint_lines=unknown,
+    )
