@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=180,
     )
     (wheel,) = (root / "dist").glob("spark_bot-*.whl")
+    (root / "files.txt").write_text("\n".join(zipfile.ZipFile(wheel).namelist()))
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -73,6 +75,14 @@ def test_the_installed_code_is_the_wheels_not_the_checkouts(installed, tmp_path)
     assert len(where) == 3 and all(path.startswith(str(installed)) for path in where), where
     version = _run(installed, tmp_path, "--version")
     assert version.returncode == 0 and version.stdout.startswith("spark-bot 0."), version
+
+
+def test_the_wheel_holds_of_the_lab_only_the_emulator_the_demo_runs(installed):
+    files = (installed.parent / "files.txt").read_text().split()
+    lab = sorted({f.rsplit("/", 1)[0] for f in files if f.startswith("lab/")})
+    assert lab == ["lab", "lab/emulator"], lab
+    assert "lab/__init__.py" in files and "lab/emulator/profiles.py" in files
+    assert not [f for f in files if f.startswith(("tests/", "testkit/", "benchmarks/"))]
 
 
 def test_the_demo_runs_outside_the_checkout(installed, tmp_path):
