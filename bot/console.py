@@ -14,7 +14,8 @@ from typing import TextIO
 
 from bot.slack_blocks import ICONS
 from handlers.chat import Posted
-from handlers.dispatch import Action, Dispatcher, Invocation
+from handlers.command_context import Invocation
+from handlers.dispatch import Action, Dispatcher
 from handlers.messages import CONFIRM_ACTION, Attachment, Message, unescape
 
 CONSOLE_USER = "console"

@@ -33,7 +33,8 @@ from bot.replay import Refusal, ReplayGuard
 from bot.slack_blocks import to_slack
 from bot.socket_mode import SocketModeHandler
 from handlers.chat import ConversationKind, Posted
-from handlers.dispatch import Action, Dispatcher, Invocation
+from handlers.command_context import Invocation
+from handlers.dispatch import Action, Dispatcher
 from handlers.errors import ChatError, ChatRefused, ChatUnavailable, RateLimited
 from handlers.messages import CANCEL_ACTION, CONFIRM_ACTION, Attachment, Message
 from handlers.metrics import BotMetrics

@@ -21,6 +21,7 @@ from cluster.redact import redact
 from handlers import commands as c
 from handlers.access import Access
 from handlers.chat import Chat, ConversationKind
+from handlers.command_context import CommandContext, Invocation
 from handlers.errors import Busy, CommandError, StoreUnavailable
 from handlers.job_state import JobState
 from handlers.jobs import ControllerFactory, Job, JobManager, JobPlan, since
@@ -44,18 +45,6 @@ log = logging.getLogger(__name__)
 
 OnEvent = Callable[[Job, Event], Coroutine[Any, Any, None]]
 RECONCILE_WITHIN = 120.0  # seconds: beyond it jobs start without the state of the cluster
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """A command as typed: by whom, where (and what kind of conversation that is), and the
-    adapter's way back to the asker for private answers (Slack: the command's response_url)."""
-
-    user: str
-    channel: str
-    text: str
-    kind: ConversationKind = "channel"
-    reply_to: str | None = field(default=None, repr=False)  # a capability: never logged
 
 
 @dataclass(frozen=True)
@@ -92,6 +81,9 @@ class Dispatcher:
         )
         self.controller_for = controller_for
         self.deliver = Delivery(chat)
+        self.context = CommandContext(
+            cluster, settings, chat, store, self.jobs, controller_for, self.audit
+        )
 
     async def start(self) -> None:
         """Open the store and take it for this instance (AnotherInstance: another bot uses it);
@@ -233,14 +225,14 @@ class Dispatcher:
         return f"It expired at {record.expires:%H:%M:%S} UTC, {asked_for:g} s after it was asked."
 
     async def _start(
-        self, command: c.Command, invocation: Invocation, *, consent: Consent | None
+        self, command: c.BaseCommand, invocation: Invocation, *, consent: Consent | None
     ) -> Message | None:
         spec = spec_for(command)
         denied = self._denied(command, invocation.user, invocation.channel, invocation.kind)
         if denied:
             return denied
         if spec.reply is not None:
-            return await spec.reply(self, command, invocation)
+            return await spec.reply(self.context, command, invocation)
         self.jobs.spawn(
             self._run(spec, command, invocation, consent),
             f"{'command' if consent is None else 'confirmed'}-{command.name}",
@@ -248,7 +240,7 @@ class Dispatcher:
         return None
 
     def _denied(
-        self, command: c.Command, user: str, channel: str, kind: ConversationKind
+        self, command: c.BaseCommand, user: str, channel: str, kind: ConversationKind
     ) -> Message | None:
         decision = self.access.check(spec_for(command).level, user, channel, command.name, kind)
         if decision.allowed:
@@ -265,13 +257,17 @@ class Dispatcher:
         )
 
     async def _run(
-        self, spec: CommandSpec, command: c.Command, invocation: Invocation, consent: Consent | None
+        self,
+        spec: CommandSpec,
+        command: c.BaseCommand,
+        invocation: Invocation,
+        consent: Consent | None,
     ) -> None:
         if spec.answer is None:
             await self._job(spec, command, invocation, consent)
             return
         try:
-            reply = await spec.answer(self, command, invocation)
+            reply = await spec.answer(self.context, command, invocation)
         except Exception as error:
             log.warning(
                 "/spark %s failed: %s",
@@ -285,7 +281,11 @@ class Dispatcher:
             await self._reply(invocation, reply)
 
     async def _job(
-        self, spec: CommandSpec, command: c.Command, invocation: Invocation, consent: Consent | None
+        self,
+        spec: CommandSpec,
+        command: c.BaseCommand,
+        invocation: Invocation,
+        consent: Consent | None,
     ) -> None:
         try:
             record = await self.jobs.open_job(command.text(), invocation.user, invocation.channel)
@@ -376,7 +376,7 @@ class Dispatcher:
     async def _prepare(
         self,
         spec: CommandSpec,
-        command: c.Command,
+        command: c.BaseCommand,
         invocation: Invocation,
         record: JobRecord,
         consent: Consent | None,
@@ -384,7 +384,7 @@ class Dispatcher:
         """Everything before the job runs: the confirmation, then the spec's own preparation (the
         watch, the config); None: the user was asked to confirm and the job is closed."""
         if consent is None and spec.confirmation is not None:
-            question = await spec.confirmation.ask(self, command)
+            question = await spec.confirmation.ask(self.context, command)
             if question is not None:
                 nonce = await retried(
                     lambda: self.store.ask(
@@ -410,7 +410,7 @@ class Dispatcher:
                 await self._reply(invocation, _confirm(nonce, question))
                 return None
         assert spec.job is not None
-        plan = await spec.job(self, command, record, consent)
+        plan = await spec.job(self.context, command, record, consent)
         return replace(plan, on_event=self._offering_remedies(invocation, plan))
 
     def _offering_remedies(self, invocation: Invocation, plan: JobPlan) -> OnEvent:
@@ -430,7 +430,7 @@ class Dispatcher:
         command = parse_command(remedy, self.cluster, self.settings.commands)
         confirmation = spec_for(command).confirmation
         assert confirmation is not None, "a remedy is a command that asks first"
-        question = await confirmation.ask(self, command)
+        question = await confirmation.ask(self.context, command)
         assert question is not None
         try:
             nonce = await retried(

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Concatenate, ParamSpec, TypeVar
 
 from pydantic import ValidationError
 
@@ -44,6 +44,7 @@ from cluster.progress.checkpoints import (
 from cluster.redact import redact
 from handlers import commands as c
 from handlers.bench_history import StoreHistory
+from handlers.command_context import CommandContext, Invocation
 from handlers.errors import ChatError, CommandError
 from handlers.jobs import Job, JobPlan, describe_state
 from handlers.messages import Attachment, Message, escape
@@ -51,19 +52,22 @@ from handlers.render import INLINE_CHARS
 from handlers.settings import CommandsConfig, Level
 from handlers.store import JobRecord
 
-if TYPE_CHECKING:
-    from handlers.dispatch import Dispatcher, Invocation
-
 log = logging.getLogger(__name__)
 
-# Each takes the dispatcher (the bot's cluster, settings, store, jobs, chat) and the parsed command.
-Reply = Callable[["Dispatcher", Any, "Invocation"], Awaitable[Message]]
+# Each takes the command's context (handlers/command_context.py) and the parsed command; a spec
+# holds them for any command (`declare()` checks at once that each is given its own command's type).
+Reply = Callable[[CommandContext, c.BaseCommand, Invocation], Awaitable[Message]]
 Answer = Callable[
-    ["Dispatcher", Any, "Invocation"], Awaitable[Message | None]
+    [CommandContext, c.BaseCommand, Invocation], Awaitable[Message | None]
 ]  # None: it posted itself
 BuildJob = Callable[
-    ["Dispatcher", Any, JobRecord, "Consent | None"], Awaitable[JobPlan]
+    [CommandContext, c.BaseCommand, JobRecord, "Consent | None"], Awaitable[JobPlan]
 ]  # None: not confirmed
+Ask = Callable[[CommandContext, c.BaseCommand], Awaitable["Question | None"]]
+
+C = TypeVar("C", bound=c.BaseCommand)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ class Question:
 @dataclass(frozen=True)
 class Confirmation:
     when: str  # for the help: when the command asks first
-    ask: Callable[[Dispatcher, Any], Awaitable[Question | None]]  # None: no need to ask this time
+    ask: Ask  # None: no need to ask this time
 
 
 @dataclass(frozen=True)
@@ -125,10 +129,55 @@ class CommandSpec:
         return f"`/spark {self.name}{arguments}` {self.summary}{asks}, e.g. `/spark {self.sample}`"
 
 
+def narrowed(
+    model: type[C], run: Callable[Concatenate[CommandContext, C, P], Awaitable[R]]
+) -> Callable[Concatenate[CommandContext, c.BaseCommand, P], Awaitable[R]]:
+    """`run` for any command: given a command of another type, it raises instead of running."""
+
+    async def checked(
+        context: CommandContext, command: c.BaseCommand, /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        if not isinstance(command, model):
+            raise TypeError(f"`{model.name}`'s code was given `{command.name}`")
+        return await run(context, command, *args, **kwargs)
+
+    return checked
+
+
+def declare(
+    model: type[C],
+    *,
+    summary: str,
+    level: Level,
+    arguments: str = "",
+    example: str | None = None,
+    reply: Callable[[CommandContext, C, Invocation], Awaitable[Message]] | None = None,
+    answer: Callable[[CommandContext, C, Invocation], Awaitable[Message | None]] | None = None,
+    job: Callable[[CommandContext, C, JobRecord, Consent | None], Awaitable[JobPlan]] | None = None,
+    asks: str = "",
+    ask: Callable[[CommandContext, C], Awaitable[Question | None]] | None = None,
+) -> CommandSpec:
+    """A command's spec, its code typed for its own command: `asks` (for the help: when it asks
+    first) with `ask` (the question, or None when there is no need to ask this time)."""
+    if (ask is None) != (not asks):
+        raise TypeError(f"`{model.name}`: give both asks and ask, or neither")
+    return CommandSpec(
+        model,
+        summary=summary,
+        level=level,
+        arguments=arguments,
+        example=example,
+        reply=narrowed(model, reply) if reply else None,
+        answer=narrowed(model, answer) if answer else None,
+        job=narrowed(model, job) if job else None,
+        confirmation=Confirmation(asks, narrowed(model, ask)) if ask else None,
+    )
+
+
 # -- answered at once -------------------------------------------------------------------------
 
 
-async def _help(d: Dispatcher, command: c.Help, invocation: Invocation) -> Message:
+async def _help(d: CommandContext, command: c.Help, invocation: Invocation) -> Message:
     d.audit(invocation.user, invocation.channel, "help", "answered")
     return Message(
         title="/spark: run the vLLM cluster from here",
@@ -152,7 +201,7 @@ def available_recipes(cluster: ClusterConfig) -> str:
     return f"Recipes (`/spark up RECIPE`): {names or 'none'}."
 
 
-async def _cancel(d: Dispatcher, command: c.Cancel, invocation: Invocation) -> Message:
+async def _cancel(d: CommandContext, command: c.Cancel, invocation: Invocation) -> Message:
     user, channel = invocation.user, invocation.channel
     lock = d.jobs.cancel(user)
     if lock is None:
@@ -173,7 +222,7 @@ async def status_report(controller: Controller) -> StatusReport:
     return next(e for e in [e async for e in controller.status()] if isinstance(e, StatusReport))
 
 
-async def _status(d: Dispatcher, command: c.Status, invocation: Invocation) -> Message:
+async def _status(d: CommandContext, command: c.Status, invocation: Invocation) -> Message:
     report = await status_report(d.controller_for(d.cluster))
     lines = [
         f"`{escape(x.node)}` {escape(x.container)}: *{escape(x.status)}*"
@@ -222,7 +271,7 @@ def recipes_text(report: RecipesReport) -> str:
     return "\n".join(lines)
 
 
-async def _recipes(d: Dispatcher, command: c.Recipes, invocation: Invocation) -> Message:
+async def _recipes(d: CommandContext, command: c.Recipes, invocation: Invocation) -> Message:
     report = next(
         e
         for e in [e async for e in d.controller_for(d.cluster).recipes()]
@@ -232,7 +281,7 @@ async def _recipes(d: Dispatcher, command: c.Recipes, invocation: Invocation) ->
     return Message(title=f"Recipes of `{d.cluster.name}`", text=recipes_text(report))
 
 
-async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Message | None:
+async def _logs(d: CommandContext, command: c.Logs, invocation: Invocation) -> Message | None:
     events = [e async for e in d.controller_for(d.cluster).logs(command.node, command.lines)]
     tail = next(e for e in events if isinstance(e, LogTail))
     d.audit(invocation.user, invocation.channel, command.text(), "answered")
@@ -268,7 +317,7 @@ async def _logs(d: Dispatcher, command: c.Logs, invocation: Invocation) -> Messa
 MAX_UPLOAD_BYTES = 1_000_000_000  # Slack's limit for one file; a bundle is bounded far below
 
 
-async def _diag(d: Dispatcher, command: c.Diag, invocation: Invocation) -> Message:
+async def _diag(d: CommandContext, command: c.Diag, invocation: Invocation) -> Message:
     """Collect the bundle, then upload it to the thread of the cluster's job (the one running,
     else the watched launch) when that job is in this channel, else to a new message here."""
     job = d.jobs.claim.lock.job if d.jobs.claim else await d.store.watch(d.cluster.name)
@@ -346,7 +395,7 @@ async def _diag(d: Dispatcher, command: c.Diag, invocation: Invocation) -> Messa
 # -- jobs -------------------------------------------------------------------------------------
 
 
-async def _ask_replace(d: Dispatcher, command: c.Up) -> Question | None:
+async def _ask_replace(d: CommandContext, command: c.Up) -> Question | None:
     report = await status_report(d.controller_for(d.cluster))
     if not any(x.present for x in report.containers):
         return None
@@ -372,7 +421,9 @@ async def _ask_replace(d: Dispatcher, command: c.Up) -> Question | None:
     )
 
 
-async def _up(d: Dispatcher, command: c.Up, record: JobRecord, consent: Consent | None) -> JobPlan:
+async def _up(
+    d: CommandContext, command: c.Up, record: JobRecord, consent: Consent | None
+) -> JobPlan:
     await d.jobs.stop_watch()
     await d.jobs.clear_launch()  # what runs now is no longer that launch
     config = command.apply(d.cluster, d.settings.commands)
@@ -406,7 +457,7 @@ def _up_footer(job: Job) -> str:
 
 
 async def _verify(
-    d: Dispatcher, command: c.Verify, record: JobRecord, consent: Consent | None
+    d: CommandContext, command: c.Verify, record: JobRecord, consent: Consent | None
 ) -> JobPlan:
     controller = d.controller_for(await d.jobs.launched_config())
     return JobPlan(
@@ -418,7 +469,7 @@ async def _verify(
 
 
 async def _bench(
-    d: Dispatcher, command: c.Bench, record: JobRecord, consent: Consent | None
+    d: CommandContext, command: c.Bench, record: JobRecord, consent: Consent | None
 ) -> JobPlan:
     # the figures are filed under the setup the cluster runs: the launched config, overrides included
     controller = d.controller_for(await d.jobs.launched_config())
@@ -454,7 +505,7 @@ def _bench_footer(job: Job) -> str:
     return "Benchmark done"
 
 
-async def _ask_teardown(d: Dispatcher, command: c.Down) -> Question:
+async def _ask_teardown(d: CommandContext, command: c.Down) -> Question:
     launched = d.cluster.launcher_containers
     also = "".join(
         f" It also stops recipe {' or '.join(f'`{escape(r)}`' for r in recipes)}'s launcher if "
@@ -470,7 +521,7 @@ async def _ask_teardown(d: Dispatcher, command: c.Down) -> Question:
 
 
 async def _down(
-    d: Dispatcher, command: c.Down, record: JobRecord, consent: Consent | None
+    d: CommandContext, command: c.Down, record: JobRecord, consent: Consent | None
 ) -> JobPlan:
     await d.jobs.stop_watch()
     await d.jobs.clear_launch()
@@ -487,7 +538,7 @@ def _down_footer(job: Job) -> str:
     return f"Removed {removed} container(s)"
 
 
-async def _ask_sync_image(d: Dispatcher, command: c.SyncImage) -> Question:
+async def _ask_sync_image(d: CommandContext, command: c.SyncImage) -> Question:
     head, image = d.cluster.head.name, d.cluster.container.image
     return Question(
         f"Copy `{escape(image)}` from `{escape(head)}` to every node of `{d.cluster.name}` "
@@ -501,7 +552,7 @@ async def _ask_sync_image(d: Dispatcher, command: c.SyncImage) -> Question:
 
 
 async def _sync_image(
-    d: Dispatcher, command: c.SyncImage, record: JobRecord, consent: Consent | None
+    d: CommandContext, command: c.SyncImage, record: JobRecord, consent: Consent | None
 ) -> JobPlan:
     return JobPlan(
         title=f"📦 Sync image `{escape(d.cluster.container.image)}` on `{d.cluster.name}`",
@@ -511,7 +562,7 @@ async def _sync_image(
     )
 
 
-async def _ask_sync_model(d: Dispatcher, command: c.SyncModel) -> Question:
+async def _ask_sync_model(d: CommandContext, command: c.SyncModel) -> Question:
     model = d.cluster.serve.model
     return Question(
         f"Copy `{escape(model)}` from a node of `{d.cluster.name}` that has it complete (the head "
@@ -524,7 +575,7 @@ async def _ask_sync_model(d: Dispatcher, command: c.SyncModel) -> Question:
 
 
 async def _sync_model(
-    d: Dispatcher, command: c.SyncModel, record: JobRecord, consent: Consent | None
+    d: CommandContext, command: c.SyncModel, record: JobRecord, consent: Consent | None
 ) -> JobPlan:
     return JobPlan(
         title=f"📦 Sync model `{escape(d.cluster.serve.model)}` on `{d.cluster.name}`",
@@ -534,7 +585,7 @@ async def _sync_model(
     )
 
 
-async def _ask_drop_caches(d: Dispatcher, command: c.DropCaches) -> Question:
+async def _ask_drop_caches(d: CommandContext, command: c.DropCaches) -> Question:
     argv = d.cluster.memory.drop_caches
     how = (
         f"with `{escape(' '.join(argv))}` (the config's memory.drop_caches, no shell)"
@@ -551,7 +602,7 @@ async def _ask_drop_caches(d: Dispatcher, command: c.DropCaches) -> Question:
 
 
 async def _drop_caches(
-    d: Dispatcher, command: c.DropCaches, record: JobRecord, consent: Consent | None
+    d: CommandContext, command: c.DropCaches, record: JobRecord, consent: Consent | None
 ) -> JobPlan:
     return JobPlan(
         title=f"🧽 Drop the page cache on `{d.cluster.name}`",
@@ -564,24 +615,25 @@ async def _drop_caches(
 # -- the registry -----------------------------------------------------------------------------
 
 SPECS: dict[str, CommandSpec] = {
-    spec.name: spec
-    for spec in [
-        CommandSpec(
+    declared.name: declared
+    for declared in [
+        declare(
             c.Up,
             summary="launch the cluster and follow it checkpoint by checkpoint to Ready",
             level="operate",
             arguments="[RECIPE] [PRESET] [max_model_len=N] [gpu_memory_utilization=F] [max_num_seqs=N]",
             example="up max_model_len=32768",
             job=_up,
-            confirmation=Confirmation("asks before replacing a running cluster", _ask_replace),
+            asks="asks before replacing a running cluster",
+            ask=_ask_replace,
         ),
-        CommandSpec(
+        declare(
             c.Verify,
             summary="re-check a running cluster, checkpoint by checkpoint",
             level="read",
             job=_verify,
         ),
-        CommandSpec(
+        declare(
             c.Bench,
             summary="measure TTFT and tok/s (single stream, optionally a concurrency sweep and "
             "long prompts: TTFT, prefill and decode tok/s at each depth)",
@@ -590,19 +642,19 @@ SPECS: dict[str, CommandSpec] = {
             example="bench concurrency=1,2,4 max_tokens=256",
             job=_bench,
         ),
-        CommandSpec(
+        declare(
             c.Status,
             summary="a snapshot of the containers and the API's health",
             level="read",
             answer=_status,
         ),
-        CommandSpec(
+        declare(
             c.Recipes,
             summary="the recipes: model, nodes, what each needs, which one runs",
             level="read",
             answer=_recipes,
         ),
-        CommandSpec(
+        declare(
             c.Logs,
             summary="the tail of a node's container log",
             level="read",
@@ -610,7 +662,7 @@ SPECS: dict[str, CommandSpec] = {
             example="logs worker 200",
             answer=_logs,
         ),
-        CommandSpec(
+        declare(
             c.Diag,
             summary="collect a diagnostics bundle from every node (logs, docker inspect, ray "
             "status, nvidia-smi, fabric, memory, config with secrets masked, the job's events) "
@@ -618,40 +670,44 @@ SPECS: dict[str, CommandSpec] = {
             level="read",
             answer=_diag,
         ),
-        CommandSpec(
+        declare(
             c.Down,
             summary="stop and remove the containers on every node",
             level="operate",
             job=_down,
-            confirmation=Confirmation("asks for confirmation", _ask_teardown),
+            asks="asks for confirmation",
+            ask=_ask_teardown,
         ),
-        CommandSpec(
+        declare(
             c.SyncImage,
             summary="copy the head's image to every node where it is missing or differs",
             level="operate",
             job=_sync_image,
-            confirmation=Confirmation("asks for confirmation", _ask_sync_image),
+            asks="asks for confirmation",
+            ask=_ask_sync_image,
         ),
-        CommandSpec(
+        declare(
             c.SyncModel,
             summary="copy the model from a node that has it complete to every node where it is "
             "missing or incomplete (rsync over the fabric, resumable, never from the hub)",
             level="operate",
             job=_sync_model,
-            confirmation=Confirmation("asks for confirmation", _ask_sync_model),
+            asks="asks for confirmation",
+            ask=_ask_sync_model,
         ),
-        CommandSpec(
+        declare(
             c.DropCaches,
             summary="drop every node's page cache with the config's command (memory.drop_caches),"
             " when the cache holds the memory the next load needs",
             level="operate",
             job=_drop_caches,
-            confirmation=Confirmation("asks for confirmation", _ask_drop_caches),
+            asks="asks for confirmation",
+            ask=_ask_drop_caches,
         ),
-        CommandSpec(
+        declare(
             c.Cancel, summary="stop the running job and clean up", level="operate", reply=_cancel
         ),
-        CommandSpec(c.Help, summary="this text", level="read", reply=_help),
+        declare(c.Help, summary="this text", level="read", reply=_help),
     ]
 }
 
@@ -666,7 +722,7 @@ def chat_usage() -> str:
     return "\n".join(spec.usage() for spec in SPECS.values())
 
 
-def parse_command(text: str, cluster: ClusterConfig, commands: CommandsConfig) -> c.Command:
+def parse_command(text: str, cluster: ClusterConfig, commands: CommandsConfig) -> c.BaseCommand:
     """`/spark …` text -> a validated command (no text: help), or a CommandError saying why.
 
     Nothing runs for text that does not parse: an unknown command, or any character outside a
@@ -682,7 +738,7 @@ def parse_command(text: str, cluster: ClusterConfig, commands: CommandsConfig) -
     if spec is None:
         raise CommandError(f"unknown command `{name}`")
     try:
-        return spec.model.parse(args, cluster, commands)  # type: ignore[return-value]
+        return spec.model.parse(args, cluster, commands)
     except ValidationError as error:
         first = error.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or name

@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from handlers.dispatch import Dispatcher, Invocation
+from handlers.command_context import Invocation
+from handlers.dispatch import Dispatcher
 from handlers.job_state import JobState
 from handlers.messages import Message
 from handlers.outbox import MAX_REPLIES, MERGED_LINES, Deliveries, Outbox, Timing

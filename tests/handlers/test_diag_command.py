@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from cluster.events import DiagnosticsCollected
-from handlers.dispatch import Invocation
+from handlers.command_context import Invocation
 from testkit.doubles import (
     ALICE,
     BOB,

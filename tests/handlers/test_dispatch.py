@@ -21,7 +21,7 @@ from cluster.config import ClusterConfig, Secrets
 from cluster.controller import Controller
 from cluster.events import Failed
 from demo.cluster import embedded_cluster
-from handlers.dispatch import Invocation
+from handlers.command_context import Invocation
 from handlers.render import JobView, failure_message
 from handlers.settings import JobsConfig
 from testkit.docker_standin import docker_standin, failing

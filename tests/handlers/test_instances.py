@@ -8,7 +8,8 @@ import sqlite3
 
 import pytest
 
-from handlers.dispatch import Dispatcher, Invocation
+from handlers.command_context import Invocation
+from handlers.dispatch import Dispatcher
 from handlers.errors import AnotherInstance
 from handlers.job_state import JobState
 from handlers.store import MIGRATIONS, SCHEMA, Store

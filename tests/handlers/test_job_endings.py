@@ -10,7 +10,8 @@ import pytest
 
 from cluster.errors import NodeError
 from cluster.events import Progress
-from handlers.dispatch import Action, Dispatcher, Invocation
+from handlers.command_context import Invocation
+from handlers.dispatch import Action, Dispatcher
 from handlers.job_state import JobState
 from handlers.messages import CONFIRM_ACTION, Message, Tone
 from handlers.store import Store

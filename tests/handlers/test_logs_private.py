@@ -4,7 +4,7 @@ they see; nothing of it in the channel."""
 from __future__ import annotations
 
 from cluster.events import LogTail
-from handlers.dispatch import Invocation
+from handlers.command_context import Invocation
 from handlers.errors import ChatError
 from testkit.doubles import BOB, CH, RecordingChat, ScriptedControllers, running_dispatcher
 

@@ -10,7 +10,7 @@ import pytest
 
 from cluster.config import RestartPolicy
 from cluster.events import Failed, Removed
-from handlers.dispatch import Invocation
+from handlers.command_context import Invocation
 from testkit.doubles import (
     ALICE,
     CH,

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import ast
+import re
+from pathlib import Path
+
 import pytest
 
 from bot.cli import main
 from handlers import commands as c
-from handlers.dispatch import Invocation
-from handlers.specs import SPECS, CommandSpec, Confirmation, chat_usage, parse_command
+from handlers import specs
+from handlers.command_context import Invocation
+from handlers.specs import SPECS, CommandSpec, Confirmation, chat_usage, declare, parse_command
 from testkit.doubles import BOB, CH, CLUSTER, ScriptedControllers, running_dispatcher
 from tests.handlers.test_commands import COMMANDS
 
@@ -93,3 +98,26 @@ async def test_help_is_the_generated_usage_and_what_this_config_lets_up_change()
         "`up`: `tensor_parallel_size` cannot be overridden"
     )
     assert invalid.text.endswith(f"*Usage*\n{chat_usage()}")
+
+
+async def test_a_commands_code_is_given_only_its_own_commands_type():
+    async def answer_status(context, command: c.Status, invocation) -> None:
+        return None
+
+    spec = declare(c.Status, summary="s", level="read", answer=answer_status)
+    assert spec.answer is not None
+    with pytest.raises(TypeError, match="`status`'s code was given `help`"):
+        await spec.answer(None, c.Help(), Invocation("U1", CH, "status"))
+    assert await spec.answer(None, c.Status(), Invocation("U1", CH, "status")) is None
+
+
+def test_the_commands_know_their_context_not_the_dispatcher():
+    # the commands get a narrow, typed context; the dispatcher imports them, never the reverse
+    source = Path(specs.__file__).read_text(encoding="utf-8")
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert "handlers.dispatch" not in imported
+    assert "type: ignore" not in source and not re.search(r"\bAny\b", source)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from handlers.dispatch import Dispatcher, Invocation
+from handlers.command_context import Invocation
+from handlers.dispatch import Dispatcher
 from handlers.job_state import JobState
 from testkit.doubles import (
     ALICE,

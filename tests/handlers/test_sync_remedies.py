@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from handlers.dispatch import Action, Invocation
+from handlers.command_context import Invocation
+from handlers.dispatch import Action
 from handlers.messages import CONFIRM_ACTION
 from testkit.doubles import (
     ALICE,
