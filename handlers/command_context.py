@@ -1,7 +1,7 @@
 """What a command's code may use, and the command as typed.
 
 The dispatcher builds one `CommandContext` and hands it to every command (handlers/specs.py):
-the bot's cluster and settings, its chat, store and jobs, the controller, the audit trail;
+the bot's cluster and settings, its chat, store, jobs and watch, the controller, the audit trail;
 never the dispatcher itself, so the commands and the dispatcher do not import each other.
 """
 
@@ -13,6 +13,7 @@ from typing import Protocol
 from cluster.config import ClusterConfig
 from handlers.chat import Chat, ConversationKind
 from handlers.jobs import ControllerFactory, JobManager
+from handlers.serving_watch import ServingWatch
 from handlers.settings import BotSettings
 from handlers.store import Store
 
@@ -49,5 +50,6 @@ class CommandContext:
     chat: Chat
     store: Store
     jobs: JobManager
+    watch: ServingWatch
     controller_for: ControllerFactory
     audit: Audit

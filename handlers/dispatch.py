@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,7 +37,9 @@ from handlers.messages import (
     escape,
 )
 from handlers.metrics import BotMetrics
+from handlers.reconcile import reconcile_within
 from handlers.render import Delivery
+from handlers.serving_watch import ServingWatch
 from handlers.settings import BotSettings
 from handlers.specs import CommandSpec, Consent, Question, chat_usage, parse_command, spec_for
 from handlers.store import ConfirmationRecord, JobRecord, Store
@@ -79,10 +82,11 @@ class Dispatcher:
         self.jobs = JobManager(
             cluster, settings, chat, store, controller_for, self.metrics.cluster(cluster.name)
         )
+        self.watch = ServingWatch(self.jobs)
         self.controller_for = controller_for
         self.deliver = Delivery(chat)
         self.context = CommandContext(
-            cluster, settings, chat, store, self.jobs, controller_for, self.audit
+            cluster, settings, chat, store, self.jobs, self.watch, controller_for, self.audit
         )
 
     async def start(self) -> None:
@@ -95,7 +99,7 @@ class Dispatcher:
         except BaseException:
             await self.store.close()
             raise
-        self.jobs.spawn(self.jobs.reconcile_within(RECONCILE_WITHIN), "reconcile")
+        self.jobs.spawn(reconcile_within(self.jobs, self.watch, RECONCILE_WITHIN), "reconcile")
 
     async def stop(self) -> None:
         await self.jobs.stop()
@@ -287,8 +291,21 @@ class Dispatcher:
         invocation: Invocation,
         consent: Consent | None,
     ) -> None:
+        record = await self._open_job(command, invocation)
+        if record is None:
+            return
+        for_this_task(job_id=record.id)  # this task runs the job: its records name it
+        plan = None
+        async with self._closed_unless_run(record, command, invocation):
+            plan = await self._prepare(spec, command, invocation, record, consent)
+        if plan is not None:
+            await self.jobs.run(record, plan, reply_to=invocation.reply_to)
+
+    async def _open_job(self, command: c.BaseCommand, invocation: Invocation) -> JobRecord | None:
+        """The job's row, holding the cluster lock; None when it could not start (the asker is
+        told why: another job holds the lock, or the store cannot record it)."""
         try:
-            record = await self.jobs.open_job(command.text(), invocation.user, invocation.channel)
+            return await self.jobs.open_job(command.text(), invocation.user, invocation.channel)
         except Busy as busy:
             holder = busy.holder.job
             link = f" · <{holder.link}|the job's thread>" if holder.link else ""
@@ -307,7 +324,6 @@ class Dispatcher:
                     f"{since(busy.holder.since)}{link}. `/spark cancel` stops it.",
                 ),
             )
-            return
         except StoreUnavailable as error:
             log.error("/spark %s not started: %s", command.text(), error)
             await self._reply(
@@ -319,12 +335,17 @@ class Dispatcher:
                     "the bot's log says what holds or fills its database.",
                 ),
             )
-            return
-        for_this_task(job_id=record.id)  # this task runs the job: its records name it
-        # From here the job holds the lock: until `jobs.run` owns it (and releases it in every
-        # case), any failure or cancel must close the job and free the lock here.
+        return None
+
+    @asynccontextmanager
+    async def _closed_unless_run(
+        self, record: JobRecord, command: c.BaseCommand, invocation: Invocation
+    ) -> AsyncIterator[None]:
+        """Around what a job does before `jobs.run` owns it (and releases its lock in every
+        case): a failure or a cancel there closes the job, frees the lock and tells the asker; a
+        user's cancel or a failure ends here, a shutdown goes on up."""
         try:
-            plan = await self._prepare(spec, command, invocation, record, consent)
+            yield
         except BaseException as error:
             who = self.jobs.cancelled_by(record)
             if isinstance(error, asyncio.CancelledError) and who:
@@ -369,9 +390,6 @@ class Dispatcher:
                     done="Nothing was started; the cluster is free.",
                 ),
             )
-            return
-        if plan is not None:
-            await self.jobs.run(record, plan, reply_to=invocation.reply_to)
 
     async def _prepare(
         self,

@@ -1,6 +1,6 @@
 """The job manager: one job at a time per cluster (the lock, in SQLite), every job an owned task,
-cancel through the controller's own cancellation, the watch after `up`, and reconciliation with
-the real cluster after a restart."""
+cancel through the controller's own cancellation. The watch after `up` is handlers/serving_watch.py,
+the reconciliation after the bot restarts handlers/reconcile.py."""
 
 from __future__ import annotations
 
@@ -12,20 +12,19 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import partial
 from typing import Any, TypeVar
 
 from cluster.aio import finish_uncancelled, log_failure
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
-from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready, StatusReport
-from cluster.progress.checkpoints import Checkpoint, launch_plan
+from cluster.events import CheckpointPassed, Event, Failed, StatusReport
+from cluster.progress.checkpoints import Checkpoint
 from handlers.chat import Chat, Posted
 from handlers.commands import apply_serve
 from handlers.errors import AnotherInstance, Busy, StoreUnavailable
 from handlers.job_state import JobState
 from handlers.journal import Journal, retried
-from handlers.log_context import context_with, for_this_task
+from handlers.log_context import context_with
 from handlers.messages import Message, escape
 from handlers.metrics import BotMetrics, ClusterMetrics
 from handlers.outbox import Deliveries
@@ -99,7 +98,6 @@ class JobManager:
         self.owner = Owner.this_process()
         self.lease = settings.store.lease
         self.claim: Claim | None = None
-        self.watching: asyncio.Task[None] | None = None
         self.journal = Journal()  # the writes of no one job: the watch, audits
         self.deliver = Delivery(chat)
         self.deliveries = Deliveries()  # every job view's outbox task
@@ -109,9 +107,9 @@ class JobManager:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._writes: set[asyncio.Task[bool]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
-        self._reconciled = asyncio.Event()
+        self._lasting: set[asyncio.Task[Any]] = set()  # tasks that outlive jobs: the watch
+        self.reconciled = asyncio.Event()  # set when the previous run's locks are released
         self._recent: deque[tuple[int, str]] = deque(maxlen=EVENTS_KEPT)  # (job id, JSON line)
-        self._restarts: deque[float] = deque()  # when the restart policy relaunched (loop time)
 
     def keep(self, job_id: int, event: Event) -> None:
         """Remember an event of a job (or its watch) for `events_of`; the oldest go first."""
@@ -123,16 +121,21 @@ class JobManager:
 
     # -- owned tasks ------------------------------------------------------------------------
 
-    def spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
+    def spawn(
+        self, coro: Coroutine[Any, Any, T], name: str, *, lasting: bool = False
+    ) -> asyncio.Task[T]:
         # the coroutine itself, not a wrapper awaiting it: a task cancelled before it ran (a stop
         # right after a start) closes its coroutine instead of leaving it never awaited
         task = asyncio.create_task(coro, name=name, context=context_with(cluster=self.cluster.name))
         self._tasks.add(task)
+        if lasting:
+            self._lasting.add(task)
         task.add_done_callback(self._ended)
         return task
 
     def _ended(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
+        self._lasting.discard(task)
         log_failure(task)
 
     def record(self, what: str, write: Callable[[], Awaitable[Any]]) -> None:
@@ -143,9 +146,9 @@ class JobManager:
 
     async def idle(self, *, chat: bool = True) -> None:
         """Wait until no command task runs, every write is done and (unless not `chat`) every
-        message is delivered or given up (the watch may go on)."""
+        message is delivered or given up (a lasting task, the watch, may go on)."""
         while (
-            busy := (self._tasks - {self.watching})
+            busy := (self._tasks - self._lasting)
             | self._writes
             | (self.deliveries.tasks if chat else set())
         ):
@@ -198,7 +201,7 @@ class JobManager:
 
     async def open_job(self, command: str, user: str, channel: str) -> JobRecord:
         """A job row holding the cluster lock, Busy naming the holder, or StoreUnavailable."""
-        await self._reconciled.wait()  # the locks a previous run left are released first
+        await self.reconciled.wait()  # the locks a previous run left are released first
         try:
             record = await retried(
                 lambda: self.store.create_job(self.cluster.name, command, user, channel)
@@ -493,309 +496,6 @@ class JobManager:
         claim = self.claim
         return claim.cancelled_by if claim is not None and claim.lock.job.id == record.id else None
 
-    # -- the watch --------------------------------------------------------------------------
-
-    async def start_watch(
-        self, record: JobRecord, view: JobView, journal: Journal | None = None
-    ) -> None:
-        await (journal or self.journal).write(
-            f"job {record.id}'s watch", lambda: self.store.set_watch(self.cluster.name, record.id)
-        )
-        await self.stop_watch(clear=False)
-        self.watching = self.spawn(self._watch(record, view), f"watch-{record.id}")
-        self.metrics.watching("watching")
-
-    async def stop_watch(self, *, clear: bool = True) -> None:
-        task, self.watching = self.watching, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        self.metrics.watching("not_watching")
-        if clear:
-            await self._clear_watch()
-
-    async def _clear_watch(self) -> None:
-        await self.journal.write(
-            "the end of the watch", lambda: self.store.clear_watch(self.cluster.name)
-        )
-
-    async def _watch(self, record: JobRecord, view: JobView) -> None:
-        for_this_task(job_id=record.id)
-        config = await self.launched_config()
-        events = self.controller_for(config).watch(
-            health_interval=self.settings.jobs.watch_health_interval
-        )
-        try:
-            async with aclosing(events):
-                async for event in events:
-                    self.keep(record.id, event)
-                    if isinstance(event, Progress) and event.phase in MONITORING:
-                        title, tone = MONITORING[event.phase]
-                        self.metrics.watching(
-                            "monitoring_lost" if event.phase == "monitoring_lost" else "watching"
-                        )
-                        await view.reply(
-                            Message(title=title, tone=tone, text=escape(event.message))
-                        )
-                        continue
-                    if isinstance(event, Progress) and event.phase == "stopped":
-                        self.metrics.watching("not_watching")
-                        await self._clear_watch()
-                        await view.reply(
-                            Message(
-                                title="ℹ The cluster was stopped",
-                                tone="neutral",
-                                text=f"{escape(event.message)}. No longer watching; {RELAUNCH}.",
-                            )
-                        )
-                        return
-                    if isinstance(event, Failed):
-                        self.metrics.failed(event.signature)
-                        self.metrics.watching("serving_lost")
-                        await self._clear_watch()
-                        await view.failed(event, during=" while serving")
-                        await self.journal.write(
-                            "the watch's audit",
-                            partial(
-                                self.store.audit,
-                                record.user,
-                                record.channel,
-                                "watch",
-                                f"failed: {event.title}: {event.summary}",
-                                record.id,
-                                record.link,
-                            ),
-                        )
-                        if self.cluster.restart is not None:
-                            # its own task: the relaunch's watch replaces this one
-                            self.spawn(self._restart(record, view), f"restart-after-{record.id}")
-                        return
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            self.metrics.watching("not_watching")
-            log.exception("watch of job %s stopped", record.id)
-            await view.reply(
-                Message(
-                    title="⚠ Stopped watching the cluster",
-                    tone="warning",
-                    text=f"{type(error).__name__}: {escape(error)}. `/spark status` shows the "
-                    "state; `/spark verify` re-checks it.",
-                )
-            )
-
-    # -- the restart policy -----------------------------------------------------------------
-
-    async def _restart(self, record: JobRecord, view: JobView) -> None:
-        """After the watch of `record` reported the server dead: unless the policy's maximum
-        within its window is reached or another job holds the lock, a job of the launcher's
-        tears down and launches again in the same thread, with the launch's checkpoints."""
-        policy = self.cluster.restart
-        assert policy is not None
-        now = asyncio.get_running_loop().time()
-        while self._restarts and now - self._restarts[0] >= policy.within:
-            self._restarts.popleft()
-        window = _span(policy.within)
-        if len(self._restarts) >= policy.max:
-            why = f"already restarted {len(self._restarts)} time(s) within {window} (restart.max)"
-            await self._no_restart(record, view, why)
-            return
-        try:
-            restart = await self.open_job("restart", record.user, record.channel)
-        except Busy as busy:
-            holder = busy.holder.job
-            why = f"job #{holder.id} `/spark {holder.command}` holds the lock"
-            await self._no_restart(record, view, why)
-            return
-        except StoreUnavailable as error:
-            await self._no_restart(record, view, str(error))
-            return
-        self._restarts.append(now)
-        count = f"{len(self._restarts)} of {policy.max} within {window}"
-        config = await self.launched_config()
-        controller = self.controller_for(config)
-
-        async def down_then_up() -> AsyncGenerator[Event, None]:
-            async with aclosing(controller.down()) as removing:
-                async for event in removing:
-                    yield event
-            async with aclosing(controller.up(replace=True)) as launching:
-                async for event in launching:
-                    yield event
-
-        async def relaunched(job: Job, event: Event) -> None:
-            if isinstance(event, Ready):
-                await self.start_watch(job.record, job.view, job.journal)
-
-        plan = JobPlan(
-            title=f"🔁 Restart {count} of `{self.cluster.name}`",
-            checkpoints=launch_plan(config),
-            events=down_then_up(),
-            on_event=relaunched,
-            success_footer=lambda job: "Ready again",
-        )
-        await self.run(restart, plan, thread=view.thread)
-
-    async def _no_restart(self, record: JobRecord, view: JobView, why: str) -> None:
-        await view.reply(
-            Message(
-                title="🛑 Not restarting",
-                tone="warning",
-                mention=record.user,
-                text=f"<@{record.user}> {escape(why)}. {RELAUNCH}.",
-            ),
-            broadcast=True,
-        )
-        await self.journal.write(
-            "the restart's audit",
-            lambda: self.store.audit(
-                record.user, record.channel, "restart", f"not restarted: {why}", record.id
-            ),
-        )
-
-    # -- after a restart --------------------------------------------------------------------
-
-    def view_for(self, record: JobRecord) -> JobView:
-        """The messages of a job posted by an earlier run of the bot (from what the store kept)."""
-        view = JobView(
-            self.chat,
-            record.channel,
-            title="",
-            text="",
-            plan=[],
-            job_id=record.id,
-            requester=record.user,
-            settings=self.settings.jobs,
-            deliveries=self.deliveries,
-            posted=Posted(record.channel, record.ts) if record.ts else None,
-            link=record.link,
-            thread=record.thread,
-            on_parent=lambda m: self.journal.write(
-                f"job {record.id}'s message",
-                lambda: self.store.save_parent(record.id, m.model_dump_json()),
-            ),
-        )
-        if record.parent_json:
-            view.parent = Message.model_validate_json(record.parent_json)
-            view.items = {str(i): item for i, item in enumerate(view.parent.checklist)}
-        view.parent = view.parent.model_copy(update={"buttons": []})
-        return view
-
-    async def reconcile_within(self, seconds: float) -> None:
-        """`reconcile`, given up after `seconds` (nodes that do not answer); jobs wait for it."""
-        try:
-            async with asyncio.timeout(seconds):
-                await self.reconcile()
-        except TimeoutError:
-            log.error(
-                "reconcile: gave up after %.0f s (the nodes did not answer); jobs go ahead", seconds
-            )
-        finally:
-            self._reconciled.set()
-
-    async def reconcile(self) -> None:
-        """Release the locks of jobs a previous run left behind (their owner is gone: `begin`
-        let this instance start), compare with the real cluster, and watch a running cluster
-        again in the thread of the job that launched it."""
-        interrupted: list[JobRecord] = []
-        at = self.store.clock()
-        alive = {instance.id for instance in await self.store.instances()}
-        for lock in await self.store.locks():
-            if lock.instance == self.owner.id or (
-                lock.instance in alive and lock.expires and lock.expires > at
-            ):
-                continue
-            job, outcome = lock.job, "interrupted: the bot stopped during the job"
-            await self.journal.write(
-                f"the release of job {job.id}'s lock",
-                partial(self.store.release, lock.cluster, job.id, lock.instance),
-            )
-            await self.journal.write(
-                f"job {job.id}'s end",
-                partial(
-                    self.store.finish_job,
-                    job.id,
-                    JobState.INTERRUPTED,
-                    "the bot stopped during the job",
-                ),
-            )
-            await self.journal.write(
-                f"job {job.id}'s audit",
-                partial(
-                    self.store.audit, job.user, job.channel, job.command, outcome, job.id, job.link
-                ),
-            )
-            self.metrics.job_ended(job.command, JobState.INTERRUPTED)
-            interrupted.append(job)
-        try:
-            [report] = [
-                e
-                async for e in self.controller_for(self.cluster).status()
-                if isinstance(e, StatusReport)
-            ]
-        except Exception as error:
-            log.error("reconcile: cannot read the cluster state: %s", error)
-            report = None
-        running = (
-            report is not None
-            and bool(report.containers)
-            and all(c.running for c in report.containers)
-        )
-        watch = await self.store.watch(self.cluster.name)
-        launched = next(
-            (j for j in reversed(interrupted) if j.command.split()[0] in LAUNCHES), None
-        )
-        if launched and running:
-            watch = launched
-        for record in interrupted:
-            view = self.view_for(record)
-            state = describe_state(report)
-            footer = "⚠ Interrupted: the bot restarted during this job (lock released)"
-            await view.finish(JobState.INTERRUPTED, footer)
-            resumed = running and watch is not None and watch.id == record.id
-            then = " Watching it again from here." if resumed else ""
-            await view.reply(
-                Message(
-                    title="⚠ The bot restarted during this job",
-                    tone="warning",
-                    text=f"The lock is released. Cluster now: {state}.{then}",
-                )
-            )
-        if watch is None:
-            return
-        view = self.view_for(watch)
-        if running:
-            if watch not in interrupted:
-                await view.reply(
-                    Message(
-                        title="👀 Watching again after a bot restart",
-                        tone="neutral",
-                        text=f"Cluster now: {describe_state(report)}.",
-                    )
-                )
-            await self.start_watch(watch, view)
-        else:
-            await self._clear_watch()
-            if report is not None:
-                await view.reply(
-                    Message(
-                        title="⚠ The cluster stopped while the bot was away",
-                        tone="warning",
-                        mention=watch.user,
-                        text=f"<@{watch.user}> cluster now: {describe_state(report)}; {RELAUNCH}.",
-                    ),
-                    broadcast=True,
-                )
-
-
-# The watch's news that is no failure: a node no longer followed while the API serves, and
-# again; a node whose memory runs low (with the trend).
-MONITORING = {
-    "monitoring_lost": ("⚠ Monitoring lost, the API still serves", "warning"),
-    "monitoring_resumed": ("👀 Monitoring resumed", "neutral"),
-    "memory_low": ("⚠ Memory low", "warning"),
-}
-
 
 def describe_state(report: StatusReport | None) -> str:
     if report is None:
@@ -805,14 +505,6 @@ def describe_state(report: StatusReport | None) -> str:
         report.api_healthy
     ]
     return ", ".join(parts) + f"; {health}"
-
-
-def _span(seconds: float) -> str:
-    """1h, 30m, 90s: a window as the config may write it."""
-    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
 
 
 def _took(started: float) -> str:

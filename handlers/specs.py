@@ -233,7 +233,7 @@ async def _status(d: CommandContext, command: c.Status, invocation: Invocation) 
     health = {True: "healthy", False: "NOT healthy", None: "not asked"}[report.api_healthy]
     job = d.jobs.claim.lock.job if d.jobs.claim else None
     busy = f"\nRunning: job #{job.id} `/spark {job.command}` by <@{job.user}>" if job else ""
-    watching = "\nWatching: yes" if d.jobs.watching else ""
+    watching = "\nWatching: yes" if d.watch.task else ""
     d.audit(invocation.user, invocation.channel, "status", "answered")
     return Message(
         title=f"Status of `{d.cluster.name}`",
@@ -424,7 +424,7 @@ async def _ask_replace(d: CommandContext, command: c.Up) -> Question | None:
 async def _up(
     d: CommandContext, command: c.Up, record: JobRecord, consent: Consent | None
 ) -> JobPlan:
-    await d.jobs.stop_watch()
+    await d.watch.stop()
     await d.jobs.clear_launch()  # what runs now is no longer that launch
     config = command.apply(d.cluster, d.settings.commands)
     applied = command.settings(d.settings.commands)
@@ -435,7 +435,7 @@ async def _up(
                 f"job {job.record.id}'s launch settings",
                 lambda: d.store.set_launch(d.cluster.name, job.record.id, applied, config.recipe),
             )
-            await d.jobs.start_watch(job.record, job.view, job.journal)
+            await d.watch.start(job.record, job.view, job.journal)
 
     return JobPlan(
         title=f"🚀 Launch on `{d.cluster.name}`"
@@ -523,7 +523,7 @@ async def _ask_teardown(d: CommandContext, command: c.Down) -> Question:
 async def _down(
     d: CommandContext, command: c.Down, record: JobRecord, consent: Consent | None
 ) -> JobPlan:
-    await d.jobs.stop_watch()
+    await d.watch.stop()
     await d.jobs.clear_launch()
     return JobPlan(
         title=f"🧹 Tear down `{d.cluster.name}`",

@@ -109,8 +109,8 @@ async def test_metrics_follow_jobs_failures_the_watch_and_slacks_refusals(slack,
         await then_fail.reached.wait()
         assert watch_state(await scrape(bot)) == "watching"
         then_fail.release.set()
-        assert bot.dispatcher.jobs.watching is not None
-        await bot.dispatcher.jobs.watching
+        assert bot.dispatcher.watch.task is not None
+        await bot.dispatcher.watch.task
         await bot.dispatcher.idle()
         serving = await scrape(bot)
         assert watch_state(serving) == "serving_lost"

@@ -275,7 +275,7 @@ async def test_monitoring_lost_and_resumed_are_told_in_the_thread_and_the_watch_
         lost, _resumed = [p.message for p in chat.thread()[-2:]]
         assert lost.title == "⚠ Monitoring lost, the API still serves" and lost.tone == "warning"
         assert worker in lost.text
-        assert dispatcher.jobs.watching is not None, "no failure: still watching"
+        assert dispatcher.watch.task is not None, "no failure: still watching"
         hold.release.set()
         await chat.wait_until(lambda: chat.thread()[-1].message.title.startswith("✘"))
 

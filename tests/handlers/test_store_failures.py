@@ -64,7 +64,7 @@ async def test_a_store_failing_at_ready_keeps_the_cluster_and_finishes_the_job(t
         )
         assert (job_message.tone, job_message.buttons) == ("success", [])
         assert dispatcher.jobs.claim is None, "the lock is released in memory"
-        assert dispatcher.jobs.watching is not None, "the running cluster is watched"
+        assert dispatcher.watch.task is not None, "the running cluster is watched"
         [text] = told(chat)
         assert f"{error}" in text and "The cluster work goes on" in text
         assert store.refused > 0
