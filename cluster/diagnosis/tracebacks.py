@@ -14,9 +14,16 @@ that is not one of these wrappers. Pure functions, no I/O.
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["RaisedException", "frame_file", "raised_exception", "says_another_is_the_cause"]
+__all__ = [
+    "RaisedException",
+    "TracebackReader",
+    "frame_file",
+    "raised_exception",
+    "says_another_is_the_cause",
+]
 
 # `ValueError: msg`, `torch.OutOfMemoryError: msg`, `ray.exceptions.RayTaskError(ValueError): msg`,
 # `ncclInternalError: ...`, a bare `AssertionError`.
@@ -86,3 +93,37 @@ def frame_file(message: str) -> str | None:
     """The file of a traceback frame line (`  File "/x/vllm/v1/executor/ray_utils.py", line 5`)."""
     m = _FRAME.match(message)
     return m["file"] if m else None
+
+
+FRAMES_KEPT = 8  # innermost frames of a traceback kept for its family
+_CARETS = re.compile(r"^\s*[~^]+\s*$")  # Python 3.11+'s marks under the failing expression
+
+
+class TracebackReader:
+    """The traceback being printed, read line by line (prefix-stripped messages): the files of
+    its innermost frames and the source line Python echoed under the last one (`raise ...`,
+    `if rope_scaling["type"] == ...`). A `Traceback (most recent call last):` starts anew."""
+
+    def __init__(self) -> None:
+        self._frames: deque[str] = deque(maxlen=FRAMES_KEPT)
+        self._code: str | None = None
+
+    def offer(self, message: str) -> None:
+        if message.startswith("Traceback (most recent call last)"):
+            self._frames.clear()
+            self._code = None
+            return
+        if frame_file(message) is not None:
+            self._frames.append(message.strip())
+            self._code = None
+        elif message[:1].isspace() and message.strip() and not _CARETS.match(message):
+            self._code = message.strip()  # an excerpt may begin at it, without its frame
+
+    @property
+    def frames(self) -> tuple[str, ...]:
+        """The frame lines (`File "...", line N, in f`), innermost first."""
+        return tuple(reversed(self._frames))
+
+    @property
+    def code(self) -> str | None:
+        return self._code
