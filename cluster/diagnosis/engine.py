@@ -702,6 +702,22 @@ def first_error(lines: Iterable[str]) -> tuple[int, str] | None:
     return (found.line_number, found.cleaned) if found is not None else None
 
 
+def cut_traceback(lines: Iterable[str]) -> tuple[int, str] | None:
+    """(line number, cleaned line) of the innermost frame of a traceback the log ends in
+    before its exception line (an excerpt, or a process killed while printing it)."""
+    last: tuple[int, str] | None = None
+    for n, raw in enumerate(lines, start=1):
+        cleaned = clean_line(raw)
+        message = strip_prefixes(cleaned)
+        if not message.strip():
+            continue
+        if frame_file(message) is not None:
+            last = (n, cleaned)
+        elif not message[:1].isspace() and not message.startswith("Traceback"):
+            last = None  # the traceback ended (in an exception line, or other output)
+    return last
+
+
 def unrecognised(lines: Iterable[str], where: str, tail: int = UNRECOGNISED_TAIL) -> Diagnosis:
     """Diagnosis for a death no signature explains: says where it happened and quotes the first
     error line as the likely cause (the evidence); the last `tail` non-empty cleaned lines are

@@ -18,7 +18,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cluster.config import Knowledge
-from cluster.diagnosis.engine import Diagnosis, LogDiagnoser, first_error, unrecognised
+from cluster.diagnosis.engine import (
+    Diagnosis,
+    LogDiagnoser,
+    cut_traceback,
+    first_error,
+    unrecognised,
+    with_frame,
+)
 from cluster.diagnosis.failures import SIGNATURES, FailureSignature
 from cluster.diagnosis.families import family_of_text
 from cluster.diagnosis.tracebacks import raised_exception
@@ -199,6 +206,15 @@ def explain(
             "no row matched a fatal line and the start-up never completed; the first raised "
             "exception that wraps no other (else the first ERROR line) is the likely cause, "
             f"put in the family {found.family} by its type, module and message"
+        )
+    elif (frame := cut_traceback(lines)) is not None:
+        verdict = "failed"
+        n, cleaned = frame
+        found = with_frame(unrecognised(lines, "this log"), strip_prefixes(cleaned).strip())
+        found = found.model_copy(update={"evidence": cleaned, "line_number": n})
+        why = (
+            "the log ends in a traceback cut before its exception line and the start-up never "
+            f"completed; its innermost frame (line {n}) is quoted, of the family {found.family}"
         )
     else:
         verdict = "incomplete"

@@ -629,6 +629,19 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     # --- Docker, as a launcher script drives it ------------------------------------------------------
     FailureSignature(
+        id="docker_gpu_runtime_missing", family="cuda_runtime", role="cause", fatal=True,
+        pattern=_re(r"could not select device driver \S* with capabilities: \[\[gpu\]\]|"
+                    r"nvidia-container-cli: \w+ error|unknown or invalid runtime name: nvidia"),
+        title="Docker could not give the container the GPU",
+        cause="Docker has no NVIDIA runtime for `--gpus` on this node (the NVIDIA Container "
+              "Toolkit missing or not configured), or it failed to set the GPU up.",
+        fix="Install and configure the NVIDIA Container Toolkit (`nvidia-ctk runtime configure "
+            "--runtime=docker`, restart dockerd), check `docker run --rm --gpus all <image> "
+            "nvidia-smi`, then relaunch.",
+        source="moby daemon (`could not select device driver %q with capabilities: %v`), "
+               "libnvidia-container (`nvidia-container-cli: initialization error`)",
+    ),
+    FailureSignature(
         id="docker_caps_refused", family="config_invalid", role="cause", fatal=True,
         pattern=_re(r"unable to apply caps: operation not permitted"),
         title="Docker could not give the container the capabilities it asks for",
@@ -816,6 +829,37 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         source="Python's faulthandler and Ray's signal handler (`*** SIGSEGV received`)",
     ),
     FailureSignature(
+        id="cuda_sticky_error", family="cuda_runtime", role="cause", fatal=True,
+        pattern=_re(r"an illegal memory access was encountered|device-side assert triggered|"
+                    r"unspecified launch failure|misaligned address|an illegal instruction was "
+                    r"encountered|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion "
+                    r"`.*` failed"),
+        title="A CUDA kernel failed on the GPU ({gpu})",
+        cause="A kernel hit an error that leaves the process's CUDA context unusable (an illegal "
+              "memory access, a device-side assert, a launch failure): the process cannot go on.",
+        fix="Relaunch with CUDA_LAUNCH_BLOCKING=1 to name the kernel; an assert on an index past "
+            "a bound can be --max-model-len beyond the model's limit (VLLM_ALLOW_LONG_MAX_MODEL_LEN); "
+            "else try another attention backend or --enforce-eager, and report it with the "
+            "traceback.",
+        source="CUDA Runtime API cudaError_t: 700 cudaErrorIllegalAddress, 710 cudaErrorAssert, "
+               "715 cudaErrorIllegalInstruction, 716 cudaErrorMisalignedAddress, 719 "
+               "cudaErrorLaunchFailure (`the process must be terminated and relaunched`); the "
+               "device's assert line (`block: [..], thread: [..] Assertion ... failed.`)",
+    ),
+    FailureSignature(
+        id="native_abort", family="other", role="symptom", fatal=True,
+        pattern=_re(r"^terminate called after throwing an instance of|"
+                    r"(?:Segmentation fault|Aborted|Bus error) \(core dumped\)"),
+        title="A process aborted in native code",
+        cause="A process died in C++ or CUDA code (an uncaught C++ exception, a crash); what it "
+              "threw is on the next lines (`what(): ...`).",
+        fix="Read the `what():` line and the lines before it for the library; relaunch with "
+            "CUDA_LAUNCH_BLOCKING=1 if it is a CUDA error.",
+        source="libstdc++'s verbose terminate handler (`terminate called after throwing an "
+               "instance of`), the shell's job messages for SIGSEGV/SIGABRT/SIGBUS (`(core "
+               "dumped)`)",
+    ),
+    FailureSignature(
         id="ray_actor_died", family="ray_cluster", role="symptom", fatal=True,
         pattern=_re(r"\bActorDiedError\b|The actor died unexpectedly"),
         title="A Ray worker process died",
@@ -846,8 +890,8 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     FailureSignature(
         id="executor_worker_died", family="other", role="symptom", fatal=True,
-        pattern=_re(r"Worker proc \S+ died unexpectedly|RayWorkerProc rank=\S+ died "
-                    r"unexpectedly|Engine core process \S+ died unexpectedly"),
+        pattern=_re(r"(?:Worker|Engine core) proc(?:ess)? \S+ died unexpectedly|"
+                    r"RayWorkerProc rank=\S+ died unexpectedly"),
         title="A vLLM worker process died",
         cause="A worker (or the engine core) process died; the cause is in the lines before.",
         fix="Read that worker's earlier lines (attached) for the first error, and `dmesg` on "

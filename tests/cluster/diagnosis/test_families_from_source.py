@@ -220,3 +220,32 @@ def test_every_class_names_a_known_source_and_family():
         assert kind.message or kind.frame or kind.code
     # a survived row is never fatal (the table refuses one)
     assert all(not sig.fatal for sig in SIGNATURES if sig.survived)
+
+
+def test_a_device_side_assert_fails_the_log_at_once():
+    # the device's own assert line (CUDA's `__assert_fail` output), here torch inductor's
+    line = (
+        "/x/torch/_inductor/runtime/compile_tasks.py:45: <module>: block: [337,0,0], thread: "
+        "[112,0,0] Assertion `index out of bounds: 0 <= tmp10 < 4096` failed."
+    )
+    ld = LogDiagnoser()
+    found = ld.feed(line)
+    assert found is not None and found.signature_id == "cuda_sticky_error"
+    assert found.family == "cuda_runtime"
+
+
+def test_a_traceback_cut_before_its_exception_line_is_a_failure_of_its_frames_family():
+    log = [
+        vllm("INFO", "Initializing a V1 LLM engine (v0.32.0)", "core.py:133"),
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/vllm/v1/executor/ray_utils.py", line 9, in initialize_ray_cluster',
+        "    ray.init(address=ray_address)",
+    ]
+    explained = explain(log)
+    assert explained.verdict == "failed"
+    assert explained.diagnosis is not None and explained.diagnosis.line_number == 3
+    assert explained.diagnosis.family == "ray_cluster"
+    # a traceback that ends in its exception is read as before; one followed by more output
+    # is no cut traceback
+    assert explain([*log, "ValueError: nope"]).diagnosis.line_number == 5
+    assert explain([*log, vllm("INFO", "Loading weights took 3.1 seconds")]).verdict == "incomplete"

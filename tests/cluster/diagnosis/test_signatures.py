@@ -274,6 +274,13 @@ SAMPLES: dict[str, str | list[str]] = {
         "Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor.",
         "multiproc_executor.py:316",
     ),
+    # the CUDA runtime's sticky errors, through torch (c10/cuda/CUDAException)
+    "cuda_sticky_error": ENGINE
+    + "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "native_abort": "terminate called after throwing an instance of 'c10::Error'",
+    # moby's answer to `--gpus all` without the NVIDIA runtime
+    "docker_gpu_runtime_missing": "docker: Error response from daemon: could not select device "
+    'driver "" with capabilities: [[gpu]].',
     # ERROR lines vLLM goes on from (vLLM 0.32.0, the file and line that log them)
     "nvlink_detection_failed": ENGINE
     + vllm(
