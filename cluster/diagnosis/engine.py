@@ -428,23 +428,11 @@ class LogDiagnoser:
         self._recent.append((self._line_number, cleaned, message))
 
     def _started(self, cleaned: str) -> None:
-        """The start-up completed: what was fatal before did not stop it (an ERROR a feature
-        logged and survived), so it is kept as a finding; only what follows can fail it."""
+        """The start-up completed: what fails the log from now on fails the serving server. A
+        fatal line before it stays the answer (the stream reported it as it arrived: the
+        verdicts agree); what vLLM logs at ERROR and goes on from is a `survived` row, and an
+        error no row knows before the end fails nothing."""
         self._ready = self._line_number
-        earlier, _ = self._chosen()
-        if earlier is not None and earlier.fatal:
-            self._findings.setdefault(
-                earlier.signature_id,
-                earlier.model_copy(
-                    update={
-                        "fatal": False,
-                        "cause": f"{earlier.cause} (The start-up went on to complete at line "
-                        f"{self._line_number}: it did not stop it.)",
-                    }
-                ),
-            )
-        self._first_cause = self._first_symptom = self._source_cause = None
-        self._root = self._after = None
 
     def diagnose_stall(self, phase: str, idle_seconds: float) -> Diagnosis:
         """Diagnosis for "no output for `idle_seconds` in `phase`": an NCCL initialisation hang

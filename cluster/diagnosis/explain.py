@@ -6,7 +6,10 @@ scored with: an operator who teaches a row sees which line it matched, and check
 checkpoints without importing the package's internals. No I/O.
 
 Healthy is proven by the end: a log that goes on to `Application startup complete.` is no
-failure unless a fatal line follows it; an ERROR line before it did not stop the start-up.
+failure unless a fatal line (a fatal row) is in it; an ERROR line or an exception no row knows
+before the end did not stop the start-up, and a line vLLM logs at ERROR and goes on from is a
+`survived` row. The stream (cluster.progress.checkpoint_follower) answers the same: it fails a
+launch at a fatal line as it arrives, and at nothing else before the end.
 """
 
 from __future__ import annotations
@@ -173,8 +176,13 @@ def explain(
     verdict: Verdict
     if found is not None and found.fatal:
         verdict = "failed"
-        if ready is not None:
+        if ready is not None and (found.line_number or 0) > ready:
             why += f"; it came after the start-up completed (line {ready})"
+        elif ready is not None:
+            why += (
+                f"; the start-up went on to complete (line {ready}), but a fatal line fails the "
+                "launch as it arrives (a line vLLM goes on from is a survived row)"
+            )
     elif (
         diagnoser.stop_line is not None
         and (late := raised_after(lines[: diagnoser.stop_line - 1], ready or 0)) is not None
