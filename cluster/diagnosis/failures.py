@@ -847,6 +847,18 @@ SIGNATURES: tuple[FailureSignature, ...] = (
                "device's assert line (`block: [..], thread: [..] Assertion ... failed.`)",
     ),
     FailureSignature(
+        id="process_killed", family="memory_host", role="cause", fatal=True,
+        pattern=_re(r"^Killed$|^(?:\S+: line \d+: +)?\d+ Killed +\S"),
+        title="A process was killed (SIGKILL)",
+        cause="The shell reports a process killed by SIGKILL: most often the kernel's OOM killer "
+              "(the host's memory ran out), or `docker kill`.",
+        fix="`dmesg -T | grep -iE 'oom|killed'` on the node names what was killed; lower "
+            "--max-model-len / --max-num-seqs / --gpu-memory-utilization and free the host's "
+            "memory, then relaunch.",
+        source="bash's job reports (`Killed`, strsignal(SIGKILL)); the kernel's OOM killer "
+               "sends SIGKILL",
+    ),
+    FailureSignature(
         id="native_abort", family="other", role="symptom", fatal=True,
         pattern=_re(r"^terminate called after throwing an instance of|"
                     r"(?:Segmentation fault|Aborted|Bus error) \(core dumped\)"),
@@ -882,18 +894,20 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     FailureSignature(
         id="engine_start_failed", family="other", role="symptom", fatal=True,
-        pattern=_re(r"EngineCore failed to start|Engine core initialization failed"),
+        pattern=_re(r"EngineCore failed to start|Engine core initialization failed|"
+                    r"Engine process failed to start"),
         title="vLLM engine failed to start",
         cause="The engine process failed during start-up; the cause is in the lines before.",
         fix="Read the earlier lines (attached) for the first error; fix it and relaunch.",
-        source='vLLM v1/engine/core.py run_engine_core (`EngineCore failed to start.`) and v1/engine/utils.py wait_for_engine_startup (0.32: line 1431)',
+        source='vLLM v1/engine/core.py run_engine_core (`EngineCore failed to start.`) and v1/engine/utils.py wait_for_engine_startup (0.32: line 1431); V0 (0.6-0.10) entrypoints/openai/api_server.py build_async_engine_client_from_engine_args (`Engine process failed to start. See stack trace for the root cause.`)',
     ),
     FailureSignature(
         id="executor_worker_died", family="other", role="symptom", fatal=True,
         pattern=_re(r"(?:Worker|Engine core) proc(?:ess)? \S+ died unexpectedly|"
                     r"RayWorkerProc rank=\S+ died unexpectedly"),
         title="A vLLM worker process died",
-        cause="A worker (or the engine core) process died; the cause is in the lines before.",
+        cause="A worker (or the engine core) process died; the cause is in the lines before "
+              "(an exit code -9 is SIGKILL: the OOM killer, or a kill).",
         fix="Read that worker's earlier lines (attached) for the first error, and `dmesg` on "
             "its node for the OOM killer; restart the server.",
         source="vLLM 0.32.0 v1/executor/multiproc_executor.py (`Worker proc %s died "
@@ -903,12 +917,12 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     FailureSignature(
         id="engine_dead", family="other", role="symptom", fatal=True,
-        pattern=_re(r"\bEngineDeadError\b|EngineCore encountered a fatal error"
+        pattern=_re(r"\b(?:Async|MQ)?EngineDeadError\b|EngineCore encountered a fatal error"
                     r"|AsyncLLM output_handler failed"),
         title="vLLM engine died",
         cause="The engine process died; the cause is in the lines before.",
         fix="Read the earlier lines (attached) for the first error; restart the server.",
-        source='vLLM v1/engine/exceptions.py EngineDeadError, v1/engine/core.py, v1/engine/async_llm.py output_handler',
+        source='vLLM v1/engine/exceptions.py EngineDeadError, v1/engine/core.py, v1/engine/async_llm.py output_handler; V0 engine/async_llm_engine.py AsyncEngineDeadError, engine/multiprocessing/__init__.py MQEngineDeadError',
     ),
 )
 # fmt: on

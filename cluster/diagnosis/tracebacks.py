@@ -36,20 +36,25 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+')
 
 # Exceptions that say a process or an engine died, not why: the root is another exception.
 # Sources: vLLM's v1/engine/exceptions.py (EngineDeadError, EngineGenerateError), v1/engine/
-# utils.py ("Engine core initialization failed. See root cause above.", 0.8+), v1/executor/
+# utils.py ("Engine core initialization failed. See root cause above.", 0.8+), the V0 engine's
+# engine/async_llm_engine.py (AsyncEngineDeadError), engine/multiprocessing (MQEngineDeadError)
+# and entrypoints/openai/api_server.py ("Engine process failed to start. See stack trace for
+# the root cause.", 0.6-0.10), v1/executor/
 # multiproc_executor.py ("WorkerProc initialization failed", "Worker failed"), Ray's
 # python/ray/exceptions.py (RayTaskError wraps the task's own exception, ActorDiedError /
 # RayActorError / ActorUnavailableError a dead actor), vLLM's model inspection subprocess
 # (model_executor/models/registry.py: CalledProcessError, then "Error raised in subprocess").
 _WRAPPER_TYPES = re.compile(
-    r"(?:^|\.)(?:EngineDeadError|EngineGenerateError|RayTaskError|ActorDiedError|RayActorError"
+    r"(?:^|\.)(?:EngineDeadError|AsyncEngineDeadError|MQEngineDeadError|EngineGenerateError"
+    r"|RayTaskError|ActorDiedError|RayActorError"
     r"|ActorUnavailableError|SystemExit|KeyboardInterrupt|CancelledError|BrokenProcessPool"
     r"|CalledProcessError)$"
 )
 _WRAPPER_MESSAGES = re.compile(
     r"Engine core initialization failed|Frontend process failed during engine core"
     r"|WorkerProc initialization failed|Worker failed|EngineCore encountered an issue"
-    r"|See (?:root cause|stack trace) above|Worker proc \S+ died unexpectedly"
+    r"|See (?:root cause|stack trace) above|See stack trace for the root cause"
+    r"|Worker proc \S+ died unexpectedly|Engine process failed to start"
     r"|Error executing method|This might cause deadlock|Error raised in subprocess"
     r"|got fatal signal from worker processes"
 )

@@ -278,6 +278,8 @@ SAMPLES: dict[str, str | list[str]] = {
     "cuda_sticky_error": ENGINE
     + "RuntimeError: CUDA error: an illegal memory access was encountered",
     "native_abort": "terminate called after throwing an instance of 'c10::Error'",
+    # bash, for a command SIGKILLed in a script
+    "process_killed": "/entrypoint.sh: line 12:    57 Killed                  vllm serve m",
     # moby's answer to `--gpus all` without the NVIDIA runtime
     "docker_gpu_runtime_missing": "docker: Error response from daemon: could not select device "
     'driver "" with capabilities: [[gpu]].',
