@@ -103,6 +103,9 @@ _ERROR_LEVEL = re.compile(
 )
 
 _FIELD = re.compile(r"\{(\w+)\}")
+# CPython's unraisable hook (Python/errors.c): an exception in __del__, a callback or at exit,
+# printed with its traceback and ignored
+_UNRAISABLE = "Exception ignored in"
 _SHUTDOWN = Screen([marker for marker, _ in SHUTDOWN_MARKERS])
 _STARTUP_COMPLETE = Screen([s.pattern for s in API_SERVER_SPELLINGS + SERVING_SPELLINGS])
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
@@ -560,6 +563,7 @@ class RootFinder:
         self._survived = SurvivedRecords(table)
         self._error_level: RootError | None = None
         self._wrapper: RootError | None = None
+        self._ignoring = False  # inside an exception CPython reported as ignored
         self.exception: RootError | None = None
 
     @property
@@ -580,6 +584,13 @@ class RootFinder:
             return None
         context = tuple(c for _, c, _ in self._seen)
         raised = raised_exception(message)
+        if message.startswith(_UNRAISABLE):
+            self._ignoring = True  # CPython goes on: its traceback's exception is no root
+            return None
+        if self._ignoring and not message.startswith("Traceback"):
+            self._ignoring = False
+            if raised is not None:
+                return None
         low = _LOW_LEVEL.search(cleaned) is not None
         if raised is not None and not raised.wraps_another and not low:
             tb = self._traceback

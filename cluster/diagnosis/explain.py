@@ -145,6 +145,22 @@ def raised_after(lines: Sequence[str], ready: int) -> Diagnosis | None:
     return late.model_copy(update={"line_number": (late.line_number or 0) + ready})
 
 
+def hang_before(diagnoser: LogDiagnoser) -> Diagnosis | None:
+    """A finding that the engine was not answering (vLLM's shared-memory broadcast wait) before
+    the log's logged shutdown: an operator ending a hang, not a clean stop."""
+    stop = diagnoser.stop_line
+    if stop is None:
+        return None
+    return next(
+        (
+            f
+            for f in diagnoser.findings
+            if f.family == "engine_hang" and (f.line_number or 0) < stop
+        ),
+        None,
+    )
+
+
 def family_hint(lines: Sequence[str]) -> Diagnosis | None:
     """For a log that shows no failure and no end: the first line (not logged at INFO or
     below) whose text a family's exception class knows, as an unrecognised, non-fatal hint."""
@@ -192,6 +208,13 @@ def explain(
         why = (
             f"an exception no row knows was raised (line {late.line_number}) before the "
             f"shutdown (line {diagnoser.stop_line}): the shutdown followed the failure"
+        )
+    elif (hung := hang_before(diagnoser)) is not None:
+        verdict = "failed"
+        found = hung.model_copy(update={"fatal": True})
+        why = (
+            f"the engine's workers had stopped answering (line {hung.line_number}) and the log "
+            f"ends in a requested shutdown (line {diagnoser.stop_line}): the stop ended a hang"
         )
     elif diagnoser.stopped_on_request is not None:
         verdict = "stopped"

@@ -249,3 +249,39 @@ def test_a_traceback_cut_before_its_exception_line_is_a_failure_of_its_frames_fa
     # is no cut traceback
     assert explain([*log, "ValueError: nope"]).diagnosis.line_number == 5
     assert explain([*log, vllm("INFO", "Loading weights took 3.1 seconds")]).verdict == "incomplete"
+
+
+def test_an_exception_cpython_reports_as_ignored_is_no_root():
+    # CPython's unraisable hook (Python/errors.c): printed, ignored, the process goes on
+    log = [
+        "Exception ignored in: <function Pool.__del__ at 0x7f1c2c0b8ea0>",
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.12/multiprocessing/pool.py", line 268, in __del__',
+        "AttributeError: 'NoneType' object has no attribute 'dumps'",
+        vllm("ERROR", "EngineCore failed to start.", "core.py:1510"),
+        vllm("ERROR", "Traceback (most recent call last):"),
+        vllm("ERROR", "ValueError: TurboMLA requires an SM100-class GPU."),
+    ]
+    found = explain(log).diagnosis
+    assert found is not None and found.signature_id == "engine_start_failed"
+    assert found.family == "gpu_arch" and found.line_number == 7
+    # not ignored, the first exception is the root
+    found = explain(log[1:]).diagnosis
+    assert found is not None and found.line_number == 3
+
+
+def test_a_stop_that_ends_a_hang_is_a_failure_not_a_clean_stop():
+    log = [
+        vllm("INFO", "Application startup complete.", "launcher.py:46"),
+        vllm(
+            "WARNING",
+            "No available shared memory broadcast block found in 60 seconds. This typically "
+            "happens when some processes are hanging or doing some time-consuming work.",
+            "shm_broadcast.py:466",
+        ),
+        vllm("INFO", "Received KeyboardInterrupt, shutting down", "utils.py:1"),
+    ]
+    explained = explain(log)
+    assert explained.verdict == "failed", explained.why
+    assert explained.diagnosis is not None and explained.diagnosis.family == "engine_hang"
+    assert explain([log[0], log[2]]).verdict == "stopped"  # without the hang: a clean stop
