@@ -138,7 +138,8 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"No CUDA runtime is found|forward compatibility was attempted|"
         r"no CUDA-capable device is detected|unsupported display driver|"
         r"device-side assert|cudaGetDeviceCount|\bcuInit\b|AcceleratorError|CUDART error|"
-        r"testing peer-to-peer access|"
+        r"testing peer-to-peer access|cuDNN error|CUDNN_STATUS_\w+|"
+        r"CUBLAS_STATUS_(?:NOT_INITIALIZED|EXECUTION_FAILED|INTERNAL_ERROR)|"
         r"Failed to infer device type|No platform detected", re.I)),
     # the model's architecture against this vLLM: a name it does not know, or a config this
     # release's model code cannot read (a newer model's rope_scaling, a field it never had)
@@ -184,7 +185,7 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"unhandled (?:system|cuda) error \(run with NCCL_DEBUG|"
         r"internal error - please report this issue to the NCCL developers|"
         r"remote process exited or there was a network error|"
-        r"Failed to load (?:the )?NCCL library|NCCL GIN",
+        r"Failed to load (?:the )?NCCL library|NCCL GIN|\bNCCL communicator\b",
         re.I)),
     ExceptionClass("distributed_init", "torch", message=_re(
         r"DistStoreError|DistNetworkError|^torch\.distributed\.|Gloo|gloo|TCPStore|\bc10d\b|"
@@ -201,6 +202,11 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
     ExceptionClass("engine_hang", "vllm", message=_re(r"^TimeoutError\b|timed out|Timeout", re.I),
                    frame=_re(r"shm_broadcast\.py.* in (?:dequeue|acquire_read)|"
                              r"multiproc_executor\.py.* in (?:get_response|collective_rpc)")),
+    # an assert on the parallel sizes against the model's dimensions (`assert num_heads % tp_size
+    # == 0`): Python prints the assert's source line, not a message
+    ExceptionClass("config_invalid", "python", all_of=True, message=_re(r"^AssertionError\b"),
+                   code=_re(r"%\s*(?:self\.)?[\w.]*(?:tp_size|tensor_parallel_size|world_size|"
+                            r"pp_size|pipeline_parallel_size)\b")),
     ExceptionClass("config_invalid", "vllm", message=_re(
         r"ValidationError|^(?:\w+\.)*(?:ValueError|NotImplementedError)\b|^Value error, |"
         r"trust_remote_code=True|must be divisible by"),

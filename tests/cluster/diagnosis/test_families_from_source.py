@@ -315,7 +315,26 @@ MORE_MEMBERS = [
         "RuntimeError: Failed to connect to GCS. Please check if the GCS server is running.",
         "ray_cluster",
     ),
+    # torch c10/cuda: cuDNN's and cuBLAS's statuses
+    ("RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED", "cuda_runtime"),
+    # torch ProcessGroupNCCL
+    ("RuntimeError: NCCL communicator was aborted on rank 1.", "nccl"),
 ]
+
+
+def test_an_assert_that_the_parallel_size_divides_the_model_is_the_configuration():
+    log = [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/vllm/model_executor/models/llama.py", line 9, in __init__',
+        "    assert self.total_num_kv_heads % tp_size == 0",
+        "AssertionError",
+    ]
+    found = explain(log).diagnosis
+    assert found is not None and found.family == "config_invalid"
+    # another assert on the sizes (a vLLM bug counting devices) says nothing of the kind
+    other = [*log[:2], "    assert self.parallel_config.local_world_size <= count", log[3]]
+    found = explain(other).diagnosis
+    assert found is not None and found.family == "other"
 
 
 @pytest.mark.parametrize("line,family", MORE_MEMBERS)
