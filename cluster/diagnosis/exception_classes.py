@@ -53,7 +53,10 @@ SOURCES: dict[str, str] = {
     "image, 700 illegal address, 710 device-side assert, 719 launch failure, 803 system driver "
     "mismatch, 804 forward compatibility on unsupported hardware",
     "python": "CPython: the import system (ImportError, ModuleNotFoundError), MemoryError, "
-    "the dynamic loader's `undefined symbol`, OSError errno texts",
+    "the dynamic loader (`undefined symbol`, `version GLIBCXX_N not found`, `cannot open shared "
+    "object file`), OSError errno texts, libstdc++'s std::bad_alloc; torch's dispatcher "
+    "(`operator torchvision::nms does not exist`) and torchvision/extension.py (`compiled with "
+    "different CUDA major versions`) for extensions built against another torch",
     "safetensors": "safetensors (SafetensorError: `Error while deserializing header`); torch's "
     "zip reader for a cut .bin (`PytorchStreamReader failed reading zip archive`, libtorch 2.13)",
     "triton": "triton-lang/triton@0b057fca1b99 python/triton/runtime/errors.py (OutOfResources "
@@ -86,7 +89,7 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"exceeds the memory usage threshold")),
     ExceptionClass("memory_host", "python", message=_re(
         r"\bMemoryError\b|Bus error|Cannot allocate memory|Out of memory: Killed process|"
-        r"\boom-kill\b|/dev/shm\S*.*No space left on device|--shm-size|--ipc=host|"
+        r"\boom-kill\b|/dev/shm\S*.*No space left on device|--shm-size|--ipc=host|std::bad_alloc|"
         r"Not enough space in the data buffer")),
     # the KV cache against --max-model-len, then --max-model-len against the model
     ExceptionClass("kv_cache", "vllm", message=_re(
@@ -166,7 +169,8 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"SafetensorError|HeaderTooLarge|incomplete metadata|safetensors_rust|"
         r"Error while deserializing header|does not appear to have a file named|"
         r"Cannot find any (?:safetensors )?model weights|Weight files referenced in index but "
-        r"missing|Cannot find the config file for|PytorchStreamReader failed")),
+        r"missing|Cannot find the config file for|PytorchStreamReader failed|"
+        r"\bno file named \S+|Unable to load weights from")),
     ExceptionClass("tokenizer", "transformers", message=_re(
         r"\btokenizer\b|chat.?template|\bprocessor\b|sentencepiece", re.I)),
     ExceptionClass("package_version", "python", message=_re(
@@ -177,7 +181,9 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"got an unexpected keyword argument|Failed to import Triton kernels|"
         r"\bis required (?:for|but)\b|\bis not installed\b|Please install\b|pip install\b|"
         r"is (?:unavailable|not available)\b.*\b[Ii]nstall|Please use \w+ version|"
-        r"requires a \w+ build"),
+        r"requires a \w+ build|operator \S+::\S+ does not exist|version `GLIBC\w*_[\d.]+' not found|"
+        r"compiled with different CUDA (?:major )?versions|(?:built|compiled) (?:for|against) "
+        r"(?:PyTorch|torch)\b"),
         frame=_re(r"transformers/models/auto/")),
     # NCCL's own error strings, then torch's and vLLM's wrappers
     ExceptionClass("nccl", "nccl", message=_re(

@@ -319,6 +319,19 @@ MORE_MEMBERS = [
     ("RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED", "cuda_runtime"),
     # torch ProcessGroupNCCL
     ("RuntimeError: NCCL communicator was aborted on rank 1.", "nccl"),
+    # torch's dispatcher, for a torchvision built against another torch
+    ("RuntimeError: operator torchvision::nms does not exist", "package_version"),
+    # the dynamic loader
+    (
+        "ImportError: /lib/x86_64-linux-gnu/libstdc++.so.6: version `GLIBCXX_3.4.32' not found",
+        "package_version",
+    ),
+    # transformers modeling_utils
+    (
+        "OSError: Error no file named pytorch_model.bin, model.safetensors found in directory "
+        "/models/m.",
+        "model_files",
+    ),
 ]
 
 
