@@ -99,67 +99,6 @@ _SAME_IMAGE_FIX = (
 
 # fmt: off
 SIGNATURES: tuple[FailureSignature, ...] = (
-    # --- ERROR lines vLLM logs and goes on from (first: their records hold no failure) --------
-    FailureSignature(
-        id="nvlink_detection_failed", family="cuda_runtime", role="cause", fatal=False,
-        survived=True,
-        pattern=_re(r"^NVLink detection (?:failed\. This is normal if your machine has no "
-                    r"NVLink equipped|not possible, as context support was not found)"),
-        title="vLLM could not query NVLink (normal without NVLink)",
-        cause="vLLM asked NVML whether the GPUs are linked by NVLink and NVML could not tell; "
-              "vLLM assumes no NVLink and goes on.",
-        fix="Nothing to do: it is logged with a traceback, but the start-up goes on.",
-        source="vLLM 0.32.0 platforms/cuda.py is_fully_connected (`logger.exception`, then "
-               "`return False`); vllm-project/vllm@002db4951e0c vllm/platforms/cuda.py",
-    ),
-    FailureSignature(
-        id="plugin_load_failed", family="package_version", role="cause", fatal=False,
-        survived=True,
-        pattern=_re(r"^Failed to (?:load plugin|instantiate endpoint plugin) (?P<plugin>\S+)"),
-        title="A vLLM plugin ({plugin}) failed to load",
-        cause="An installed vLLM plugin ({plugin}) raised when vLLM loaded it; vLLM goes on "
-              "without it.",
-        fix="If the plugin is wanted, read its traceback (same prefix) for the package it "
-            "lacks; else set VLLM_PLUGINS to the plugins to load.",
-        source="vLLM 0.32.0 plugins/__init__.py load_plugins_by_group (`logger.exception`, the "
-               "loop goes on); vllm-project/vllm@01425553bdbe vllm/plugins/__init__.py",
-    ),
-    FailureSignature(
-        id="flash_attn_version_unusable", family="gpu_arch", role="cause", fatal=False,
-        survived=True,
-        pattern=_re(r"^Cannot use FA version (?P<version>\d+) is not supported due to"),
-        title="FlashAttention {version} cannot be used on this GPU",
-        cause="vLLM's FlashAttention {version} is not supported here ({gpu}); vLLM picks "
-              "another attention backend.",
-        fix="Nothing to do unless the attention backend matters: the start-up goes on with "
-            "another backend.",
-        source="vLLM 0.32.0 v1/attention/backends/fa_utils.py get_flash_attn_version "
-               "(`logger.error`, the assert caught, None returned)",
-    ),
-    FailureSignature(
-        id="triton_kernels_import_failed", family="package_version", role="cause", fatal=False,
-        survived=True,
-        pattern=_re(r"^Failed to import Triton kernels\. Please make sure your triton version "
-                    r"is compatible"),
-        title="vLLM could not import triton_kernels (a MoE kernel turned off)",
-        cause="The image's triton_kernels does not match its triton; vLLM goes on without the "
-              "kernels that need it.",
-        fix="Only if a MoE model needs them: use an image whose triton and triton_kernels "
-            "match.",
-        source="vLLM 0.32.0 model_executor/layers/fused_moe/config.py and oracle/mxfp4.py "
-               "(`logger.error` in an except that goes on)",
-    ),
-    FailureSignature(
-        id="same_node_check_failed", family="distributed_init", role="cause", fatal=False,
-        survived=True,
-        pattern=_re(r"^Error ignored in is_in_the_same_node"),
-        title="vLLM's same-node check failed (ignored)",
-        cause="vLLM could not open the shared memory its same-node check uses; it counts the "
-              "ranks as on different nodes and goes on.",
-        fix="Nothing to do unless ranks on one node should share memory (then check /dev/shm).",
-        source="vLLM 0.32.0 distributed/parallel_state.py in_the_same_node_as "
-               "(`logger.error(\"Error ignored in is_in_the_same_node: %s\", e)`)",
-    ),
     # --- launcher / cluster formation ---------------------------------------------------------
     FailureSignature(
         id="docker_image_mismatch", family="ray_cluster", role="cause", fatal=True,
@@ -923,6 +862,68 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         cause="The engine process died; the cause is in the lines before.",
         fix="Read the earlier lines (attached) for the first error; restart the server.",
         source='vLLM v1/engine/exceptions.py EngineDeadError, v1/engine/core.py, v1/engine/async_llm.py output_handler; V0 engine/async_llm_engine.py AsyncEngineDeadError, engine/multiprocessing/__init__.py MQEngineDeadError',
+    ),
+    # --- ERROR lines vLLM logs and goes on from (read before any row: their records hold no
+    # failure, cluster.diagnosis.engine.SurvivedRecords) ----------------------------------------
+    FailureSignature(
+        id="nvlink_detection_failed", family="cuda_runtime", role="cause", fatal=False,
+        survived=True,
+        pattern=_re(r"^NVLink detection (?:failed\. This is normal if your machine has no "
+                    r"NVLink equipped|not possible, as context support was not found)"),
+        title="vLLM could not query NVLink (normal without NVLink)",
+        cause="vLLM asked NVML whether the GPUs are linked by NVLink and NVML could not tell; "
+              "vLLM assumes no NVLink and goes on.",
+        fix="Nothing to do: it is logged with a traceback, but the start-up goes on.",
+        source="vLLM 0.32.0 platforms/cuda.py is_fully_connected (`logger.exception`, then "
+               "`return False`); vllm-project/vllm@002db4951e0c vllm/platforms/cuda.py",
+    ),
+    FailureSignature(
+        id="plugin_load_failed", family="package_version", role="cause", fatal=False,
+        survived=True,
+        pattern=_re(r"^Failed to (?:load plugin|instantiate endpoint plugin) (?P<plugin>\S+)"),
+        title="A vLLM plugin ({plugin}) failed to load",
+        cause="An installed vLLM plugin ({plugin}) raised when vLLM loaded it; vLLM goes on "
+              "without it.",
+        fix="If the plugin is wanted, read its traceback (same prefix) for the package it "
+            "lacks; else set VLLM_PLUGINS to the plugins to load.",
+        source="vLLM 0.32.0 plugins/__init__.py load_plugins_by_group (`logger.exception`, the "
+               "loop goes on); vllm-project/vllm@01425553bdbe vllm/plugins/__init__.py",
+    ),
+    FailureSignature(
+        id="flash_attn_version_unusable", family="gpu_arch", role="cause", fatal=False,
+        survived=True,
+        pattern=_re(r"^Cannot use FA version (?P<version>\d+) is not supported due to"),
+        title="FlashAttention {version} cannot be used on this GPU",
+        cause="vLLM's FlashAttention {version} is not supported here ({gpu}); vLLM picks "
+              "another attention backend.",
+        fix="Nothing to do unless the attention backend matters: the start-up goes on with "
+            "another backend.",
+        source="vLLM 0.32.0 v1/attention/backends/fa_utils.py get_flash_attn_version "
+               "(`logger.error`, the assert caught, None returned)",
+    ),
+    FailureSignature(
+        id="triton_kernels_import_failed", family="package_version", role="cause", fatal=False,
+        survived=True,
+        pattern=_re(r"^Failed to import Triton kernels\. Please make sure your triton version "
+                    r"is compatible"),
+        title="vLLM could not import triton_kernels (a MoE kernel turned off)",
+        cause="The image's triton_kernels does not match its triton; vLLM goes on without the "
+              "kernels that need it.",
+        fix="Only if a MoE model needs them: use an image whose triton and triton_kernels "
+            "match.",
+        source="vLLM 0.32.0 model_executor/layers/fused_moe/config.py and oracle/mxfp4.py "
+               "(`logger.error` in an except that goes on)",
+    ),
+    FailureSignature(
+        id="same_node_check_failed", family="distributed_init", role="cause", fatal=False,
+        survived=True,
+        pattern=_re(r"^Error ignored in is_in_the_same_node"),
+        title="vLLM's same-node check failed (ignored)",
+        cause="vLLM could not open the shared memory its same-node check uses; it counts the "
+              "ranks as on different nodes and goes on.",
+        fix="Nothing to do unless ranks on one node should share memory (then check /dev/shm).",
+        source="vLLM 0.32.0 distributed/parallel_state.py in_the_same_node_as "
+               "(`logger.error(\"Error ignored in is_in_the_same_node: %s\", e)`)",
     ),
 )
 # fmt: on
