@@ -33,7 +33,9 @@ SOURCES: dict[str, str] = {
     "vllm-project/vllm@002db4951e0c vllm/platforms/cuda.py (`No valid attention backend "
     "found`, `Selected backend ... is not valid for this configuration`, `Bfloat16 is only "
     "supported`)",
-    "ray": "ray 2.60.0 (PyPI; commit b7f4259e944b) python/ray/exceptions.py; "
+    "ray": "ray 2.60.0 (PyPI; commit b7f4259e944b) python/ray/exceptions.py, "
+    "_private/state.py (`Failed to connect to GCS`); src/ray/raylet/worker_pool.cc (`Some "
+    "workers of the worker process(N) have not registered within the timeout`); "
     "ray-project/ray@007329712e97 python/ray/exceptions.py; ray-project/ray@699f387377ce "
     "doc/source/ray-core/scheduling/ray-oom-prevention.rst (`Task was killed due to the node "
     "running low on memory`, `N worker(s) were killed ...` from Ray 2.55)",
@@ -60,7 +62,8 @@ SOURCES: dict[str, str] = {
     "safetensors": "safetensors (SafetensorError: `Error while deserializing header`); torch's "
     "zip reader for a cut .bin (`PytorchStreamReader failed reading zip archive`, libtorch 2.13)",
     "triton": "triton-lang/triton@0b057fca1b99 python/triton/runtime/errors.py (OutOfResources "
-    "`out of resource: shared memory, Required: N, Hardware limit: M`, PTXASError), ptxas",
+    "`out of resource: shared memory, Required: N, Hardware limit: M`, PTXASError), ptxas; "
+    "runtime/build.py (`Failed to find C compiler`: no compiler in the image)",
 }
 
 
@@ -183,7 +186,7 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"is (?:unavailable|not available)\b.*\b[Ii]nstall|Please use \w+ version|"
         r"requires a \w+ build|operator \S+::\S+ does not exist|version `GLIBC\w*_[\d.]+' not found|"
         r"compiled with different CUDA (?:major )?versions|(?:built|compiled) (?:for|against) "
-        r"(?:PyTorch|torch)\b"),
+        r"(?:PyTorch|torch)\b|Failed to find C compiler"),
         frame=_re(r"transformers/models/auto/")),
     # NCCL's own error strings, then torch's and vLLM's wrappers
     ExceptionClass("nccl", "nccl", message=_re(
@@ -201,7 +204,7 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"^ray\.|\bRay(?:System|Task|Actor)?Error\b|placement group|"
         r"\b(?:LocalRayletDied|WorkerCrashed|OwnerDied|ObjectLost)Error\b|raylet died|"
         r"is not schedulable|does not support ray|Ray does not detect any GPUs|\bGCS\b|"
-        r"\braylet\b"),
+        r"\braylet\b|have not registered within the timeout"),
         frame=_re(r"/ray/|ray_utils\.py|ray_(?:distributed_)?executor")),
     ExceptionClass("port_in_use", "python", message=_re(
         r"address already in use|EADDRINUSE|Errno 98|Could not find open port", re.I)),
