@@ -215,6 +215,11 @@ class LogDiagnoser:
         self._stop: str | None = None
 
     @property
+    def last_line(self) -> int | None:
+        """The number of the last non-empty line fed."""
+        return self._recent[-1][0] if self._recent else None
+
+    @property
     def line_count(self) -> int:
         """Lines fed so far (including empty ones)."""
         return self._line_number

@@ -161,6 +161,18 @@ def hang_before(diagnoser: LogDiagnoser) -> Diagnosis | None:
     )
 
 
+def ends_hung(diagnoser: LogDiagnoser, ready: int) -> Diagnosis | None:
+    """The engine-hang finding (vLLM's shared-memory broadcast wait, logged while a reader
+    waits 60 s for its workers) when the log ends in it after the start-up completed: the end
+    shows a hung engine, not a healthy one."""
+    last = diagnoser.matches[-1] if diagnoser.matches else None
+    if last is None or last.family != "engine_hang" or last.fatal or last.line_number <= ready:
+        return None
+    if last.line_number != diagnoser.last_line:
+        return None
+    return next((f for f in diagnoser.findings if f.signature_id == last.row), None)
+
+
 def family_hint(lines: Sequence[str]) -> Diagnosis | None:
     """For a log that shows no failure and no end: the first line (not logged at INFO or
     below) whose text a family's exception class knows, as an unrecognised, non-fatal hint."""
@@ -226,6 +238,13 @@ def explain(
             f"the start-up completed (line {ready}), then an exception no row knows was raised "
             f"(line {late.line_number}): the server failed at serving, its family by the "
             "exception's type, module and message"
+        )
+    elif ready is not None and (hung := ends_hung(diagnoser, ready)) is not None:
+        verdict = "failed"
+        found = hung.model_copy(update={"fatal": True})
+        why = (
+            f"the start-up completed (line {ready}), but the log ends with vLLM waiting on its "
+            f"workers (line {hung.line_number}): the serving engine hung"
         )
     elif ready is not None:
         verdict = "healthy"

@@ -354,3 +354,22 @@ def test_an_assert_that_the_parallel_size_divides_the_model_is_the_configuration
 def test_more_unknown_members_from_their_sources(line, family):
     raised = raised_exception(line)
     assert raised is not None and family_of_exception(raised) == family
+
+
+def test_a_log_that_ends_with_vllm_waiting_on_its_workers_is_a_hung_engine():
+    # vLLM 0.32.0 distributed/device_communicators/shm_broadcast.py logs it while a reader
+    # waits; idle workers wait without it (v1/executor/multiproc_executor.py, indefinite=True)
+    waiting = vllm(
+        "WARNING",
+        "No available shared memory broadcast block found in 60 seconds. This typically happens "
+        "when some processes are hanging or doing some time-consuming work (e.g. compilation, "
+        "weight/kv cache quantization).",
+        "shm_broadcast.py:466",
+    )
+    ready = vllm("INFO", "Application startup complete.", "launcher.py:46")
+    explained = explain([ready, waiting])
+    assert explained.verdict == "failed", explained.why
+    assert explained.diagnosis is not None and explained.diagnosis.family == "engine_hang"
+    # the engine answered again after it: healthy by its end
+    served = vllm("INFO", "Avg prompt throughput: 12.0 tokens/s", "loggers.py:1")
+    assert explain([ready, waiting, served]).verdict == "healthy"
