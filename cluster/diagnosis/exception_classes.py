@@ -54,7 +54,10 @@ SOURCES: dict[str, str] = {
     "memory allocation, 3 initialization, 35 insufficient driver, 100 no device, 209 no kernel "
     "image, 700 illegal address, 710 device-side assert, 719 launch failure, 803 system driver "
     "mismatch, 804 forward compatibility on unsupported hardware",
-    "python": "CPython: the import system (ImportError, ModuleNotFoundError), MemoryError, "
+    "python": "CPython and the OS: errno texts (98 address in use, 101 network unreachable, 111 "
+    "connection refused, 113 no route to host) and getaddrinfo's (`Name or service not known`, "
+    "`Temporary failure in name resolution`); the import system (ImportError, "
+    "ModuleNotFoundError), MemoryError, "
     "the dynamic loader (`undefined symbol`, `version GLIBCXX_N not found`, `cannot open shared "
     "object file`), OSError errno texts, libstdc++'s std::bad_alloc; torch's dispatcher "
     "(`operator torchvision::nms does not exist`) and torchvision/extension.py (`compiled with "
@@ -206,6 +209,11 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"is not schedulable|does not support ray|Ray does not detect any GPUs|\bGCS\b|"
         r"\braylet\b|have not registered within the timeout"),
         frame=_re(r"/ray/|ray_utils\.py|ray_(?:distributed_)?executor")),
+    # the network between the ranks (after Ray's and the hub's, which name their peer): the
+    # OS's errno and getaddrinfo texts
+    ExceptionClass("distributed_init", "python", message=_re(
+        r"Connection refused|No route to host|Network is unreachable|Name or service not known|"
+        r"Temporary failure in name resolution|\[Errno 1(?:01|1[013])\]")),
     ExceptionClass("port_in_use", "python", message=_re(
         r"address already in use|EADDRINUSE|Errno 98|Could not find open port", re.I)),
     ExceptionClass("engine_hang", "vllm", message=_re(r"^TimeoutError\b|timed out|Timeout", re.I),

@@ -326,6 +326,12 @@ MORE_MEMBERS = [
         "ImportError: /lib/x86_64-linux-gnu/libstdc++.so.6: version `GLIBCXX_3.4.32' not found",
         "package_version",
     ),
+    # the OS's errno text, through torch.distributed's TCPStore client
+    (
+        "RuntimeError: [c10d] connect() to 198.18.1.10:29500 failed: Connection refused",
+        "distributed_init",
+    ),
+    ("ConnectionRefusedError: [Errno 111] Connection refused", "distributed_init"),
     # transformers modeling_utils
     (
         "OSError: Error no file named pytorch_model.bin, model.safetensors found in directory "
