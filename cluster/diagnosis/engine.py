@@ -210,6 +210,7 @@ class LogDiagnoser:
         self._last_frame: str | None = None  # the last traceback frame after the first symptom
         self._stop_line: int | None = None
         self._matches: list[RowMatch] = []
+        self.last_match: RowMatch | None = None  # the last line a row matched, however many
         self._ready: int | None = None
         self._platform = PlatformSeen()
         self._stop: str | None = None
@@ -363,18 +364,11 @@ class LogDiagnoser:
         result: Diagnosis | None = None
         if found is not None:
             sig, m = found
+            self.last_match = RowMatch(
+                self._line_number, sig.id, sig.family, sig.role, sig.fatal, cleaned, is_source
+            )
             if len(self._matches) < MAX_MATCHES:
-                self._matches.append(
-                    RowMatch(
-                        self._line_number,
-                        sig.id,
-                        sig.family,
-                        sig.role,
-                        sig.fatal,
-                        cleaned,
-                        is_source,
-                    )
-                )
+                self._matches.append(self.last_match)
             context = [c for _, c, _ in list(self._recent)[-CONTEXT_LINES:]]
             made = diagnosis_of(
                 sig,

@@ -165,7 +165,7 @@ def ends_hung(diagnoser: LogDiagnoser, ready: int) -> Diagnosis | None:
     """The engine-hang finding (vLLM's shared-memory broadcast wait, logged while a reader
     waits 60 s for its workers) when the log ends in it after the start-up completed: the end
     shows a hung engine, not a healthy one."""
-    last = diagnoser.matches[-1] if diagnoser.matches else None
+    last = diagnoser.last_match
     if last is None or last.family != "engine_hang" or last.fatal or last.line_number <= ready:
         return None
     if last.line_number != diagnoser.last_line:
