@@ -37,7 +37,7 @@ from cluster.bench.runner import (
 )
 from cluster.config import ClusterConfig, resolve_secrets, shown_cluster
 from cluster.controller import Controller
-from cluster.diagnosis.explain import Explanation, explain
+from cluster.diagnosis.explain import as_text, explain
 from cluster.diagnosis.failures import with_knowledge
 from cluster.errors import SparkBotError
 from cluster.events import Failed, StatusReport
@@ -238,64 +238,8 @@ def diagnose_log(args: argparse.Namespace) -> int:
     if args.json:
         print(explained.model_dump_json(indent=2))
     else:
-        print(told(explained))
-        if args.explain:
-            print(explanation_text(explained))
+        print(as_text(explained, details=args.explain))
     return 1 if explained.verdict == "failed" else 0
-
-
-def told(explained: Explanation) -> str:
-    """The verdict as `diagnose` prints it: what failed, its line, cause, fix, row and family."""
-    found = explained.diagnosis
-    if explained.verdict == "stopped":
-        return f"No failure: {explained.why}"
-    unproven = (
-        "\n  (not proven healthy either: the log does not reach `Application startup complete.`)"
-        if explained.verdict == "incomplete"
-        else ""
-    )
-    if explained.verdict != "failed" or found is None:
-        ended = (
-            f": the start-up completed (line {explained.ready_line}) and no fatal line follows"
-            if explained.verdict == "healthy"
-            else ""
-        )
-        if found is None:
-            return (
-                f"No failure found{ended}."
-                if ended
-                else "No failure found in this log (no known failure signature, no error line)."
-                + unproven
-            )
-        heading = f"No failure found{ended}, but worth reading: {found.title}"
-    else:
-        heading = found.title
-    return (
-        f"{heading}\n  evidence (line {found.line_number}): {found.evidence}\n"
-        f"  cause: {found.cause}\n  fix:   {found.fix}\n  row:   {found.signature_id}\n"
-        f"  family: {found.family}" + (f"\n  search: {found.search}" if found.search else "")
-    )
-
-
-def explanation_text(explained: Explanation) -> str:
-    """`--explain`: the rows and families that matched which lines, why the chosen one won,
-    and every checkpoint the log proves."""
-    out = [f"\nwhy: {explained.why}", "rows matched:"]
-    out += [
-        f"  line {m.line_number}: {m.row} ({m.family}, {m.role}, "
-        f"{'fatal' if m.fatal else 'finding'}{', a source line' if m.source_line else ''}): "
-        f"{m.line.strip()[:160]}"
-        for m in explained.matches
-    ] or ["  (none)"]
-    out.append("checkpoints proven:")
-    out += [
-        f"  {p.checkpoint} (line {p.line_number}, {p.rank or 'rank not shown'}): "
-        f"{p.line.strip()[:160]}"
-        for p in explained.checkpoints
-    ] or ["  (none)"]
-    if explained.checkpoints_missing:
-        out.append("not proven by this log: " + ", ".join(explained.checkpoints_missing))
-    return "\n".join(out)
 
 
 def _configure_logging(args: argparse.Namespace, default_level: str) -> None:

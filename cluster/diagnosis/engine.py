@@ -39,6 +39,7 @@ from cluster.diagnosis.families import (
 from cluster.diagnosis.platform import PlatformSeen
 from cluster.diagnosis.tracebacks import (
     RaisedException,
+    TracebackReader,
     frame_file,
     raised_exception,
     says_another_is_the_cause,
@@ -102,6 +103,9 @@ _ERROR_LEVEL = re.compile(
 )
 
 _FIELD = re.compile(r"\{(\w+)\}")
+# CPython's unraisable hook (Python/errors.c): an exception in __del__, a callback or at exit,
+# printed with its traceback and ignored
+_UNRAISABLE = "Exception ignored in"
 _SHUTDOWN = Screen([marker for marker, _ in SHUTDOWN_MARKERS])
 _STARTUP_COMPLETE = Screen([s.pattern for s in API_SERVER_SPELLINGS + SERVING_SPELLINGS])
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
@@ -198,14 +202,23 @@ class LogDiagnoser:
         self._first_symptom: Diagnosis | None = None
         self._findings: dict[str, Diagnosis] = {}
         self._root: RootError | None = None  # the first symptom's root, once one is seen
+        self._after: RootFinder | None = None  # reads on after the first symptom for its root
+        self._survived = SurvivedRecords(table)
+        self._survived_rows = tuple(sig for sig in table if sig.survived)
         self._source_cause: Diagnosis | None = None  # a cause row on a traceback's source line
         self._source_process: str | None = None  # the process whose traceback showed it
         self._last_frame: str | None = None  # the last traceback frame after the first symptom
         self._stop_line: int | None = None
         self._matches: list[RowMatch] = []
+        self.last_match: RowMatch | None = None  # the last line a row matched, however many
         self._ready: int | None = None
         self._platform = PlatformSeen()
         self._stop: str | None = None
+
+    @property
+    def last_line(self) -> int | None:
+        """The number of the last non-empty line fed."""
+        return self._recent[-1][0] if self._recent else None
 
     @property
     def line_count(self) -> int:
@@ -329,6 +342,9 @@ class LogDiagnoser:
         if self._stop is not None:
             self._recent.append((self._line_number, cleaned, message))
             return None
+        if self._survived.covers(cleaned, message):
+            self._survived_line(cleaned, message)
+            return None
         if self._ready is None and _STARTUP_COMPLETE.search(message):
             self._started(cleaned)
         # A traceback's source line (indented, right after `File "...", line N`) echoes code
@@ -348,18 +364,11 @@ class LogDiagnoser:
         result: Diagnosis | None = None
         if found is not None:
             sig, m = found
+            self.last_match = RowMatch(
+                self._line_number, sig.id, sig.family, sig.role, sig.fatal, cleaned, is_source
+            )
             if len(self._matches) < MAX_MATCHES:
-                self._matches.append(
-                    RowMatch(
-                        self._line_number,
-                        sig.id,
-                        sig.family,
-                        sig.role,
-                        sig.fatal,
-                        cleaned,
-                        is_source,
-                    )
-                )
+                self._matches.append(self.last_match)
             context = [c for _, c, _ in list(self._recent)[-CONTEXT_LINES:]]
             made = diagnosis_of(
                 sig,
@@ -376,7 +385,10 @@ class LogDiagnoser:
                     self._first_cause = made
                 elif sig.role == "symptom" and self._first_symptom is None:
                     self._first_symptom = made
-                    self._root = root_error(self._recent)
+                    self._after = RootFinder(self._table)
+                    for entry in self._recent:
+                        self._after.offer(entry)
+                    self._root = self._after.root
                 result = self.diagnosis
             elif sig.id not in self._findings:
                 self._findings[sig.id] = made
@@ -390,38 +402,39 @@ class LogDiagnoser:
             self._source_cause = None
         if self._first_symptom is not None and frame_file(message) is not None:
             self._last_frame = message.strip()  # where a traceback cut before its exception was
+        entry = (self._line_number, cleaned, message)
         if (
-            found is None
+            self._after is not None
             and self._first_symptom is not None
-            and (self._root is None or self._root.kind != "exception")
-            and not is_source
+            and self._line_number > (self._first_symptom.line_number or 0)
             and self._line_number - (self._first_symptom.line_number or 0) <= ROOT_AFTER_LINES
         ):
-            # the traceback after the symptom ("EngineCore failed to start." comes first)
-            after = root_error([(self._line_number, cleaned, message)], self._recent)
-            if after is not None and after.kind == "exception":
+            # the traceback after the symptom ("EngineCore failed to start." comes first); a
+            # root found before the symptom stays (the finder keeps its first exception)
+            candidate = found is None and not is_source
+            after = self._after.offer(entry, candidate)
+            if after is not None and (self._root is None or self._root.kind != "exception"):
                 self._root = after
-        self._recent.append((self._line_number, cleaned, message))
+        self._recent.append(entry)
         return result
 
-    def _started(self, cleaned: str) -> None:
-        """The start-up completed: what was fatal before did not stop it (an ERROR a feature
-        logged and survived), so it is kept as a finding; only what follows can fail it."""
-        self._ready = self._line_number
-        earlier, _ = self._chosen()
-        if earlier is not None and earlier.fatal:
-            self._findings.setdefault(
-                earlier.signature_id,
-                earlier.model_copy(
-                    update={
-                        "fatal": False,
-                        "cause": f"{earlier.cause} (The start-up went on to complete at line "
-                        f"{self._line_number}: it did not stop it.)",
-                    }
-                ),
+    def _survived_line(self, cleaned: str, message: str) -> None:
+        """A line of a record vLLM logs at ERROR and goes on from: its row's match is shown
+        (`--explain`), nothing in it fails the log or is a root."""
+        found = match_line(message, (), self._survived_rows)
+        if found is not None and len(self._matches) < MAX_MATCHES:
+            sig = found[0]
+            self._matches.append(
+                RowMatch(self._line_number, sig.id, sig.family, sig.role, False, cleaned)
             )
-        self._first_cause = self._first_symptom = self._source_cause = None
-        self._root = None
+        self._recent.append((self._line_number, cleaned, message))
+
+    def _started(self, cleaned: str) -> None:
+        """The start-up completed: what fails the log from now on fails the serving server. A
+        fatal line before it stays the answer (the stream reported it as it arrived: the
+        verdicts agree); what vLLM logs at ERROR and goes on from is a `survived` row, and an
+        error no row knows before the end fails nothing."""
+        self._ready = self._line_number
 
     def diagnose_stall(self, phase: str, idle_seconds: float) -> Diagnosis:
         """Diagnosis for "no output for `idle_seconds` in `phase`": an NCCL initialisation hang
@@ -490,55 +503,125 @@ def diagnose(
 class RootError:
     """The likely root of a death: the first raised exception that wraps no other (`kind`
     "exception"), else the first line logged at ERROR level ("error_level"), else the first
-    wrapper ("wrapper": it names no root, but says what died); its line, the traceback frame
-    that raised it, and the lines before it."""
+    wrapper ("wrapper": it names no root, but says what died); its line, the traceback's
+    innermost frames and source line, and the lines before it."""
 
     line_number: int
     cleaned: str
     kind: Literal["exception", "error_level", "wrapper"]
     exception: RaisedException | None = None
-    frame: str | None = None  # the traceback's `File "...", line N, in f` that raised it
+    frames: tuple[str, ...] = ()  # the traceback's `File "...", line N, in f`, innermost first
+    code: str | None = None  # the source line Python echoed under the raising frame
     context: tuple[str, ...] = ()
+
+    @property
+    def frame(self) -> str | None:
+        """The frame that raised it."""
+        return self.frames[0] if self.frames else None
 
     @property
     def quoted(self) -> str:
         return strip_prefixes(self.cleaned).strip()[:300]
 
 
-def root_error(
-    entries: Iterable[tuple[int, str, str]], before: Iterable[tuple[int, str, str]] = ()
-) -> RootError | None:
-    """The root error among `entries` ((line number, cleaned line, prefix-stripped message), in
-    log order); `before`: the lines that precede them (for the raising frame and context)."""
-    seen: deque[tuple[int, str, str]] = deque(before, maxlen=CONTEXT_LINES)
-    error_level: RootError | None = None
-    wrapper: RootError | None = None  # the first wrapper, when nothing else says more
-    for entry in entries:
+def _prefix(cleaned: str, message: str) -> str:
+    """What wraps `message` in `cleaned` (process, level, time, file)."""
+    at = cleaned.find(message) if message else -1
+    return cleaned[:at] if at > 0 else ""
+
+
+class SurvivedRecords:
+    """Whether a line belongs to the record of a line vLLM logs at ERROR and goes on from (a
+    `survived` row): its line and the lines after it with the same prefix, since vLLM's
+    NewLineFormatter (logging_utils/formatter.py, 0.6 to 0.32) puts the record's prefix on
+    every line of it, its traceback's too."""
+
+    def __init__(self, table: tuple[FailureSignature, ...] = SIGNATURES) -> None:
+        self._rows = tuple(sig for sig in table if sig.survived)
+        self._prefix: str | None = None
+
+    def covers(self, cleaned: str, message: str) -> bool:
+        """Whether this line (the next of the log) is part of a survived record."""
+        if any(sig.pattern.search(message) for sig in self._rows):
+            self._prefix = _prefix(cleaned, message)
+            return True
+        if self._prefix and _prefix(cleaned, message) == self._prefix:
+            return True
+        self._prefix = None
+        return False
+
+
+class RootFinder:
+    """The root error of lines offered in log order ((line number, cleaned line,
+    prefix-stripped message)): the first raised exception that wraps no other and that no
+    survived record holds, else the first ERROR line, else the first wrapper."""
+
+    def __init__(self, table: tuple[FailureSignature, ...] = SIGNATURES) -> None:
+        self._seen: deque[tuple[int, str, str]] = deque(maxlen=CONTEXT_LINES)
+        self._traceback = TracebackReader()
+        self._survived = SurvivedRecords(table)
+        self._error_level: RootError | None = None
+        self._wrapper: RootError | None = None
+        self._ignoring = False  # inside an exception CPython reported as ignored
+        self.exception: RootError | None = None
+
+    @property
+    def root(self) -> RootError | None:
+        return self.exception or self._error_level or self._wrapper
+
+    def offer(self, entry: tuple[int, str, str], candidate: bool = True) -> RootError | None:
+        """Read one more line; the root exception once it is found (then always it).
+        `candidate` False: a line read for the traceback and context only (a row's)."""
         n, cleaned, message = entry
-        if message[:1].isspace() or not message:  # a traceback's frame or source line
-            seen.append(entry)
-            continue
+        if self.exception is not None:
+            return self.exception
+        if self._survived.covers(cleaned, message):
+            return None
+        self._traceback.offer(message)
+        if message[:1].isspace() or not message or not candidate:
+            self._seen.append(entry)
+            return None
+        context = tuple(c for _, c, _ in self._seen)
         raised = raised_exception(message)
-        if raised is not None and not raised.wraps_another and not _LOW_LEVEL.search(cleaned):
-            frame = next((m.strip() for _, _, m in reversed(seen) if frame_file(m)), None)
-            return RootError(n, cleaned, "exception", raised, frame, tuple(c for _, c, _ in seen))
-        if raised is not None and wrapper is None and not _LOW_LEVEL.search(cleaned):
-            wrapper = RootError(n, cleaned, "wrapper", raised, None, tuple(c for _, c, _ in seen))
+        if message.startswith(_UNRAISABLE):
+            self._ignoring = True  # CPython goes on: its traceback's exception is no root
+            return None
+        if self._ignoring and not message.startswith("Traceback"):
+            self._ignoring = False
+            if raised is not None:
+                return None
+        low = _LOW_LEVEL.search(cleaned) is not None
+        if raised is not None and not raised.wraps_another and not low:
+            tb = self._traceback
+            self.exception = RootError(n, cleaned, "exception", raised, tb.frames, tb.code, context)
+            return self.exception
+        if raised is not None and self._wrapper is None and not low:
+            self._wrapper = RootError(n, cleaned, "wrapper", raised, context=context)
         if (
-            error_level is None
+            self._error_level is None
             and raised is None
             and _ERROR_LEVEL.search(cleaned)
             and not _TRACEBACK_NOISE.match(message)
             and not says_another_is_the_cause("", message)
         ):
-            error_level = RootError(n, cleaned, "error_level", context=tuple(c for _, c, _ in seen))
-        seen.append(entry)
-    return error_level or wrapper
+            self._error_level = RootError(n, cleaned, "error_level", context=context)
+        self._seen.append(entry)
+        return None
+
+
+def root_error(entries: Iterable[tuple[int, str, str]]) -> RootError | None:
+    """The root error among `entries` ((line number, cleaned line, prefix-stripped message), in
+    log order)."""
+    finder = RootFinder()
+    for entry in entries:
+        if finder.offer(entry) is not None:
+            break
+    return finder.root
 
 
 def family_of_root(root: RootError) -> FamilyId:
     if root.exception is not None:
-        return family_of_exception(root.exception, root.frame)
+        return family_of_exception(root.exception, root.frames, root.code)
     return family_of_text(root.quoted)
 
 
@@ -615,6 +698,22 @@ def first_error(lines: Iterable[str]) -> tuple[int, str] | None:
     )
     found = root_error(entries)
     return (found.line_number, found.cleaned) if found is not None else None
+
+
+def cut_traceback(lines: Iterable[str]) -> tuple[int, str] | None:
+    """(line number, cleaned line) of the innermost frame of a traceback the log ends in
+    before its exception line (an excerpt, or a process killed while printing it)."""
+    last: tuple[int, str] | None = None
+    for n, raw in enumerate(lines, start=1):
+        cleaned = clean_line(raw)
+        message = strip_prefixes(cleaned)
+        if not message.strip():
+            continue
+        if frame_file(message) is not None:
+            last = (n, cleaned)
+        elif not message[:1].isspace() and not message.startswith("Traceback"):
+            last = None  # the traceback ended (in an exception line, or other output)
+    return last
 
 
 def unrecognised(lines: Iterable[str], where: str, tail: int = UNRECOGNISED_TAIL) -> Diagnosis:

@@ -6,7 +6,10 @@ scored with: an operator who teaches a row sees which line it matched, and check
 checkpoints without importing the package's internals. No I/O.
 
 Healthy is proven by the end: a log that goes on to `Application startup complete.` is no
-failure unless a fatal line follows it; an ERROR line before it did not stop the start-up.
+failure unless a fatal line (a fatal row) is in it; an ERROR line or an exception no row knows
+before the end did not stop the start-up, and a line vLLM logs at ERROR and goes on from is a
+`survived` row. The stream (cluster.progress.checkpoint_follower) answers the same: it fails a
+launch at a fatal line as it arrives, and at nothing else before the end.
 """
 
 from __future__ import annotations
@@ -18,7 +21,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cluster.config import Knowledge
-from cluster.diagnosis.engine import Diagnosis, LogDiagnoser, first_error, unrecognised
+from cluster.diagnosis.engine import (
+    Diagnosis,
+    LogDiagnoser,
+    cut_traceback,
+    first_error,
+    unrecognised,
+    with_frame,
+)
 from cluster.diagnosis.failures import SIGNATURES, FailureSignature
 from cluster.diagnosis.families import family_of_text
 from cluster.diagnosis.tracebacks import raised_exception
@@ -135,6 +145,34 @@ def raised_after(lines: Sequence[str], ready: int) -> Diagnosis | None:
     return late.model_copy(update={"line_number": (late.line_number or 0) + ready})
 
 
+def hang_before(diagnoser: LogDiagnoser) -> Diagnosis | None:
+    """A finding that the engine was not answering (vLLM's shared-memory broadcast wait) before
+    the log's logged shutdown: an operator ending a hang, not a clean stop."""
+    stop = diagnoser.stop_line
+    if stop is None:
+        return None
+    return next(
+        (
+            f
+            for f in diagnoser.findings
+            if f.family == "engine_hang" and (f.line_number or 0) < stop
+        ),
+        None,
+    )
+
+
+def ends_hung(diagnoser: LogDiagnoser, ready: int) -> Diagnosis | None:
+    """The engine-hang finding (vLLM's shared-memory broadcast wait, logged while a reader
+    waits 60 s for its workers) when the log ends in it after the start-up completed: the end
+    shows a hung engine, not a healthy one."""
+    last = diagnoser.last_match
+    if last is None or last.family != "engine_hang" or last.fatal or last.line_number <= ready:
+        return None
+    if last.line_number != diagnoser.last_line:
+        return None
+    return next((f for f in diagnoser.findings if f.signature_id == last.row), None)
+
+
 def family_hint(lines: Sequence[str]) -> Diagnosis | None:
     """For a log that shows no failure and no end: the first line (not logged at INFO or
     below) whose text a family's exception class knows, as an unrecognised, non-fatal hint."""
@@ -166,8 +204,13 @@ def explain(
     verdict: Verdict
     if found is not None and found.fatal:
         verdict = "failed"
-        if ready is not None:
+        if ready is not None and (found.line_number or 0) > ready:
             why += f"; it came after the start-up completed (line {ready})"
+        elif ready is not None:
+            why += (
+                f"; the start-up went on to complete (line {ready}), but a fatal line fails the "
+                "launch as it arrives (a line vLLM goes on from is a survived row)"
+            )
     elif (
         diagnoser.stop_line is not None
         and (late := raised_after(lines[: diagnoser.stop_line - 1], ready or 0)) is not None
@@ -177,6 +220,13 @@ def explain(
         why = (
             f"an exception no row knows was raised (line {late.line_number}) before the "
             f"shutdown (line {diagnoser.stop_line}): the shutdown followed the failure"
+        )
+    elif (hung := hang_before(diagnoser)) is not None:
+        verdict = "failed"
+        found = hung.model_copy(update={"fatal": True})
+        why = (
+            f"the engine's workers had stopped answering (line {hung.line_number}) and the log "
+            f"ends in a requested shutdown (line {diagnoser.stop_line}): the stop ended a hang"
         )
     elif diagnoser.stopped_on_request is not None:
         verdict = "stopped"
@@ -189,6 +239,13 @@ def explain(
             f"(line {late.line_number}): the server failed at serving, its family by the "
             "exception's type, module and message"
         )
+    elif ready is not None and (hung := ends_hung(diagnoser, ready)) is not None:
+        verdict = "failed"
+        found = hung.model_copy(update={"fatal": True})
+        why = (
+            f"the start-up completed (line {ready}), but the log ends with vLLM waiting on its "
+            f"workers (line {hung.line_number}): the serving engine hung"
+        )
     elif ready is not None:
         verdict = "healthy"
         why = f"the start-up completed (line {ready}) and no fatal line follows it; " + why
@@ -199,6 +256,15 @@ def explain(
             "no row matched a fatal line and the start-up never completed; the first raised "
             "exception that wraps no other (else the first ERROR line) is the likely cause, "
             f"put in the family {found.family} by its type, module and message"
+        )
+    elif (frame := cut_traceback(lines)) is not None:
+        verdict = "failed"
+        n, cleaned = frame
+        found = with_frame(unrecognised(lines, "this log"), strip_prefixes(cleaned).strip())
+        found = found.model_copy(update={"evidence": cleaned, "line_number": n})
+        why = (
+            "the log ends in a traceback cut before its exception line and the start-up never "
+            f"completed; its innermost frame (line {n}) is quoted, of the family {found.family}"
         )
     else:
         verdict = "incomplete"
@@ -231,3 +297,64 @@ def explain(
         checkpoints_missing=missing,
         unknown_checkpoint_lines=unknown,
     )
+
+
+def _verdict_text(explained: Explanation) -> str:
+    """The verdict: what failed, its line, cause, fix, row and family."""
+    found = explained.diagnosis
+    if explained.verdict == "stopped":
+        return f"No failure: {explained.why}"
+    unproven = (
+        "\n  (not proven healthy either: the log does not reach `Application startup complete.`)"
+        if explained.verdict == "incomplete"
+        else ""
+    )
+    if explained.verdict != "failed" or found is None:
+        ended = (
+            f": the start-up completed (line {explained.ready_line}) and no fatal line follows"
+            if explained.verdict == "healthy"
+            else ""
+        )
+        if found is None:
+            return (
+                f"No failure found{ended}."
+                if ended
+                else "No failure found in this log (no known failure signature, no error line)."
+                + unproven
+            )
+        heading = f"No failure found{ended}, but worth reading: {found.title}"
+    else:
+        heading = found.title
+    return (
+        f"{heading}\n  evidence (line {found.line_number}): {found.evidence}\n"
+        f"  cause: {found.cause}\n  fix:   {found.fix}\n  row:   {found.signature_id}\n"
+        f"  family: {found.family}" + (f"\n  search: {found.search}" if found.search else "")
+    )
+
+
+def _details_text(explained: Explanation) -> str:
+    """The rows and families that matched which lines, why the chosen one won, and every
+    checkpoint the log proves."""
+    out = [f"\nwhy: {explained.why}", "rows matched:"]
+    out += [
+        f"  line {m.line_number}: {m.row} ({m.family}, {m.role}, "
+        f"{'fatal' if m.fatal else 'finding'}{', a source line' if m.source_line else ''}): "
+        f"{m.line.strip()[:160]}"
+        for m in explained.matches
+    ] or ["  (none)"]
+    out.append("checkpoints proven:")
+    out += [
+        f"  {p.checkpoint} (line {p.line_number}, {p.rank or 'rank not shown'}): "
+        f"{p.line.strip()[:160]}"
+        for p in explained.checkpoints
+    ] or ["  (none)"]
+    if explained.checkpoints_missing:
+        out.append("not proven by this log: " + ", ".join(explained.checkpoints_missing))
+    return "\n".join(out)
+
+
+def as_text(explained: Explanation, *, details: bool = False) -> str:
+    """An explanation as text, the one shape every terminal prints a diagnosis in (`spark-bot
+    diagnose`, and with `details` its `--explain`)."""
+    text = _verdict_text(explained)
+    return f"{text}\n{_details_text(explained)}" if details else text

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cluster.config import ClusterConfig, Knowledge
 from cluster.diagnosis.families import FamilyId
@@ -74,6 +74,18 @@ class FailureSignature(KnownFailure):
     pattern: re.Pattern[str]
     after: re.Pattern[str] | None = None
     window: int = Field(10, ge=1, le=200)
+    survived: bool = Field(
+        False,
+        description="a line vLLM logs at ERROR (often with a traceback, `logger.exception`) and "
+        "goes on from: it and the lines of its record (the same prefix) are no failure, and no "
+        "exception in them is the root of a later one",
+    )
+
+    @model_validator(mode="after")
+    def _survived_is_not_fatal(self) -> FailureSignature:
+        if self.survived and self.fatal:
+            raise ValueError(f"{self.id}: a survived line cannot be fatal")
+        return self
 
 
 def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
@@ -556,6 +568,19 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     # --- Docker, as a launcher script drives it ------------------------------------------------------
     FailureSignature(
+        id="docker_gpu_runtime_missing", family="cuda_runtime", role="cause", fatal=True,
+        pattern=_re(r"could not select device driver \S* with capabilities: \[\[gpu\]\]|"
+                    r"nvidia-container-cli: \w+ error|unknown or invalid runtime name: nvidia"),
+        title="Docker could not give the container the GPU",
+        cause="Docker has no NVIDIA runtime for `--gpus` on this node (the NVIDIA Container "
+              "Toolkit missing or not configured), or it failed to set the GPU up.",
+        fix="Install and configure the NVIDIA Container Toolkit (`nvidia-ctk runtime configure "
+            "--runtime=docker`, restart dockerd), check `docker run --rm --gpus all <image> "
+            "nvidia-smi`, then relaunch.",
+        source="moby daemon (`could not select device driver %q with capabilities: %v`), "
+               "libnvidia-container (`nvidia-container-cli: initialization error`)",
+    ),
+    FailureSignature(
         id="docker_caps_refused", family="config_invalid", role="cause", fatal=True,
         pattern=_re(r"unable to apply caps: operation not permitted"),
         title="Docker could not give the container the capabilities it asks for",
@@ -743,6 +768,49 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         source="Python's faulthandler and Ray's signal handler (`*** SIGSEGV received`)",
     ),
     FailureSignature(
+        id="cuda_sticky_error", family="cuda_runtime", role="cause", fatal=True,
+        pattern=_re(r"an illegal memory access was encountered|device-side assert triggered|"
+                    r"unspecified launch failure|misaligned address|an illegal instruction was "
+                    r"encountered|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion "
+                    r"`.*` failed"),
+        title="A CUDA kernel failed on the GPU ({gpu})",
+        cause="A kernel hit an error that leaves the process's CUDA context unusable (an illegal "
+              "memory access, a device-side assert, a launch failure): the process cannot go on.",
+        fix="Relaunch with CUDA_LAUNCH_BLOCKING=1 to name the kernel; an assert on an index past "
+            "a bound can be --max-model-len beyond the model's limit (VLLM_ALLOW_LONG_MAX_MODEL_LEN); "
+            "else try another attention backend or --enforce-eager, and report it with the "
+            "traceback.",
+        source="CUDA Runtime API cudaError_t: 700 cudaErrorIllegalAddress, 710 cudaErrorAssert, "
+               "715 cudaErrorIllegalInstruction, 716 cudaErrorMisalignedAddress, 719 "
+               "cudaErrorLaunchFailure (`the process must be terminated and relaunched`); the "
+               "device's assert line (`block: [..], thread: [..] Assertion ... failed.`)",
+    ),
+    FailureSignature(
+        id="process_killed", family="memory_host", role="cause", fatal=True,
+        pattern=_re(r"^Killed$|^(?:\S+: line \d+: +)?\d+ Killed +\S"),
+        title="A process was killed (SIGKILL)",
+        cause="The shell reports a process killed by SIGKILL: most often the kernel's OOM killer "
+              "(the host's memory ran out), or `docker kill`.",
+        fix="`dmesg -T | grep -iE 'oom|killed'` on the node names what was killed; lower "
+            "--max-model-len / --max-num-seqs / --gpu-memory-utilization and free the host's "
+            "memory, then relaunch.",
+        source="bash's job reports (`Killed`, strsignal(SIGKILL)); the kernel's OOM killer "
+               "sends SIGKILL",
+    ),
+    FailureSignature(
+        id="native_abort", family="other", role="symptom", fatal=True,
+        pattern=_re(r"^terminate called after throwing an instance of|"
+                    r"(?:Segmentation fault|Aborted|Bus error) \(core dumped\)"),
+        title="A process aborted in native code",
+        cause="A process died in C++ or CUDA code (an uncaught C++ exception, a crash); what it "
+              "threw is on the next lines (`what(): ...`).",
+        fix="Read the `what():` line and the lines before it for the library; relaunch with "
+            "CUDA_LAUNCH_BLOCKING=1 if it is a CUDA error.",
+        source="libstdc++'s verbose terminate handler (`terminate called after throwing an "
+               "instance of`), the shell's job messages for SIGSEGV/SIGABRT/SIGBUS (`(core "
+               "dumped)`)",
+    ),
+    FailureSignature(
         id="ray_actor_died", family="ray_cluster", role="symptom", fatal=True,
         pattern=_re(r"\bActorDiedError\b|The actor died unexpectedly"),
         title="A Ray worker process died",
@@ -765,20 +833,97 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     FailureSignature(
         id="engine_start_failed", family="other", role="symptom", fatal=True,
-        pattern=_re(r"EngineCore failed to start|Engine core initialization failed"),
+        pattern=_re(r"EngineCore failed to start|Engine core initialization failed|"
+                    r"Engine process failed to start"),
         title="vLLM engine failed to start",
         cause="The engine process failed during start-up; the cause is in the lines before.",
         fix="Read the earlier lines (attached) for the first error; fix it and relaunch.",
-        source='vLLM v1/engine/core.py run_engine_core (`EngineCore failed to start.`) and v1/engine/utils.py wait_for_engine_startup (0.32: line 1431)',
+        source='vLLM v1/engine/core.py run_engine_core (`EngineCore failed to start.`) and v1/engine/utils.py wait_for_engine_startup (0.32: line 1431); V0 (0.6-0.10) entrypoints/openai/api_server.py build_async_engine_client_from_engine_args (`Engine process failed to start. See stack trace for the root cause.`)',
+    ),
+    FailureSignature(
+        id="executor_worker_died", family="other", role="symptom", fatal=True,
+        pattern=_re(r"(?:Worker|Engine core) proc(?:ess)? \S+ died unexpectedly|"
+                    r"RayWorkerProc rank=\S+ died unexpectedly"),
+        title="A vLLM worker process died",
+        cause="A worker (or the engine core) process died; the cause is in the lines before "
+              "(an exit code -9 is SIGKILL: the OOM killer, or a kill).",
+        fix="Read that worker's earlier lines (attached) for the first error, and `dmesg` on "
+            "its node for the OOM killer; restart the server.",
+        source="vLLM 0.32.0 v1/executor/multiproc_executor.py (`Worker proc %s died "
+               "unexpectedly (exit code: %s), shutting down executor.`), "
+               "v1/executor/ray_executor_v2.py, v1/utils.py (`Engine core process ... died "
+               "unexpectedly.`)",
     ),
     FailureSignature(
         id="engine_dead", family="other", role="symptom", fatal=True,
-        pattern=_re(r"\bEngineDeadError\b|EngineCore encountered a fatal error"
+        pattern=_re(r"\b(?:Async|MQ)?EngineDeadError\b|EngineCore encountered a fatal error"
                     r"|AsyncLLM output_handler failed"),
         title="vLLM engine died",
         cause="The engine process died; the cause is in the lines before.",
         fix="Read the earlier lines (attached) for the first error; restart the server.",
-        source='vLLM v1/engine/exceptions.py EngineDeadError, v1/engine/core.py, v1/engine/async_llm.py output_handler',
+        source='vLLM v1/engine/exceptions.py EngineDeadError, v1/engine/core.py, v1/engine/async_llm.py output_handler; V0 engine/async_llm_engine.py AsyncEngineDeadError, engine/multiprocessing/__init__.py MQEngineDeadError',
+    ),
+    # --- ERROR lines vLLM logs and goes on from (read before any row: their records hold no
+    # failure, cluster.diagnosis.engine.SurvivedRecords) ----------------------------------------
+    FailureSignature(
+        id="nvlink_detection_failed", family="cuda_runtime", role="cause", fatal=False,
+        survived=True,
+        pattern=_re(r"^NVLink detection (?:failed\. This is normal if your machine has no "
+                    r"NVLink equipped|not possible, as context support was not found)"),
+        title="vLLM could not query NVLink (normal without NVLink)",
+        cause="vLLM asked NVML whether the GPUs are linked by NVLink and NVML could not tell; "
+              "vLLM assumes no NVLink and goes on.",
+        fix="Nothing to do: it is logged with a traceback, but the start-up goes on.",
+        source="vLLM 0.32.0 platforms/cuda.py is_fully_connected (`logger.exception`, then "
+               "`return False`); vllm-project/vllm@002db4951e0c vllm/platforms/cuda.py",
+    ),
+    FailureSignature(
+        id="plugin_load_failed", family="package_version", role="cause", fatal=False,
+        survived=True,
+        pattern=_re(r"^Failed to (?:load plugin|instantiate endpoint plugin) (?P<plugin>\S+)"),
+        title="A vLLM plugin ({plugin}) failed to load",
+        cause="An installed vLLM plugin ({plugin}) raised when vLLM loaded it; vLLM goes on "
+              "without it.",
+        fix="If the plugin is wanted, read its traceback (same prefix) for the package it "
+            "lacks; else set VLLM_PLUGINS to the plugins to load.",
+        source="vLLM 0.32.0 plugins/__init__.py load_plugins_by_group (`logger.exception`, the "
+               "loop goes on); vllm-project/vllm@01425553bdbe vllm/plugins/__init__.py",
+    ),
+    FailureSignature(
+        id="flash_attn_version_unusable", family="gpu_arch", role="cause", fatal=False,
+        survived=True,
+        pattern=_re(r"^Cannot use FA version (?P<version>\d+) is not supported due to"),
+        title="FlashAttention {version} cannot be used on this GPU",
+        cause="vLLM's FlashAttention {version} is not supported here ({gpu}); vLLM picks "
+              "another attention backend.",
+        fix="Nothing to do unless the attention backend matters: the start-up goes on with "
+            "another backend.",
+        source="vLLM 0.32.0 v1/attention/backends/fa_utils.py get_flash_attn_version "
+               "(`logger.error`, the assert caught, None returned)",
+    ),
+    FailureSignature(
+        id="triton_kernels_import_failed", family="package_version", role="cause", fatal=False,
+        survived=True,
+        pattern=_re(r"^Failed to import Triton kernels\. Please make sure your triton version "
+                    r"is compatible"),
+        title="vLLM could not import triton_kernels (a MoE kernel turned off)",
+        cause="The image's triton_kernels does not match its triton; vLLM goes on without the "
+              "kernels that need it.",
+        fix="Only if a MoE model needs them: use an image whose triton and triton_kernels "
+            "match.",
+        source="vLLM 0.32.0 model_executor/layers/fused_moe/config.py and oracle/mxfp4.py "
+               "(`logger.error` in an except that goes on)",
+    ),
+    FailureSignature(
+        id="same_node_check_failed", family="distributed_init", role="cause", fatal=False,
+        survived=True,
+        pattern=_re(r"^Error ignored in is_in_the_same_node"),
+        title="vLLM's same-node check failed (ignored)",
+        cause="vLLM could not open the shared memory its same-node check uses; it counts the "
+              "ranks as on different nodes and goes on.",
+        fix="Nothing to do unless ranks on one node should share memory (then check /dev/shm).",
+        source="vLLM 0.32.0 distributed/parallel_state.py in_the_same_node_as "
+               "(`logger.error(\"Error ignored in is_in_the_same_node: %s\", e)`)",
     ),
 )
 # fmt: on

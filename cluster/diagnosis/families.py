@@ -3,16 +3,18 @@ member no row of cluster.diagnosis.failures knows, and how an unknown exception 
 
 The family ids are those of the corpus of real logs (tests/data/real_logs/README.md). Every row
 of the failure table names its family; an exception no row knows gets one from its type, module,
-message and the file that raised it (`EXCEPTION_CLASSES`, first match wins), so an operator
-always reads a cause class, the root line, and the exact text to search for.
+message, the files of its traceback and its source line (`cluster.diagnosis.exception_classes`,
+first match wins), so an operator always reads a cause class, the root line, and the exact text
+to search for.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from cluster.diagnosis.exception_classes import EXCEPTION_CLASSES, ExceptionClass
 from cluster.diagnosis.tracebacks import RaisedException
 
 FamilyId = Literal[
@@ -134,94 +136,34 @@ FAMILIES: dict[FamilyId, Family] = {f.id: f for f in (
 # fmt: on
 
 
-@dataclass(frozen=True)
-class ExceptionClass:
-    """Exceptions of a family: `pattern` is searched in `Type: message` (the type as printed,
-    module included, and the wrapped type for `RayTaskError(X)`), `frame` in the file that
-    raised it (either suffices)."""
-
-    family: FamilyId
-    pattern: re.Pattern[str] | None
-    source: str
-    frame: re.Pattern[str] | None = None
+def _text(raised: RaisedException) -> str:
+    inner = f"({raised.inner})" if raised.inner else ""
+    return f"{raised.type}{inner}: {raised.message}"
 
 
-def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
-    return re.compile(pattern, flags)
+def _matches(
+    kind: ExceptionClass, text: str | None, frames: Sequence[str], code: str | None
+) -> bool:
+    """Whether `kind` takes an error: any of its patterns, or with `all_of` every one."""
+    tests: list[bool] = []
+    if kind.message is not None:
+        tests.append(text is not None and kind.message.search(text) is not None)
+    if kind.frame is not None:  # the raising frame's file
+        tests.append(bool(frames) and kind.frame.search(frames[0]) is not None)
+    if kind.code is not None:
+        tests.append(code is not None and kind.code.search(code) is not None)
+    return all(tests) if kind.all_of else any(tests)
 
 
-# Messages first (a RuntimeError's text says more than its type), then types and modules.
-# fmt: off
-EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
-    ExceptionClass("gpu_arch", _re(
-        r"no kernel image is available|\bsm_?\d{2,3}a?\b|compute capability|not compiled for|"
-        r"not supported on (?:this|your) (?:GPU|device)|PTXAS|ptxas|unsupported (?:GPU )?arch|"
-        r"CUDA architectures|SM \d+\.x requires CUDA|is not supported for the current GPU|"
-        r"Minimum capability",
-        re.I), "CUDA runtime (`no kernel image is available for execution on the device`), "
-        "ptxas, triton and the kernels' capability checks"),
-    ExceptionClass("memory_gpu", _re(
-        r"OutOfMemory|out of memory|No available memory for the cache blocks|"
-        r"NV_ERR_NO_MEMORY|CUBLAS_STATUS_ALLOC_FAILED", re.I),
-        "torch.OutOfMemoryError (CUDA/HIP/XPU), vLLM v1/core/kv_cache_utils.py"),
-    ExceptionClass("cuda_runtime", _re(
-        r"CUDA driver (?:error|version)|cudaError|CUDA error|NVML|No CUDA GPUs are available|"
-        r"Found no NVIDIA driver|CUDA initiali[sz]ation|initiali[sz]e CUDA|illegal memory access|"
-        r"unspecified launch failure|NVIDIA driver on your system is too old|libcuda\.so|"
-        r"No CUDA runtime is found|forward compatibility was attempted|"
-        r"Failed to infer device type|No platform detected", re.I),
-        "torch's CUDA checks (c10/cuda), NVML, the CUDA driver API"),
-    ExceptionClass("memory_host", _re(r"\bMemoryError\b|Bus error|Cannot allocate memory|"
-                                      r"OutOfMemoryError: Task was killed due to the node"),
-                   "Python's MemoryError, ENOMEM, SIGBUS on /dev/shm, Ray's memory monitor"),
-    ExceptionClass("model_access", _re(
-        r"not a valid model identifier|GatedRepoError|RepositoryNotFoundError|"
-        r"LocalEntryNotFoundError|HfHubHTTPError|401 Client Error|403 Client Error|"
-        r"offline mode is enabled|Cannot find the requested files in the (?:disk )?cache"),
-        "huggingface_hub errors, transformers' `is not a valid model identifier`"),
-    ExceptionClass("model_files", _re(
-        r"SafetensorError|HeaderTooLarge|incomplete metadata|safetensors_rust|"
-        r"Error while deserializing header|does not appear to have a file named"),
-        "safetensors, transformers' file checks"),
-    ExceptionClass("tokenizer", _re(r"\btokenizer\b|chat.?template|\bprocessor\b|sentencepiece", re.I),
-                   "transformers tokenizers / processors, vLLM's chat template handling"),
-    ExceptionClass("package_version", _re(
-        r"(?:^|\.)(?:ImportError|ModuleNotFoundError|PackageNotFoundError)\b|undefined symbol|"
-        r"^AttributeError: module '[\w.]+' has no attribute|cannot open shared object file|"
-        r"Transformers does not recognize this architecture|"
-        r"requires (?:transformers|torch|vllm)\s*[<>=]|Mismatched number of arguments|"
-        r"got an unexpected keyword argument"),
-        "Python's import machinery, the dynamic loader (`undefined symbol`), transformers' "
-        "model-type check", frame=_re(r"transformers/models/auto/")),
-    ExceptionClass("nccl", _re(r"\bnccl\w*Error\b|\bDistBackendError\b|NCCL error|NCCL WARN",
-                               re.I), "torch.distributed (ProcessGroupNCCL), vLLM's pynccl"),
-    ExceptionClass("distributed_init", _re(
-        r"DistStoreError|DistNetworkError|^torch\.distributed\.|Gloo|gloo|TCPStore|\bc10d\b"),
-        "torch.distributed's store and Gloo", frame=_re(r"torch/distributed/")),
-    ExceptionClass("ray_cluster", _re(r"^ray\.|\bRay(?:System|Task|Actor)?Error\b|placement group"),
-                   "ray.exceptions", frame=_re(r"/ray/|ray_utils\.py|ray_(?:distributed_)?executor")),
-    ExceptionClass("port_in_use", _re(r"address already in use|EADDRINUSE|Errno 98", re.I),
-                   "the OS's bind()"),
-    ExceptionClass("engine_hang", _re(r"^TimeoutError\b|timed out|Timeout", re.I),
-                   "vLLM's RPC and shm_broadcast timeouts",
-                   frame=_re(r"shm_broadcast\.py.* in (?:dequeue|acquire_read)|"
-                             r"multiproc_executor\.py.* in (?:get_response|collective_rpc)")),
-    ExceptionClass("config_invalid", _re(r"ValidationError|^(?:\w+\.)*(?:ValueError|"
-                                         r"NotImplementedError)\b|^Value error, "),
-                   "vLLM's config validation (pydantic, ValueError, NotImplementedError)",
-                   frame=_re(r"vllm/(?:config|engine/arg_utils)")),
-)
-# fmt: on
-
-
-def family_of_exception(raised: RaisedException, frame: str | None = None) -> FamilyId:
-    """The family of an exception no row knows, from its type, module, message and the file
-    that raised it; "other" when nothing tells."""
-    text = f"{raised.type}" + (f"({raised.inner})" if raised.inner else "") + f": {raised.message}"
+def family_of_exception(
+    raised: RaisedException, frames: Sequence[str] = (), code: str | None = None
+) -> FamilyId:
+    """The family of an exception no row knows, from its type, module and message, the files
+    of its traceback's frames (innermost first) and the source line that raised it; "other"
+    when nothing tells."""
+    text = _text(raised)
     for kind in EXCEPTION_CLASSES:
-        if kind.pattern is not None and kind.pattern.search(text):
-            return kind.family
-        if kind.frame is not None and frame is not None and kind.frame.search(frame):
+        if _matches(kind, text, frames, code):
             return kind.family
     return "other"
 
@@ -230,7 +172,7 @@ def family_of_frame(frame: str) -> FamilyId:
     """The family a traceback's innermost frame line (`File "...", line N, in f`) tells, when
     an excerpt ends before its exception line; "other" when nothing tells."""
     for kind in EXCEPTION_CLASSES:
-        if kind.frame is not None and kind.frame.search(frame):
+        if kind.frame is not None and not kind.all_of and kind.frame.search(frame):
             return kind.family
     return "other"
 
@@ -238,6 +180,6 @@ def family_of_frame(frame: str) -> FamilyId:
 def family_of_text(text: str) -> FamilyId:
     """The family of an error line that is not an exception (an ERROR-level line)."""
     for kind in EXCEPTION_CLASSES:
-        if kind.pattern is not None and kind.pattern.search(text):
+        if kind.message is not None and not kind.all_of and kind.message.search(text):
             return kind.family
     return "other"

@@ -14,14 +14,24 @@ that is not one of these wrappers. Pure functions, no I/O.
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["RaisedException", "frame_file", "raised_exception", "says_another_is_the_cause"]
+__all__ = [
+    "RaisedException",
+    "TracebackReader",
+    "frame_file",
+    "raised_exception",
+    "says_another_is_the_cause",
+]
 
 # `ValueError: msg`, `torch.OutOfMemoryError: msg`, `ray.exceptions.RayTaskError(ValueError): msg`,
 # `ncclInternalError: ...`, a bare `AssertionError`.
+# A class whose name says it (`...Error`, `...Exception`), or any class a module qualifies
+# (`triton.runtime.errors.OutOfResources: ...`, `torch._dynamo.exc.BackendCompilerFailed: ...`).
 _EXCEPTION_LINE = re.compile(
-    r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt))"
+    r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt)"
+    r"|(?:[a-z_]\w*\.)+[A-Z]\w*(?=:\s))"
     r"(?:\((?P<inner>(?:[A-Za-z_]\w*\.)*\w+)\))?"
     r"(?::\s(?P<message>.*)|\s*$)"
 )
@@ -29,20 +39,25 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+')
 
 # Exceptions that say a process or an engine died, not why: the root is another exception.
 # Sources: vLLM's v1/engine/exceptions.py (EngineDeadError, EngineGenerateError), v1/engine/
-# utils.py ("Engine core initialization failed. See root cause above.", 0.8+), v1/executor/
+# utils.py ("Engine core initialization failed. See root cause above.", 0.8+), the V0 engine's
+# engine/async_llm_engine.py (AsyncEngineDeadError), engine/multiprocessing (MQEngineDeadError)
+# and entrypoints/openai/api_server.py ("Engine process failed to start. See stack trace for
+# the root cause.", 0.6-0.10), v1/executor/
 # multiproc_executor.py ("WorkerProc initialization failed", "Worker failed"), Ray's
 # python/ray/exceptions.py (RayTaskError wraps the task's own exception, ActorDiedError /
 # RayActorError / ActorUnavailableError a dead actor), vLLM's model inspection subprocess
 # (model_executor/models/registry.py: CalledProcessError, then "Error raised in subprocess").
 _WRAPPER_TYPES = re.compile(
-    r"(?:^|\.)(?:EngineDeadError|EngineGenerateError|RayTaskError|ActorDiedError|RayActorError"
+    r"(?:^|\.)(?:EngineDeadError|AsyncEngineDeadError|MQEngineDeadError|EngineGenerateError"
+    r"|RayTaskError|ActorDiedError|RayActorError"
     r"|ActorUnavailableError|SystemExit|KeyboardInterrupt|CancelledError|BrokenProcessPool"
     r"|CalledProcessError)$"
 )
 _WRAPPER_MESSAGES = re.compile(
     r"Engine core initialization failed|Frontend process failed during engine core"
     r"|WorkerProc initialization failed|Worker failed|EngineCore encountered an issue"
-    r"|See (?:root cause|stack trace) above|Worker proc \S+ died unexpectedly"
+    r"|See (?:root cause|stack trace) above|See stack trace for the root cause"
+    r"|Worker proc \S+ died unexpectedly|Engine process failed to start"
     r"|Error executing method|This might cause deadlock|Error raised in subprocess"
     r"|got fatal signal from worker processes"
 )
@@ -86,3 +101,37 @@ def frame_file(message: str) -> str | None:
     """The file of a traceback frame line (`  File "/x/vllm/v1/executor/ray_utils.py", line 5`)."""
     m = _FRAME.match(message)
     return m["file"] if m else None
+
+
+FRAMES_KEPT = 8  # innermost frames of a traceback kept for its family
+_CARETS = re.compile(r"^\s*[~^]+\s*$")  # Python 3.11+'s marks under the failing expression
+
+
+class TracebackReader:
+    """The traceback being printed, read line by line (prefix-stripped messages): the files of
+    its innermost frames and the source line Python echoed under the last one (`raise ...`,
+    `if rope_scaling["type"] == ...`). A `Traceback (most recent call last):` starts anew."""
+
+    def __init__(self) -> None:
+        self._frames: deque[str] = deque(maxlen=FRAMES_KEPT)
+        self._code: str | None = None
+
+    def offer(self, message: str) -> None:
+        if message.startswith("Traceback (most recent call last)"):
+            self._frames.clear()
+            self._code = None
+            return
+        if frame_file(message) is not None:
+            self._frames.append(message.strip())
+            self._code = None
+        elif message[:1].isspace() and message.strip() and not _CARETS.match(message):
+            self._code = message.strip()  # an excerpt may begin at it, without its frame
+
+    @property
+    def frames(self) -> tuple[str, ...]:
+        """The frame lines (`File "...", line N, in f`), innermost first."""
+        return tuple(reversed(self._frames))
+
+    @property
+    def code(self) -> str | None:
+        return self._code

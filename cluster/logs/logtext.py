@@ -68,6 +68,9 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^#\d+ \d+\.\d+ "),
     # docker logs --timestamps: 2025-11-30T05:42:03.123456789Z
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s"),
+    # docker compose logs: the container's name padded to the widest (`%-Ns |`, then one space;
+    # docker/compose@9798ea4a cmd/formatter/logs.go); compose v2 names end in -N, v1's in _N
+    re.compile(r"^[\w.-]+[-_]\d+ +\| "),
 )
 # One search for the first of them (in order) that matches: what the loop over each would find.
 _ANY_PREFIX = re.compile("|".join(f"(?:{prefix.pattern})" for prefix in _PREFIXES))

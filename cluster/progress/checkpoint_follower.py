@@ -179,8 +179,8 @@ class LogFollower:
         return await self.monitor.next(timeout=timeout)
 
     def _symptom_failure(self, checkpoint: Checkpoint) -> Failed | None:
-        """The pending symptom's failure, told by what followed it; None when the start-up
-        went on to complete meanwhile (it did not stop it)."""
+        """The pending symptom's failure, told by what followed it (its root); None when the
+        diagnoser holds nothing fatal."""
         assert self._symptom is not None
         node = self._symptom[0]
         diagnosis = self._diagnoser(node).diagnosis

@@ -110,3 +110,21 @@ def test_a_bad_knowledge_file_is_a_clear_error(tmp_path):
         "line 3: signatures.0.pattern" in result.stderr
         and "not a valid regular expression" in result.stderr
     )
+
+
+def test_the_cli_prints_the_one_text_shape_of_an_explanation():
+    # cluster.diagnosis.explain.as_text is the only renderer of a diagnosis as text
+    from cluster.diagnosis.explain import as_text, explain
+
+    for name in (
+        "oom_then_engine_dead.log",
+        "healthy_startup.log",
+        "real-vllm-0.32-cpu-sigint.log",
+    ):
+        lines = (LOGS / name).read_text().splitlines()
+        explained = explain(lines)
+        plain, detailed = diagnose(str(LOGS / name)), diagnose("--explain", str(LOGS / name))
+        assert plain.stdout == as_text(explained) + "\n"
+        assert detailed.stdout == as_text(explained, details=True) + "\n"
+        assert detailed.stdout.startswith(plain.stdout.rstrip("\n"))
+        assert "\nwhy: " in detailed.stdout and "checkpoints proven:" in detailed.stdout

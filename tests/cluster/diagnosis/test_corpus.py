@@ -1,7 +1,7 @@
 """The corpus of real logs scored, both parts side by side (tests/cluster/diagnosis/corpus.py).
 
-Asserted on the development part: no healthy start-up called failed, no failure called healthy.
-On both parts: a floor at the score measured when the rows were last written (a ratchet: a
+Asserted on the development part: no healthy start-up called failed, no failure called healthy;
+on the held-out part: the same, by its counts. On both parts: a floor at the score measured when the rows were last written (a ratchet: a
 regression fails CI; raise the floors when the score rises). The held-out part is only ever
 scored in aggregate."""
 
@@ -11,10 +11,11 @@ import pytest
 
 from tests.cluster.diagnosis.corpus import CASES, load_cases, score, table
 
-# Measured on 2026-12-04 with 198 cases (133 development, 65 held-out): right family 129/133
-# and 53/65. Shares, so that new cases do not trip them by their number alone.
-FLOOR = {"development": 0.96, "held-out": 0.81}
-# The issue's goal on the held-out part is 0.90; not met yet (0.82), so not asserted: raise
+# Measured on 2026-12-04 with 198 cases (133 development, 65 held-out), after the exception
+# classes were derived from the projects' sources: right family 132/133 and 57/65 (before:
+# 129/133 and 53/65). Shares, so that new cases do not trip them by their number alone.
+FLOOR = {"development": 0.99, "held-out": 0.87}
+# The issue's goal on the held-out part is 0.90; not met yet (0.88), so not asserted: raise
 # FLOOR["held-out"] to it once it is.
 # healthy logs with every checkpoint-like line recognised (27/27 and 9/9 when measured)
 CHECKPOINTS_FLOOR = {"development": 1.0, "held-out": 1.0}
@@ -34,6 +35,12 @@ def test_the_development_part_calls_no_failure_healthy_and_no_healthy_start_up_f
     development = scores["development"]
     assert development.failures_called_healthy == 0, table(scores)
     assert development.healthy_called_failed == 0, table(scores)
+
+
+def test_neither_part_calls_a_healthy_start_up_failed_or_a_failure_healthy(scores):
+    # held out too (its counts only)
+    assert scores["held-out"].healthy_called_failed == 0, table(scores)
+    assert scores["held-out"].failures_called_healthy == 0, table(scores)
 
 
 @pytest.mark.parametrize("part", ["development", "held-out"])

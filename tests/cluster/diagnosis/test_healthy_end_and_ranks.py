@@ -25,15 +25,26 @@ def with_lines(at: int, *extra: str) -> list[str]:
 
 
 def test_an_error_line_the_start_up_survived_is_no_failure():
-    survived = ENGINE + (
-        "ERROR 12-01 06:21:05 [cuda.py:1] RuntimeError: CUDA error: no kernel image is "
+    # an ERROR line and an exception no row knows, before the end: the end proves it healthy
+    unknown = [
+        ENGINE + "ERROR 12-01 06:21:05 [gpu_worker.py:1] Something went sideways",
+        ENGINE + "ERROR 12-01 06:21:05 [gpu_worker.py:1] RuntimeError: a probe failed",
+    ]
+    explained = explain(with_lines(READY - 2, *unknown))
+    assert explained.verdict == "healthy", explained.why
+    assert explained.ready_line == READY + 3
+
+
+def test_a_fatal_line_before_the_end_fails_the_log_as_the_stream_does():
+    fatal = ENGINE + (
+        "ERROR 12-01 06:21:05 [core.py:1] RuntimeError: CUDA error: no kernel image is "
         "available for execution on the device"
     )
-    explained = explain(with_lines(READY - 2, survived))
-    assert explained.verdict == "healthy", explained.why
-    assert explained.diagnosis is not None and not explained.diagnosis.fatal
-    assert "did not stop it" in explained.diagnosis.cause
-    assert explained.ready_line == READY + 2
+    explained = explain(with_lines(READY - 2, fatal))
+    assert explained.verdict == "failed", explained.why
+    assert explained.diagnosis is not None and explained.diagnosis.fatal
+    assert explained.diagnosis.signature_id == "cuda_no_kernel_image"
+    assert "a fatal line fails the launch as it arrives" in explained.why
 
 
 def test_a_fatal_line_after_the_end_of_start_up_is_a_failure():

@@ -12,6 +12,7 @@ from cluster.diagnosis.engine import (
     Diagnosis,
     LogDiagnoser,
     diagnose,
+    diagnosis_of,
     match_line,
     unrecognised,
 )
@@ -266,6 +267,51 @@ SAMPLES: dict[str, str | list[str]] = {
     "engine_dead": API
     + "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
     "trace (above) for the root cause.",
+    # vLLM 0.32.0 v1/executor/multiproc_executor.py
+    "executor_worker_died": ENGINE
+    + vllm(
+        "ERROR",
+        "Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor.",
+        "multiproc_executor.py:316",
+    ),
+    # the CUDA runtime's sticky errors, through torch (c10/cuda/CUDAException)
+    "cuda_sticky_error": ENGINE
+    + "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "native_abort": "terminate called after throwing an instance of 'c10::Error'",
+    # bash, for a command SIGKILLed in a script
+    "process_killed": "/entrypoint.sh: line 12:    57 Killed                  vllm serve m",
+    # moby's answer to `--gpus all` without the NVIDIA runtime
+    "docker_gpu_runtime_missing": "docker: Error response from daemon: could not select device "
+    'driver "" with capabilities: [[gpu]].',
+    # ERROR lines vLLM goes on from (vLLM 0.32.0, the file and line that log them)
+    "nvlink_detection_failed": ENGINE
+    + vllm(
+        "ERROR",
+        "NVLink detection failed. This is normal if your machine has no NVLink equipped.",
+        "cuda.py:823",
+    ),
+    "plugin_load_failed": API
+    + vllm("ERROR", "Failed to load plugin lora_filesystem_resolver", "__init__.py:72"),
+    "flash_attn_version_unusable": ENGINE
+    + vllm(
+        "ERROR",
+        "Cannot use FA version 3 is not supported due to FA3 is only supported on devices with "
+        "compute capability 9.x",
+        "fa_utils.py:212",
+    ),
+    "triton_kernels_import_failed": ENGINE
+    + vllm(
+        "ERROR",
+        "Failed to import Triton kernels. Please make sure your triton version is compatible. "
+        "Error: cannot import name 'PrecisionConfig' from 'triton_kernels.matmul_ogs'",
+        "config.py:35",
+    ),
+    "same_node_check_failed": RAY
+    + vllm(
+        "ERROR",
+        "Error ignored in is_in_the_same_node: [Errno 2] No such file or directory: '/psm_4f1c2a'",
+        "parallel_state.py:2630",
+    ),
 }
 
 # Further spellings a signature must also recognise: (signature id, line).
@@ -394,7 +440,15 @@ def test_roles_and_fatality():
 def test_each_signature_matches_its_realistic_line(sig_id):
     sig = next(s for s in SIGNATURES if s.id == sig_id)
     lines = _lines(SAMPLES[sig_id])
-    d = diagnose(lines)
+    if sig.survived:
+        assert diagnose(lines) is None, sig_id
+        found = match_line(strip_prefixes(clean_line(lines[-1])), table=(sig,))
+        assert found is not None, sig_id
+        context = [clean_line(x) for x in lines[:-1]][-5:]
+        words = {**cluster_words(), **found[1].groupdict()}
+        d = diagnosis_of(sig, clean_line(lines[-1]), len(lines), context, words)
+    else:
+        d = diagnose(lines)
     assert d is not None, sig_id
     assert d.signature_id == sig_id
     assert d.role == sig.role and d.fatal == sig.fatal
@@ -412,7 +466,10 @@ def test_each_signature_matches_its_realistic_line(sig_id):
     ld = LogDiagnoser()
     results = [ld.feed(x) for x in lines]
     assert all(r is None for r in results[:-1])
-    if sig.fatal:
+    if sig.survived:  # shown by --explain, but neither a failure nor a finding
+        assert results[-1] is None and ld.findings == []
+        assert [(m.row, m.fatal) for m in ld.matches] == [(sig_id, False)]
+    elif sig.fatal:
         assert results[-1] == d
         assert ld.findings == []
     else:

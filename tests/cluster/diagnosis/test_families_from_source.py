@@ -1,0 +1,381 @@
+"""A failure no row knows still gets its family: from the texts, types and raising files the
+projects' own sources raise (cluster/diagnosis/exception_classes.py), read through the whole
+exception chain and the traceback's source line. Every text below is the project's own
+wording (the release named beside it), with the values it formats filled in."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.diagnosis.engine import LogDiagnoser
+from cluster.diagnosis.exception_classes import EXCEPTION_CLASSES, SOURCES
+from cluster.diagnosis.explain import explain
+from cluster.diagnosis.failures import SIGNATURES
+from cluster.diagnosis.families import FAMILY_IDS, family_of_exception
+from cluster.diagnosis.tracebacks import raised_exception
+from cluster.logs.logtext import strip_prefixes
+
+ENGINE = "(EngineCore_DP0 pid=89) "
+
+
+def vllm(level: str, msg: str, file: str = "core.py:1199") -> str:
+    return f"{ENGINE}{level} 11-30 05:42:03 [{file}] {msg}"
+
+
+# (exception line as printed, family): texts no row of the table matches
+UNKNOWN_MEMBERS = [
+    # Ray 2.55+ (doc/source/ray-core/scheduling/ray-oom-prevention.rst): the host's memory, not
+    # the GPU's, though the type says OutOfMemoryError
+    (
+        "ray.exceptions.OutOfMemoryError: 1 worker(s) were killed due to the node running low "
+        "on memory.",
+        "memory_host",
+    ),
+    # vLLM 0.32.0 v1/core/kv_cache_utils.py, worded without the row's `max seq len`
+    (
+        "ValueError: Based on the available memory, the estimated maximum model length is 8192.",
+        "kv_cache",
+    ),
+    # vLLM 0.32.0 config/model.py (the long form)
+    (
+        "ValueError: To allow overriding this maximum, set the env var "
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
+        "context_length",
+    ),
+    # vLLM 0.32.0 v1/attention/backends: reasons other than the capability are the configuration
+    (
+        "ValueError: No valid attention backend found for cuda with AttentionSelectorConfig("
+        "head_size=256). Reasons: {FLASH_ATTN: [kv_cache_dtype not supported], TRITON_ATTN: "
+        "[kv_cache_dtype not supported]}.",
+        "config_invalid",
+    ),
+    (
+        "ValueError: Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this "
+        "configuration. Reason: ['compute capability not supported']",
+        "gpu_arch",
+    ),
+    # vLLM 0.32.0 model_executor/layers/quantization, v1/attention/backends/mla
+    (
+        "RuntimeError: Quantization scheme is not supported for the current GPU. Min capability: "
+        "90. Current capability: 121.",
+        "gpu_arch",
+    ),
+    ("ValueError: TurboMLA requires an SM100-class GPU.", "gpu_arch"),
+    # a kernel's own dispatch check (flashinfer's prefill.cuh)
+    (
+        "RuntimeError: Error in function 'BatchPrefillWithPagedKVCacheDispatched' at "
+        "/usr/local/lib/python3.12/dist-packages/flashinfer/data/include/flashinfer/attention/"
+        "prefill.cuh:2964: Unsupported max_mma_kv: 0",
+        "gpu_arch",
+    ),
+    # vLLM 0.32.0 v1/worker/utils.py
+    (
+        "ValueError: Free memory on device cuda:0 (10.1/119.7 GiB) on startup is less than the "
+        "engine's budget after excluding external process's weights (0.9, 107.7 GiB).",
+        "memory_gpu",
+    ),
+    # CUDA runtime (cudaErrorCompatNotSupportedOnDevice, 804) through torch
+    (
+        "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda "
+        "functions before calling NumCudaDevices() that might have already set an error? Error "
+        "804: forward compatibility was attempted on non supported HW",
+        "cuda_runtime",
+    ),
+    ("RuntimeError: CUDART error: invalid device ordinal", "cuda_runtime"),
+    # vLLM 0.32.0 model_executor/models/registry.py
+    (
+        "ValueError: Model architecture MptForCausalLM was supported in vLLM until v0.11.0, and "
+        "is not supported anymore.",
+        "model_arch",
+    ),
+    # vLLM 0.32.0 model_executor/model_loader/weight_utils.py
+    (
+        "FileNotFoundError: Weight files referenced in index but missing: "
+        "['model-00002-of-00004.safetensors']",
+        "model_files",
+    ),
+    # vLLM 0.32.0 utils/flashinfer.py, model_executor/model_loader/weight_utils.py
+    (
+        "RuntimeError: FlashInfer backend is not available. Please install the package to enable "
+        "FlashInfer kernels: https://github.com/flashinfer-ai/flashinfer",
+        "package_version",
+    ),
+    (
+        "ValueError: Please use torchao version >= 0.15.0 to load torchao safetensors checkpoint",
+        "package_version",
+    ),
+    # NCCL's ncclGetErrorString (src/init.cc) through vLLM's pynccl_wrapper.py
+    (
+        "RuntimeError: NCCL error: remote process exited or there was a network error",
+        "nccl",
+    ),
+    (
+        "RuntimeError: failed to load the NCCL library for unique-id rendezvous",
+        "nccl",
+    ),
+    # Ray 2.60.0 python/ray/exceptions.py
+    (
+        "ray.exceptions.LocalRayletDiedError: The task's local raylet died. Check raylet.out "
+        "for more information.",
+        "ray_cluster",
+    ),
+    # vLLM 0.32.0 distributed/device_communicators/shm_broadcast.py
+    (
+        "RuntimeError: Insufficient space in /dev/shm for the broadcast buffer: 512 MiB "
+        "required, 64 MiB free. Increase /dev/shm (e.g. --shm-size or --ipc=host).",
+        "memory_host",
+    ),
+    # vLLM 0.32.0 utils/network_utils.py
+    (
+        "RuntimeError: Could not find open port after 10 attempts starting from port 29500",
+        "port_in_use",
+    ),
+]
+
+
+@pytest.mark.parametrize("line,family", UNKNOWN_MEMBERS)
+def test_an_unknown_member_gets_its_family_from_the_text_it_raises(line, family):
+    raised = raised_exception(line)
+    assert raised is not None, line
+    assert family_of_exception(raised) == family
+
+
+@pytest.mark.parametrize("line,family", UNKNOWN_MEMBERS)
+def test_a_log_ending_in_it_is_failed_and_quotes_it(line, family):
+    log = [
+        vllm(
+            "INFO", "Initializing a V1 LLM engine (v0.32.0) with config: model='m'", "core.py:133"
+        ),
+        vllm("ERROR", "EngineCore failed to start.", "core.py:1510"),
+        vllm("ERROR", "Traceback (most recent call last):"),
+        vllm("ERROR", '  File "/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 9'),
+        vllm("ERROR", "    raise X"),
+        vllm("ERROR", line),
+    ]
+    explained = explain(log)
+    assert explained.verdict == "failed"
+    found = explained.diagnosis
+    assert found is not None and found.family == family, explained.why
+    assert found.evidence.endswith(line) and found.line_number == 6
+
+
+def test_a_config_the_model_code_cannot_read_is_a_model_newer_than_this_vllm():
+    # vLLM 0.5.x model_executor/layers/rotary_embedding.py read `rope_scaling["type"]`, a key
+    # Llama 3.1's config no longer has: Python echoes the source line under the raising frame
+    log = [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/vllm/model_executor/layers/rotary_embedding.py", line 7, in get_rope',
+        '    if rope_scaling["type"] == "yarn":',
+        "       ~~~~~~~~~~~~^^^^^^^^",
+        "KeyError: 'type'",
+    ]
+    found = explain(log).diagnosis
+    assert found is not None and found.family == "model_arch"
+    # a KeyError elsewhere says nothing of the kind
+    other = [*log[:2], "    weights[name].copy_(tensor)", "KeyError: 'layers.1.mlp.experts.w13'"]
+    found = explain(other).diagnosis
+    assert found is not None and found.family == "other"
+
+
+def test_docker_compose_prefixes_are_peeled_and_keep_the_traceback():
+    # docker/compose cmd/formatter/logs.go: the name padded to the widest, ` | `, the line
+    lines = [
+        "backend-vllm-openai-1  | Traceback (most recent call last):",
+        'backend-vllm-openai-1  |   File "/usr/local/lib/python3.10/dist-packages/torch/cuda/__init__.py", line 293, in _lazy_init',
+        "backend-vllm-openai-1  |     torch._C._cuda_init()",
+        "backend-vllm-openai-1  | RuntimeError: Unexpected error from cudaGetDeviceCount(). "
+        "Error 804: forward compatibility was attempted on non supported HW",
+        "ray_head_1    | INFO 06-14 07:04:12 worker.py:1] Started",
+    ]
+    assert strip_prefixes(lines[2]) == "    torch._C._cuda_init()"
+    assert strip_prefixes(lines[4]) == "Started"
+    explained = explain(lines)
+    assert explained.verdict == "failed"
+    assert explained.diagnosis is not None and explained.diagnosis.family == "cuda_runtime"
+    assert explained.diagnosis.line_number == 4
+
+
+def test_a_worker_that_dies_after_the_start_up_completed_fails_the_log():
+    log = [
+        vllm("INFO", "Application startup complete.", "launcher.py:46"),
+        vllm(
+            "ERROR",
+            "Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor.",
+            "multiproc_executor.py:316",
+        ),
+    ]
+    explained = explain(log)
+    assert explained.verdict == "failed" and explained.ready_line == 1
+    assert explained.diagnosis is not None
+    assert explained.diagnosis.signature_id == "executor_worker_died"
+    ld = LogDiagnoser()
+    assert ld.feed(log[0]) is None
+    assert ld.feed(log[1]) is not None  # the stream reports it as it arrives
+
+
+def test_every_class_names_a_known_source_and_family():
+    assert {kind.source for kind in EXCEPTION_CLASSES} <= set(SOURCES)
+    assert {kind.family for kind in EXCEPTION_CLASSES} <= set(FAMILY_IDS)
+    for kind in EXCEPTION_CLASSES:
+        assert kind.message or kind.frame or kind.code
+    # a survived row is never fatal (the table refuses one)
+    assert all(not sig.fatal for sig in SIGNATURES if sig.survived)
+
+
+def test_a_device_side_assert_fails_the_log_at_once():
+    # the device's own assert line (CUDA's `__assert_fail` output), here torch inductor's
+    line = (
+        "/x/torch/_inductor/runtime/compile_tasks.py:45: <module>: block: [337,0,0], thread: "
+        "[112,0,0] Assertion `index out of bounds: 0 <= tmp10 < 4096` failed."
+    )
+    ld = LogDiagnoser()
+    found = ld.feed(line)
+    assert found is not None and found.signature_id == "cuda_sticky_error"
+    assert found.family == "cuda_runtime"
+
+
+def test_a_traceback_cut_before_its_exception_line_is_a_failure_of_its_frames_family():
+    log = [
+        vllm("INFO", "Initializing a V1 LLM engine (v0.32.0)", "core.py:133"),
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/vllm/v1/executor/ray_utils.py", line 9, in initialize_ray_cluster',
+        "    ray.init(address=ray_address)",
+    ]
+    explained = explain(log)
+    assert explained.verdict == "failed"
+    assert explained.diagnosis is not None and explained.diagnosis.line_number == 3
+    assert explained.diagnosis.family == "ray_cluster"
+    # a traceback that ends in its exception is read as before; one followed by more output
+    # is no cut traceback
+    assert explain([*log, "ValueError: nope"]).diagnosis.line_number == 5
+    assert explain([*log, vllm("INFO", "Loading weights took 3.1 seconds")]).verdict == "incomplete"
+
+
+def test_an_exception_cpython_reports_as_ignored_is_no_root():
+    # CPython's unraisable hook (Python/errors.c): printed, ignored, the process goes on
+    log = [
+        "Exception ignored in: <function Pool.__del__ at 0x7f1c2c0b8ea0>",
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.12/multiprocessing/pool.py", line 268, in __del__',
+        "AttributeError: 'NoneType' object has no attribute 'dumps'",
+        vllm("ERROR", "EngineCore failed to start.", "core.py:1510"),
+        vllm("ERROR", "Traceback (most recent call last):"),
+        vllm("ERROR", "ValueError: TurboMLA requires an SM100-class GPU."),
+    ]
+    found = explain(log).diagnosis
+    assert found is not None and found.signature_id == "engine_start_failed"
+    assert found.family == "gpu_arch" and found.line_number == 7
+    # not ignored, the first exception is the root
+    found = explain(log[1:]).diagnosis
+    assert found is not None and found.line_number == 3
+
+
+def test_a_stop_that_ends_a_hang_is_a_failure_not_a_clean_stop():
+    log = [
+        vllm("INFO", "Application startup complete.", "launcher.py:46"),
+        vllm(
+            "WARNING",
+            "No available shared memory broadcast block found in 60 seconds. This typically "
+            "happens when some processes are hanging or doing some time-consuming work.",
+            "shm_broadcast.py:466",
+        ),
+        vllm("INFO", "Received KeyboardInterrupt, shutting down", "utils.py:1"),
+    ]
+    explained = explain(log)
+    assert explained.verdict == "failed", explained.why
+    assert explained.diagnosis is not None and explained.diagnosis.family == "engine_hang"
+    assert explain([log[0], log[2]]).verdict == "stopped"  # without the hang: a clean stop
+
+
+MORE_MEMBERS = [
+    # triton-lang/triton python/triton/runtime/errors.py: a kernel needs more than this GPU has
+    (
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, "
+        "Hardware limit: 65536. Reducing block sizes or `num_stages` may help.",
+        "gpu_arch",
+    ),
+    # vLLM 0.32.0 v1/worker/gpu_worker.py
+    (
+        "AssertionError: Error in memory profiling. Initial free memory 22.0 GiB, current free "
+        "memory 22.1 GiB.",
+        "memory_gpu",
+    ),
+    # huggingface_hub 2.4.0 utils/_http.py
+    (
+        "OSError: You are trying to access a gated repo. Cannot access gated repo for url "
+        "https://huggingface.co/m/resolve/main/config.json.",
+        "model_access",
+    ),
+    (
+        "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central "
+        "directory",
+        "model_files",
+    ),
+    (
+        "RuntimeError: Failed to connect to GCS. Please check if the GCS server is running.",
+        "ray_cluster",
+    ),
+    # torch c10/cuda: cuDNN's and cuBLAS's statuses
+    ("RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED", "cuda_runtime"),
+    # torch ProcessGroupNCCL
+    ("RuntimeError: NCCL communicator was aborted on rank 1.", "nccl"),
+    # torch's dispatcher, for a torchvision built against another torch
+    ("RuntimeError: operator torchvision::nms does not exist", "package_version"),
+    # the dynamic loader
+    (
+        "ImportError: /lib/x86_64-linux-gnu/libstdc++.so.6: version `GLIBCXX_3.4.32' not found",
+        "package_version",
+    ),
+    # the OS's errno text, through torch.distributed's TCPStore client
+    (
+        "RuntimeError: [c10d] connect() to 198.18.1.10:29500 failed: Connection refused",
+        "distributed_init",
+    ),
+    ("ConnectionRefusedError: [Errno 111] Connection refused", "distributed_init"),
+    # transformers modeling_utils
+    (
+        "OSError: Error no file named pytorch_model.bin, model.safetensors found in directory "
+        "/models/m.",
+        "model_files",
+    ),
+]
+
+
+def test_an_assert_that_the_parallel_size_divides_the_model_is_the_configuration():
+    log = [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/vllm/model_executor/models/llama.py", line 9, in __init__',
+        "    assert self.total_num_kv_heads % tp_size == 0",
+        "AssertionError",
+    ]
+    found = explain(log).diagnosis
+    assert found is not None and found.family == "config_invalid"
+    # another assert on the sizes (a vLLM bug counting devices) says nothing of the kind
+    other = [*log[:2], "    assert self.parallel_config.local_world_size <= count", log[3]]
+    found = explain(other).diagnosis
+    assert found is not None and found.family == "other"
+
+
+@pytest.mark.parametrize("line,family", MORE_MEMBERS)
+def test_more_unknown_members_from_their_sources(line, family):
+    raised = raised_exception(line)
+    assert raised is not None and family_of_exception(raised) == family
+
+
+def test_a_log_that_ends_with_vllm_waiting_on_its_workers_is_a_hung_engine():
+    # vLLM 0.32.0 distributed/device_communicators/shm_broadcast.py logs it while a reader
+    # waits; idle workers wait without it (v1/executor/multiproc_executor.py, indefinite=True)
+    waiting = vllm(
+        "WARNING",
+        "No available shared memory broadcast block found in 60 seconds. This typically happens "
+        "when some processes are hanging or doing some time-consuming work (e.g. compilation, "
+        "weight/kv cache quantization).",
+        "shm_broadcast.py:466",
+    )
+    ready = vllm("INFO", "Application startup complete.", "launcher.py:46")
+    explained = explain([ready, waiting])
+    assert explained.verdict == "failed", explained.why
+    assert explained.diagnosis is not None and explained.diagnosis.family == "engine_hang"
+    # the engine answered again after it: healthy by its end
+    served = vllm("INFO", "Avg prompt throughput: 12.0 tokens/s", "loggers.py:1")
+    assert explain([ready, waiting, served]).verdict == "healthy"
