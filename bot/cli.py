@@ -27,6 +27,7 @@ from bot.logs import (
 from bot.render_text import render
 from cluster.bench.depth import MAX_DEPTH, parse_depths
 from cluster.bench.history import JsonLinesHistory
+from cluster.bench.models import BenchReport
 from cluster.bench.runner import (
     DEFAULT_PROMPT,
     MAX_CONCURRENCY,
@@ -219,7 +220,9 @@ def bench(args: argparse.Namespace) -> int:
         requests_per_level=options.requests_per_level,
         depth=options.depth,
         allow_busy=options.allow_busy,
-        history=None if args.no_history else JsonLinesHistory(args.history or _default_history()),
+        history=None
+        if args.no_history
+        else JsonLinesHistory(args.history or _default_history(), BenchReport),
     )
     return asyncio.run(_print_events(events, args.json))
 

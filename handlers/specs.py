@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from cluster.bench.models import BenchReport
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
 from cluster.events import (
@@ -429,7 +430,7 @@ async def _bench(
         max_tokens=command.max_tokens,
         runs=command.runs,
         depth=command.depth,
-        history=StoreHistory(d.store, d.jobs.journal, record.id),
+        history=StoreHistory(d.store, d.jobs.journal, record.id, BenchReport),
     )
     return JobPlan(
         title=f"📊 Benchmark on `{d.cluster.name}`",
