@@ -29,14 +29,17 @@ from cluster.events import (
     BenchResult,
     DiagnosticsCollected,
     Event,
+    FabricTestResult,
     LogTail,
     Ready,
     RecipesReport,
     StatusReport,
 )
+from cluster.operations.fabric_report import FabricTestReport
 from cluster.progress.checkpoints import (
     BENCH,
     DROP_CACHES,
+    FABRIC_TEST,
     SYNC_IMAGE,
     SYNC_MODEL,
     launch_plan,
@@ -455,6 +458,39 @@ def _bench_footer(job: Job) -> str:
     return "Benchmark done"
 
 
+async def _fabric_test(
+    d: Dispatcher, command: c.FabricTest, record: JobRecord, consent: Consent | None
+) -> JobPlan:
+    # compared with the last run of this cluster's nodes in the store, and recorded there: the
+    # bench history's table holds it too
+    events = d.controller_for(d.cluster).fabric_test(
+        seconds=command.seconds,
+        history=StoreHistory(d.store, d.jobs.journal, record.id, FabricTestReport),
+    )
+    return JobPlan(
+        title=f"🔌 Fabric test on `{d.cluster.name}`",
+        checkpoints=[FABRIC_TEST],
+        events=events,
+        on_event=_after_fabric_test,
+        success_footer=_fabric_test_footer,
+    )
+
+
+async def _after_fabric_test(job: Job, event: Event) -> None:
+    if isinstance(event, FabricTestResult):
+        job.view.items[FABRIC_TEST.id] = job.view.items[FABRIC_TEST.id].model_copy(
+            update={"state": "done", "elapsed_s": event.elapsed_s}
+        )
+
+
+def _fabric_test_footer(job: Job) -> str:
+    result = next((e for e in job.events if isinstance(e, FabricTestResult)), None)
+    if result is None:
+        return "Fabric test done"
+    measured = [p for p in result.report.pairs if p.gbps is not None]
+    return f"Fabric: {len(measured)} of {len(result.report.pairs)} pair(s) measured"
+
+
 async def _ask_teardown(d: Dispatcher, command: c.Down) -> Question:
     launched = d.cluster.launcher_containers
     also = "".join(
@@ -590,6 +626,16 @@ SPECS: dict[str, CommandSpec] = {
             arguments="[concurrency=1,2,4] [max_tokens=N] [runs=N] [depth=1k,4k,16k]",
             example="bench concurrency=1,2,4 max_tokens=256",
             job=_bench,
+        ),
+        CommandSpec(
+            c.FabricTest,
+            summary="measure the fabric's bandwidth between every pair of nodes (perftest's "
+            "ib_write_bw, else nccl-tests' all_reduce_perf, whichever the nodes have) against the "
+            "link's nominal speed and the last run",
+            level="read",
+            arguments="[seconds=N]",
+            example="fabric-test seconds=5",
+            job=_fabric_test,
         ),
         CommandSpec(
             c.Status,

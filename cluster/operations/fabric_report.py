@@ -46,6 +46,21 @@ class FabricPair(_Model):
         return f"{self.server} ↔ {self.client}"
 
 
+def pair_line(pair: FabricPair, nominal_gbps: float) -> str:
+    """The pair's figure in words (plain text: each surface marks it up as it does)."""
+    if pair.gbps is None or pair.tool is None:
+        return f"{pair.name}: not measured: {pair.error}"
+    return (
+        f"{pair.name}: {pair.gbps:.2f} Gb/s with {TOOL_WORDS[pair.tool]}, "
+        f"{pair.gbps / nominal_gbps * 100:.0f} % of the link's nominal {nominal_gbps:g} Gb/s"
+    )
+
+
+def lane_line(lane: FabricLane) -> str:
+    figure = f"{lane.gbps:.2f} Gb/s" if lane.gbps is not None else f"not measured: {lane.error}"
+    return f"{lane.subnet}: {lane.client_device} -> {lane.server_device} ({lane.server_address}): {figure}"
+
+
 class FabricTestReport(_Model):
     at: datetime
     setup_key: str = Field(description="the cluster's nodes and their fabric addresses")
@@ -56,9 +71,8 @@ class FabricTestReport(_Model):
     duration_s: float = 0.0
     kind: Literal["fabric_test_report"] = "fabric_test_report"
 
-    def share(self, pair: FabricPair) -> float | None:
-        """The pair's figure as a percentage of the link's nominal speed."""
-        return None if pair.gbps is None else pair.gbps / self.nominal_gbps * 100
+    def line(self, pair: FabricPair) -> str:
+        return pair_line(pair, self.nominal_gbps)
 
     @property
     def failed(self) -> list[FabricPair]:

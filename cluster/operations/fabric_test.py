@@ -32,7 +32,7 @@ from cluster.events import Event, FabricTestResult, Progress
 from cluster.nodes import ClusterConnection, NodeConnection, node_home
 from cluster.nodes.fabric_paths import subnets
 from cluster.nodes.interfaces import NodeInterfaces, Unresolved
-from cluster.operations.fabric_report import FabricLane, FabricPair, FabricTestReport
+from cluster.operations.fabric_report import FabricLane, FabricPair, FabricTestReport, pair_line
 from cluster.operations.fabric_tools import (
     ALL_REDUCE_PERF,
     IB_WRITE_BW,
@@ -328,16 +328,6 @@ def compare(current: FabricTestReport, previous: FabricTestReport | None) -> lis
                 )
             )
     return found
-
-
-def pair_line(pair: FabricPair, nominal_gbps: float) -> str:
-    if pair.gbps is None:
-        return f"{pair.name}: not measured: {pair.error}"
-    share = pair.gbps / nominal_gbps * 100
-    return (
-        f"{pair.name}: {pair.gbps:.2f} Gb/s with {pair.tool}, {share:.0f} % of the link's "
-        f"nominal {nominal_gbps:g} Gb/s"
-    )
 
 
 async def fabric_test(

@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from benchmarks import real_accuracy
-from cluster.bench.models import BenchReport
 from cluster.bench.history import JsonLinesHistory
+from cluster.bench.models import BenchReport
 from cluster.config import Secrets
 from cluster.events import (
     BenchResult,

@@ -15,8 +15,8 @@ import pytest
 
 from benchmarks.emulator_server import EmulatorServer
 from bot.render_text import render
-from cluster.bench.models import BenchReport
 from cluster.bench.history import JsonLinesHistory, make_fingerprint
+from cluster.bench.models import BenchReport
 from cluster.bench.runner import BenchOptions, run_bench
 from cluster.bench.stream import chat_body, sample_completion
 from cluster.events import BenchResult, Failed, parse_event

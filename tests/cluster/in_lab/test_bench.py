@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.bench.models import BenchReport
 from cluster.bench.history import JsonLinesHistory
+from cluster.bench.models import BenchReport
 from cluster.events import BenchResult, Ready
 from lab.emulator import truth
 from testkit.lab_cluster import collect, controller_for
