@@ -58,7 +58,7 @@ def pair_line(pair: FabricPair, nominal_gbps: float) -> str:
 
 def lane_line(lane: FabricLane) -> str:
     figure = f"{lane.gbps:.2f} Gb/s" if lane.gbps is not None else f"not measured: {lane.error}"
-    return f"{lane.subnet}: {lane.client_device} -> {lane.server_device} ({lane.server_address}): {figure}"
+    return f"{lane.subnet}: {lane.client_device} → {lane.server_device} ({lane.server_address}): {figure}"
 
 
 class FabricTestReport(_Model):

@@ -65,7 +65,7 @@ async def test_fabric_test_posts_every_pairs_figure_for_a_reader(slack, cluster,
     )
     assert figure and float(figure[1]) > 0, first
     assert "% of the link's nominal 200 Gb/s" in first
-    assert "198.18.1.0/24: rocep1s0f1 -> rocep1s0f1" in first  # the lane, in the code block
+    assert "198.18.1.0/24: rocep1s0f1 → rocep1s0f1" in first  # the lane, in the code block
     assert "vs previous" not in first
     assert "vs previous: spark-lab-0 ↔ spark-lab-1 (ib_write_bw): " in second
 

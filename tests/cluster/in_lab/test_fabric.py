@@ -80,7 +80,7 @@ async def test_fabric_test_measures_the_pair_and_keeps_the_history(clean, tmp_pa
         list(figures) == ["spark-lab-0 ↔ spark-lab-1"] and figures["spark-lab-0 ↔ spark-lab-1"] > 0
     )
     assert "% of the link's nominal 200 Gb/s" in out
-    assert "198.18.1.0/24: rocep1s0f1 -> rocep1s0f1 (198.18.1.10): " in out
+    assert "198.18.1.0/24: rocep1s0f1 → rocep1s0f1 (198.18.1.10): " in out
     assert "one subnet only (198.18.1.0/24)" in out  # the lab's default layout: one interface
     assert "vs previous: no earlier run of these nodes" in out
 
@@ -154,8 +154,8 @@ async def test_nvidias_two_subnet_layout_both_halves_in_nccl_ib_hca_and_measured
 
     code, out, _ = await spark_bot("fabric-test", "--seconds", "1", "--no-history")
     assert code == 0, out
-    assert "198.18.1.0/24: rocep1s0f1 -> rocep1s0f1 (198.18.1.10): " in out
-    assert "198.18.2.0/24: roceP2p1s0f1 -> roceP2p1s0f1 (198.18.2.10): " in out
+    assert "198.18.1.0/24: rocep1s0f1 → rocep1s0f1 (198.18.1.10): " in out
+    assert "198.18.2.0/24: roceP2p1s0f1 → roceP2p1s0f1 (198.18.2.10): " in out
     assert "one subnet only" not in out
     lanes = [float(g) for g in re.findall(r"\): ([\d.]+) Gb/s", out)]
     assert len(lanes) == 2 and fabric_figures(out)["spark-lab-0 ↔ spark-lab-1"] == pytest.approx(
