@@ -222,5 +222,6 @@ def stale_host_links() -> list[str]:
     return [
         n
         for n in names
-        if n in (T.MGMT_BRIDGE, T.FABRIC_BRIDGE) or (n[:3] in T.HOST_VETH_PREFIXES and n[3:].isdigit())
+        if n in (T.MGMT_BRIDGE, T.FABRIC_BRIDGE)
+        or (n[:3] in T.HOST_VETH_PREFIXES and n[3:].isdigit())
     ]
