@@ -57,8 +57,16 @@ BASE_PACKAGES_LABEL = "spark-lab.base-packages"
 SSH_PORT = 22
 SSH_USER = "root"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# wrappers in each node's bin dir (ib_write_bw: perftest, as `apt install perftest` puts it there)
-EMULATED_TOOLS = ("nvidia-smi", "ibdev2netdev", "drop-caches", "ib_write_bw")
+# wrappers in each node's bin dir (ib_write_bw: perftest, as `apt install perftest` puts it
+# there; mpirun and all_reduce_perf: Open MPI and nccl-tests on the PATH)
+EMULATED_TOOLS = (
+    "nvidia-smi",
+    "ibdev2netdev",
+    "drop-caches",
+    "ib_write_bw",
+    "mpirun",
+    "all_reduce_perf",
+)
 # dockerd registers its "nvidia" device driver (`--gpus`, DeviceRequests with driver nvidia) only
 # when this is on its PATH (moby daemon/nvidia_linux.go); the lab's stand-in lives in the bin dir.
 NVIDIA_HOOK = "nvidia-container-runtime-hook"

@@ -54,7 +54,8 @@ DEFAULT_SECONDS = 5
 MAX_SECONDS = 60
 BASE_PORT = 18515  # perftest's default port (src/perftest_parameters.h DEF_PORT)
 LISTEN_POLL_S = 0.1  # how often the server's node is asked whether it listens yet
-ALL_REDUCE_SIZE = "1G"  # large enough to measure bandwidth, small beside a Spark's memory
+ALL_REDUCE_SIZE = "256M"  # past the size where busbw levels off, small beside a Spark's memory
+ALL_REDUCE_ITERS = 10
 ALL_REDUCE_BUDGET_S = 180.0  # MPI start-up, NCCL's init on both ranks and the sizes' runs
 ERROR_CHARS = 300
 
@@ -219,7 +220,8 @@ async def _with_all_reduce(
         )
     try:
         said = await server.run(
-            all_reduce_perf_argv(tool, ips, env, ALL_REDUCE_SIZE), timeout=ALL_REDUCE_BUDGET_S
+            all_reduce_perf_argv(tool, ips, env, ALL_REDUCE_SIZE, ALL_REDUCE_ITERS),
+            timeout=ALL_REDUCE_BUDGET_S,
         )
     except NodeError as error:
         return pair.model_copy(update={"error": str(error)[:ERROR_CHARS]})
@@ -232,9 +234,9 @@ async def _with_all_reduce(
 
 
 NO_TOOL = (
-    "neither perftest's ib_write_bw on both nodes (`sudo apt install perftest`, as NVIDIA's "
-    "benchmarking guide does) nor nccl-tests' all_reduce_perf with mpirun on {server} (NVIDIA's "
-    "NCCL playbook builds it in ~/nccl-tests) was found"
+    "neither perftest's ib_write_bw (`sudo apt install perftest`, as NVIDIA's benchmarking guide "
+    "does) nor nccl-tests' all_reduce_perf with mpirun (NVIDIA's NCCL playbook builds it in "
+    "~/nccl-tests) was found on both nodes"
 )
 
 
@@ -289,7 +291,7 @@ async def measure_pair(
                 }
             )
         return measured
-    if first.all_reduce:
+    if first.all_reduce and first.all_reduce == second.all_reduce:
         ips = (server.config.fabric_ip, client.config.fabric_ip)
         return await _with_all_reduce(
             server,
@@ -298,6 +300,15 @@ async def measure_pair(
             ips,
             first.interfaces,
             second.interfaces,
+        )
+    if first.all_reduce and second.all_reduce:
+        return pair.model_copy(
+            update={
+                "error": (
+                    f"all_reduce_perf is {first.all_reduce} on {server_name} but {second.all_reduce} on "
+                    f"{client_name}: mpirun starts the same path on both nodes"
+                )
+            }
         )
     return pair.model_copy(update={"error": NO_TOOL.format(server=server_name)})
 

@@ -130,7 +130,7 @@ def ib_write_bw_client(device: str, port: int, seconds: int, server_ip: str) -> 
 
 
 def all_reduce_perf_argv(
-    tool: str, hosts: tuple[str, str], env: dict[str, str], size: str
+    tool: str, hosts: tuple[str, str], env: dict[str, str], size: str, iters: int
 ) -> list[str]:
     """Two ranks, one per node, one GPU each, one size (`-b` = `-e`): NVIDIA's NCCL playbook's
     `mpirun -np 2 -H <ip1>:1,<ip2>:1 -x …`, without its ssh options (the nodes' own trust)."""
@@ -149,6 +149,8 @@ def all_reduce_perf_argv(
         size,
         "-g",
         "1",
+        "-n",
+        str(iters),
     ]
 
 

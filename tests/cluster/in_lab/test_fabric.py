@@ -8,6 +8,7 @@ measures a real TCP transfer across the fabric bridge) and keeps the history."""
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -123,18 +124,35 @@ async def test_fabric_test_reports_every_pair_of_three_nodes(relab, tmp_path):
     assert all(gbps > 0 for gbps in figures.values())
 
 
-async def test_a_pair_without_the_tool_says_why_and_fails(clean, tmp_path):
-    # a node without perftest: ib_write_bw is not on its PATH
-    wrapper = T.Node(1).bin_dir / "ib_write_bw"
-    hidden = wrapper.with_name("ib_write_bw.hidden")
-    wrapper.rename(hidden)
+@contextmanager
+def without(node: int, *tools: str):
+    """The node without these tools on its PATH (not installed), for the test's length."""
+    wrappers = [T.Node(node).bin_dir / tool for tool in tools]
+    for wrapper in wrappers:
+        wrapper.rename(wrapper.with_name(wrapper.name + ".absent"))
     try:
-        code, out, _ = await spark_bot("fabric-test", "--seconds", "1", "--no-history")
+        yield
     finally:
-        hidden.rename(wrapper)
+        for wrapper in wrappers:
+            wrapper.with_name(wrapper.name + ".absent").rename(wrapper)
+
+
+async def test_without_perftest_on_a_node_nccl_tests_measures_the_pair(clean):
+    with without(1, "ib_write_bw"):
+        code, out, _ = await spark_bot("fabric-test", "--no-history")
+    assert code == 0, out
+    figure = re.search(
+        r"spark-lab-0 ↔ spark-lab-1: ([\d.]+) Gb/s with nccl-tests' all_reduce_perf", out
+    )
+    assert figure and float(figure[1]) > 0, out
+
+
+async def test_a_pair_without_either_tool_says_why_and_fails(clean):
+    with without(1, "ib_write_bw", "all_reduce_perf"):
+        code, out, _ = await spark_bot("fabric-test", "--seconds", "1", "--no-history")
     assert code == 1, out
     assert "spark-lab-0 ↔ spark-lab-1: not measured: neither perftest's ib_write_bw" in out
-    assert "`sudo apt install perftest`" in out
+    assert "`sudo apt install perftest`" in out and "found on both nodes" in out
     assert "the fabric could not be measured between spark-lab-0 ↔ spark-lab-1" in out
 
 

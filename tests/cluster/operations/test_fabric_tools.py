@@ -104,10 +104,11 @@ def test_the_commands_are_argv_as_nvidias_guide_runs_them():
         ("192.168.100.10", "192.168.100.11"),
         {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1"},
         "1G",
+        10,
     )
     assert argv[:5] == ["mpirun", "-np", "2", "-H", "192.168.100.10:1,192.168.100.11:1"]
     assert "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1" in argv
-    assert argv[-7:] == ["all_reduce_perf", "-b", "1G", "-e", "1G", "-g", "1"]
+    assert argv[-9:] == ["all_reduce_perf", "-b", "1G", "-e", "1G", "-g", "1", "-n", "10"]
 
 
 def test_a_listening_socket_in_proc_net_tcp():
