@@ -1308,7 +1308,7 @@ FABRIC_SUBNET_MISSING = KnownFailure(
           "(the load stalls, then fails with a connection timeout)",
     fix="configure the other subnet on {node}: give the port's interface that {peer} has on "
         "{subnet} ({peer_netdev}) an address on it in {node}'s netplan (NVIDIA's layout: "
-        "`enp1s0f1np1` 192.168.100.x/24 and `enP2p1s0f1np1` 192.168.101.x/24 on both Sparks), "
+        "`enp1s0f1np1` 192.168.100.x/24 and `enP2p1s0f1np1` 192.168.101.x/24 on both nodes), "
         "`sudo netplan apply`; or remove {peer_address} from {peer}; then `up` again",
 )
 FABRIC_OTHER_PORT = KnownFailure(
@@ -1321,7 +1321,7 @@ FABRIC_OTHER_PORT = KnownFailure(
           "that are Up are the other physical port's ({netdevs}), and the addresses its netplan "
           "gives are on the port without the cable: the nodes have no path on {subnet}",
     fix="plug the cable into the same port on both nodes (NVIDIA's playbook: the same "
-        "physical port on each Spark; `ibdev2netdev` then shows the same names Up on both), or "
+        "physical port on each node; `ibdev2netdev` then shows the same names Up on both), or "
         "configure the other subnet on {node}'s port that is Up ({netdevs}: an address on "
         "{subnet} in its netplan, `sudo netplan apply`); then `up` again",
 )
