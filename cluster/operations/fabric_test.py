@@ -144,6 +144,11 @@ async def _lane(
                     f"within {timeout:g} s"
                 }
             )
+        if serving.done():  # the port listens, but not for this server: it has ended
+            said = await serving
+            return lane.model_copy(
+                update={"error": f"{server.name}: {_last_words(said.stdout + said.stderr)}"}
+            )
         said = await client.run(
             ib_write_bw_client(lane.client_device, port, seconds, lane.server_address),
             timeout=run_timeout,
