@@ -77,17 +77,27 @@ async def _quietly(node: NodeConnection, argv: list[str], timeout: float) -> str
 async def _all_reduce_tool(node: NodeConnection, timeout: float) -> str | None:
     if not (await _quietly(node, [MPIRUN, "--version"], timeout)).strip():
         return None
-    home = await node_home(node, timeout)
+    try:
+        home = await node_home(node, timeout)
+    except NodeError:
+        return None
     for tool in (ALL_REDUCE_PERF, f"{home}/{NCCL_TESTS_BUILD}"):
         if "USAGE" in await _quietly(node, [tool, "-h"], timeout):
             return tool
     return None
 
 
+async def _interfaces(node: NodeConnection, config: ClusterConfig) -> NodeInterfaces | Unresolved:
+    try:
+        return await detect_interfaces(node, config)
+    except NodeError as error:  # the node's pairs say so; the others are measured
+        return Unresolved(str(error)[:ERROR_CHARS])
+
+
 async def node_tools(node: NodeConnection, config: ClusterConfig) -> NodeTools:
     timeout = config.timeouts.preflight
     interfaces, version, all_reduce = await asyncio.gather(
-        detect_interfaces(node, config),
+        _interfaces(node, config),
         _quietly(node, [IB_WRITE_BW, "--version"], timeout),
         _all_reduce_tool(node, timeout),
     )
