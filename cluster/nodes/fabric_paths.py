@@ -28,12 +28,16 @@ def port_of(netdev: str) -> str | None:
     return match[1] if match else None
 
 
+def network_of(address: FabricAddress) -> str:
+    """192.168.100.10/24 -> 192.168.100.0/24."""
+    return str(ipaddress.ip_interface(address.cidr).network)
+
+
 def subnets(interfaces: NodeInterfaces) -> dict[str, FabricAddress]:
-    """Subnet (e.g. 192.168.100.0/24) -> the node's address on it, on its Up RoCE ports."""
+    """Subnet (e.g. 192.168.100.0/24) -> the node's first address on it, on its Up RoCE ports."""
     found: dict[str, FabricAddress] = {}
     for address in interfaces.addresses:
-        network = str(ipaddress.ip_interface(address.cidr).network)
-        found.setdefault(network, address)
+        found.setdefault(network_of(address), address)
     return found
 
 

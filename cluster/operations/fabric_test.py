@@ -30,7 +30,7 @@ from cluster.diagnosis.failures import FABRIC_TEST_FAILED
 from cluster.errors import FileUnreadable, NodeError
 from cluster.events import Event, FabricTestResult, Progress
 from cluster.nodes import ClusterConnection, NodeConnection, node_home
-from cluster.nodes.fabric_paths import subnets
+from cluster.nodes.fabric_paths import network_of
 from cluster.nodes.interfaces import NodeInterfaces, Unresolved
 from cluster.operations.fabric_report import FabricLane, FabricPair, FabricTestReport, pair_line
 from cluster.operations.fabric_tools import (
@@ -176,18 +176,28 @@ async def _lane(
         await asyncio.gather(serving, return_exceptions=True)
 
 
-def _lanes(first: NodeInterfaces, second: NodeInterfaces) -> list[FabricLane]:
-    theirs = subnets(second)
-    return [
-        FabricLane(
-            subnet=subnet,
-            server_device=address.device,
-            client_device=theirs[subnet].device,
-            server_address=address.cidr.split("/")[0],
+def lanes_between(first: NodeInterfaces, second: NodeInterfaces) -> list[FabricLane]:
+    """One lane per address of the first node's Up RoCE ports that the second has a peer for
+    on the same subnet, the same interface name first (the same port cabled on both): two in
+    NVIDIA's two-subnet layout, two as well when both halves share one link-local subnet."""
+    free = list(second.addresses)
+    lanes = []
+    for address in first.addresses:
+        subnet = network_of(address)
+        same = [peer for peer in free if network_of(peer) == subnet]
+        if not same:
+            continue
+        peer = next((p for p in same if p.netdev == address.netdev), same[0])
+        free.remove(peer)
+        lanes.append(
+            FabricLane(
+                subnet=subnet,
+                server_device=address.device,
+                client_device=peer.device,
+                server_address=address.cidr.split("/")[0],
+            )
         )
-        for subnet, address in subnets(first).items()
-        if subnet in theirs
-    ]
+    return lanes
 
 
 async def _with_perftest(
@@ -275,7 +285,7 @@ async def measure_pair(
     assert isinstance(second.interfaces, NodeInterfaces)
     server, client = connection.nodes[server_name], connection.nodes[client_name]
     if first.perftest and second.perftest:
-        lanes = _lanes(first.interfaces, second.interfaces)
+        lanes = lanes_between(first.interfaces, second.interfaces)
         if not lanes:
             return pair.model_copy(
                 update={

@@ -18,9 +18,11 @@ from cluster.config import Secrets
 from cluster.controller import Controller
 from cluster.events import FabricTestResult, Failed, Progress
 from cluster.operations.fabric_report import FabricTestReport
+from cluster.operations.fabric_test import lanes_between
 from testkit.docker_standin import docker_standin, failing
 from testkit.lab_cluster import collect
 from testkit.local_cluster import local_cluster
+from tests.cluster.nodes.test_fabric_paths import PORT_1_UP, ip_addr, node, two_subnets
 
 LAB = Path(__file__).resolve().parents[3] / "lab"
 IP_ADDR = (
@@ -112,3 +114,31 @@ async def test_a_pair_that_cannot_be_measured_says_why_and_the_run_fails(tmp_pat
     failed = events[-1]
     assert isinstance(failed, Failed) and failed.signature == "fabric_test_failed"
     assert failed.summary == "the fabric could not be measured between spark-a ↔ spark-b"
+
+
+def test_a_lane_per_half_of_the_port_in_both_layouts():
+    # NVIDIA's two subnets: one lane each; the old link-local layout (both halves on one
+    # 169.254.0.0/16): still one lane per half, paired by interface name
+    first, second = two_subnets(10), two_subnets(11)
+    assert [
+        (lane.subnet, lane.server_device, lane.client_device)
+        for lane in lanes_between(first, second)
+    ] == [
+        ("192.168.101.0/24", "roceP2p1s0f1", "roceP2p1s0f1"),
+        ("192.168.100.0/24", "rocep1s0f1", "rocep1s0f1"),
+    ]
+    link_local = [
+        node(
+            PORT_1_UP,
+            ip_addr(
+                ("enp1s0f1np1", f"169.254.35.{host}/16"), ("enP2p1s0f1np1", f"169.254.36.{host}/16")
+            ),
+            f"169.254.35.{host}",
+        )
+        for host in (62, 63)
+    ]
+    lanes = lanes_between(*link_local)
+    assert [(lane.server_device, lane.client_device, lane.server_address) for lane in lanes] == [
+        ("roceP2p1s0f1", "roceP2p1s0f1", "169.254.36.62"),
+        ("rocep1s0f1", "rocep1s0f1", "169.254.35.62"),
+    ]
