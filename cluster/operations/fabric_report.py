@@ -39,6 +39,9 @@ class FabricPair(_Model):
     gbps: float | None = Field(None, description="the pair's figure: the lanes' sum, Gb/s")
     lanes: list[FabricLane] = Field(default_factory=list)
     error: str | None = Field(None, description="why no figure: the pair's reason")
+    trained_gbps: float | None = Field(
+        None, description="the speed the link trained at: the least both ends' sysfs reads"
+    )
     warnings: list[str] = Field(default_factory=list)
 
     @property
@@ -50,9 +53,15 @@ def pair_line(pair: FabricPair, nominal_gbps: float) -> str:
     """The pair's figure in words (plain text: each surface marks it up as it does)."""
     if pair.gbps is None or pair.tool is None:
         return f"{pair.name}: not measured: {pair.error}"
+    trained = (
+        f" (it trained at {pair.trained_gbps:g} Gb/s)"
+        if pair.trained_gbps is not None and pair.trained_gbps != nominal_gbps
+        else ""
+    )
     return (
         f"{pair.name}: {pair.gbps:.2f} Gb/s with {TOOL_WORDS[pair.tool]}, "
         f"{pair.gbps / nominal_gbps * 100:.0f} % of the link's nominal {nominal_gbps:g} Gb/s"
+        f"{trained}"
     )
 
 

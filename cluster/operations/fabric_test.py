@@ -30,6 +30,8 @@ from cluster.diagnosis.failures import FABRIC_TEST_FAILED
 from cluster.errors import FileUnreadable, NodeError
 from cluster.events import Event, FabricTestResult, Progress
 from cluster.nodes import ClusterConnection, NodeConnection, node_home
+from cluster.nodes.fabric_link import read_link
+from cluster.nodes.fabric_link import warnings as link_warnings
 from cluster.nodes.fabric_paths import network_of
 from cluster.nodes.interfaces import NodeInterfaces, Unresolved
 from cluster.operations.fabric_report import FabricLane, FabricPair, FabricTestReport, pair_line
@@ -271,7 +273,7 @@ async def measure_pair(
     server_name: str,
     client_name: str,
     seconds: int,
-    timeout: float,
+    config: ClusterConfig,
 ) -> FabricPair:
     pair = FabricPair(server=server_name, client=client_name)
     for name in (server_name, client_name):
@@ -284,58 +286,72 @@ async def measure_pair(
     assert isinstance(first.interfaces, NodeInterfaces)
     assert isinstance(second.interfaces, NodeInterfaces)
     server, client = connection.nodes[server_name], connection.nodes[client_name]
+    timeout = config.timeouts.preflight
     if first.perftest and second.perftest:
         lanes = lanes_between(first.interfaces, second.interfaces)
         if not lanes:
-            return pair.model_copy(
-                update={
-                    "tool": "ib_write_bw",
-                    "error": "no fabric subnet in common: the cables "
-                    "are on different ports, or configure the other subnet (preflight "
-                    "names which)",
-                }
-            )
+            return pair.model_copy(update={"tool": "ib_write_bw", "error": NO_LANE})
         measured = await _with_perftest(
-            server,
-            client,
-            pair.model_copy(update={"tool": "ib_write_bw"}),
-            lanes,
-            seconds,
+            server, client, pair.model_copy(update={"tool": "ib_write_bw"}), lanes, seconds,
             timeout,
-        )
+        )  # fmt: skip
         if len(lanes) == 1 and measured.gbps is not None:
-            measured = measured.model_copy(
-                update={
-                    "warnings": [
-                        *measured.warnings,
-                        (
-                            f"one subnet only ({lanes[0].subnet}): one of the port's two halves; NVIDIA's "
-                            "layout gives the port's second interface a subnet of its own for the full speed"
-                        ),
-                    ]
-                }
-            )
-        return measured
-    if first.all_reduce and first.all_reduce == second.all_reduce:
+            measured = _warned(measured, ONE_SUBNET.format(subnet=lanes[0].subnet))
+    elif first.all_reduce and first.all_reduce == second.all_reduce:
         ips = (server.config.fabric_ip, client.config.fabric_ip)
-        return await _with_all_reduce(
-            server,
-            first.all_reduce,
-            pair.model_copy(update={"tool": "all_reduce_perf"}),
-            ips,
-            first.interfaces,
-            second.interfaces,
-        )
-    if first.all_reduce and second.all_reduce:
-        return pair.model_copy(
-            update={
-                "error": (
-                    f"all_reduce_perf is {first.all_reduce} on {server_name} but {second.all_reduce} on "
-                    f"{client_name}: mpirun starts the same path on both nodes"
-                )
-            }
-        )
-    return pair.model_copy(update={"error": NO_TOOL.format(server=server_name)})
+        measured = await _with_all_reduce(
+            server, first.all_reduce, pair.model_copy(update={"tool": "all_reduce_perf"}), ips,
+            first.interfaces, second.interfaces,
+        )  # fmt: skip
+    elif first.all_reduce and second.all_reduce:
+        return pair.model_copy(update={"error": (
+            f"all_reduce_perf is {first.all_reduce} on {server_name} but {second.all_reduce} on "
+            f"{client_name}: mpirun starts the same path on both nodes"
+        )})  # fmt: skip
+    else:
+        return pair.model_copy(update={"error": NO_TOOL.format(server=server_name)})
+    return await _with_link_facts(measured, (server, client), (first, second), config)
+
+
+NO_LANE = (
+    "no fabric subnet in common: the cables are on different ports, or configure the other "
+    "subnet (preflight names which)"
+)
+ONE_SUBNET = (
+    "one subnet only ({subnet}): one of the port's two halves; NVIDIA's layout gives the "
+    "port's second interface a subnet of its own for the full speed"
+)
+
+
+def _warned(pair: FabricPair, *warnings: str) -> FabricPair:
+    return pair.model_copy(update={"warnings": [*pair.warnings, *warnings]})
+
+
+async def _with_link_facts(
+    pair: FabricPair,
+    nodes: tuple[NodeConnection, NodeConnection],
+    tools: tuple[NodeTools, NodeTools],
+    config: ClusterConfig,
+) -> FabricPair:
+    """The speed the link trained at, as both ends' sysfs reads it (the interfaces the figure
+    crossed), and what preflight warns of on them: a link below its nominal speed, MTU below
+    9000."""
+    wanted = [
+        (node, netdev)
+        for node, found in zip(nodes, tools, strict=True)
+        if isinstance(found.interfaces, NodeInterfaces)
+        for netdev in dict.fromkeys(a.netdev for a in found.interfaces.addresses)
+    ]
+    timeout = config.timeouts.preflight
+    try:
+        read = await asyncio.gather(*(read_link(n, i, timeout) for n, i in wanted))
+    except NodeError:
+        return pair  # the figure stands; the link's facts are preflight's to report
+    links = [link for link in read if link is not None]
+    speeds = [link.speed_mbps for link in links if link.speed_mbps]
+    trained = min(speeds) / 1000 if speeds and len(speeds) == len(links) else None
+    updated = pair.model_copy(update={"trained_gbps": trained})
+    return _warned(updated, *link_warnings(links, config.network.link_speed_mbps))
 
 
 def setup_key(config: ClusterConfig) -> str:
@@ -377,8 +393,7 @@ async def fabric_test(
     if not 1 <= seconds <= MAX_SECONDS:
         raise ValueError(f"seconds must be between 1 and {MAX_SECONDS}")
     nominal = config.network.link_speed_mbps / 1000
-    timeout = config.timeouts.preflight
-    reachable = [node for node in connection.ordered()]
+    reachable = connection.ordered()
     found = await asyncio.gather(*(node_tools(node, config) for node in reachable))
     tools = {node.name: facts for node, facts in zip(reachable, found, strict=True)}
     pairs = []
@@ -388,7 +403,7 @@ async def fabric_test(
             phase="fabric_test",
             message=f"measuring {server_name} ↔ {client_name}",
         )
-        pair = await measure_pair(connection, tools, server_name, client_name, seconds, timeout)
+        pair = await measure_pair(connection, tools, server_name, client_name, seconds, config)
         pairs.append(pair)
         yield Progress(
             elapsed_s=reporter.elapsed(), phase="fabric_test", message=pair_line(pair, nominal)

@@ -94,6 +94,16 @@ async def test_fabric_test_measures_the_pair_and_keeps_the_history(clean, tmp_pa
     assert compared.metric == "spark-lab-0 ↔ spark-lab-1 (ib_write_bw)" and compared.unit == "Gb/s"
 
 
+async def test_fabric_test_says_the_speed_the_link_trained_at(fabric_restored):
+    lab_api.set_fabric_speed(1, 100_000)  # the worker's end trained at half its speed
+    code, out, _ = await spark_bot("fabric-test", "--seconds", "1", "--no-history")
+    assert code == 0, out
+    assert "% of the link's nominal 200 Gb/s (it trained at 100 Gb/s)" in out
+    assert (
+        "⚠ the fabric link enp1s0f1np1 on spark-lab-1 runs at 100 Gb/s, not its nominal 200" in out
+    )
+
+
 async def test_fabric_test_reports_every_pair_of_three_nodes(relab, tmp_path):
     lab = relab(nodes=3)
     data = yaml.safe_load(CONFIG_PATH.read_text())
