@@ -17,6 +17,7 @@ import yaml
 from cluster.events import FabricTestResult, parse_event
 from lab import api as lab_api
 from lab import topology as T
+from lab.proc import run
 from tests.cluster.in_lab.test_cli import CONFIG, spark_bot
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(240)]
@@ -195,6 +196,18 @@ async def test_nvidias_two_subnet_layout_both_halves_in_nccl_ib_hca_and_measured
     assert code == 1, out
     assert "spark-lab-1 has no address on the fabric subnet 198.18.2.0/24" in out
     assert "configure the other subnet on spark-lab-1" in out
+
+
+async def test_a_second_interface_up_without_an_address_is_a_warning(layout_restored):
+    for node in (0, 1):  # the port's second interface Up on both, its netplan not written
+        lab_api.set_second_subnet(node, True)
+        run(["ip", "-n", T.Node(node).netns, "addr", "flush", "dev", T.SECOND_FABRIC_IFNAME])
+    code, out, _ = await spark_bot("preflight")
+    assert code == 0, out
+    assert (
+        "enP2p1s0f1np1 on spark-lab-0 is Up (behind roceP2p1s0f1, in NCCL_IB_HCA) but holds no "
+        "address: NVIDIA's two-subnet layout gives the port's second interface a subnet" in out
+    )
 
 
 async def test_a_worker_cabled_to_the_other_port_is_named_with_the_fix(layout_restored):
