@@ -27,6 +27,7 @@ from bot.logs import (
 from bot.render_text import render
 from cluster.bench.depth import MAX_DEPTH, parse_depths
 from cluster.bench.history import JsonLinesHistory
+from cluster.bench.models import BenchReport
 from cluster.bench.runner import (
     DEFAULT_PROMPT,
     MAX_CONCURRENCY,
@@ -41,6 +42,8 @@ from cluster.diagnosis.explain import as_text, explain
 from cluster.diagnosis.failures import with_knowledge
 from cluster.errors import SparkBotError
 from cluster.events import Failed, StatusReport
+from cluster.operations.fabric_report import FabricTestReport
+from cluster.operations.fabric_test import DEFAULT_SECONDS, MAX_SECONDS
 from cluster.redact import redact
 from handlers.commands import check_bench, parse_concurrency, resolve_node
 from handlers.errors import CommandError
@@ -62,6 +65,7 @@ EXAMPLES = {
     "sync-model": "sync-model --config configs/sparks.yaml",
     "drop-caches": "drop-caches --config configs/sparks.yaml",
     "bench": "bench --config configs/sparks.yaml --concurrency 1,2,4 --max-tokens 256",
+    "fabric-test": "fabric-test --config configs/sparks.yaml --seconds 5",
     "run": "run --config configs/sparks.yaml",
     "console": "console --config configs/sparks.yaml",
     "demo": 'demo --run "/spark up"',
@@ -194,9 +198,21 @@ def _bounded_int(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def _default_history() -> Path:
+def _default_history(name: str = "bench-history.jsonl") -> Path:
     state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(state) / "spark-bot" / "bench-history.jsonl"
+    return Path(state) / "spark-bot" / name
+
+
+FABRIC_HISTORY = "fabric-history.jsonl"
+
+
+def fabric_test(args: argparse.Namespace) -> int:
+    controller = _controller(args)
+    history = JsonLinesHistory(args.history or _default_history(FABRIC_HISTORY), FabricTestReport)
+    events = controller.fabric_test(
+        seconds=args.seconds, history=None if args.no_history else history
+    )
+    return asyncio.run(_print_events(events, args.json))
 
 
 def bench(args: argparse.Namespace) -> int:
@@ -219,7 +235,9 @@ def bench(args: argparse.Namespace) -> int:
         requests_per_level=options.requests_per_level,
         depth=options.depth,
         allow_busy=options.allow_busy,
-        history=None if args.no_history else JsonLinesHistory(args.history or _default_history()),
+        history=None
+        if args.no_history
+        else JsonLinesHistory(args.history or _default_history(), BenchReport),
     )
     return asyncio.run(_print_events(events, args.json))
 
@@ -467,6 +485,26 @@ def _parser() -> _Parser:
         action="store_true",
         help="measure even when the server already runs requests (a warning instead of a refusal)",
     )
+    sub.add_argument("--json", action="store_true", help="print events as JSON lines")
+
+    sub = command("fabric-test", fabric_test, SPECS["fabric-test"].summary)
+    sub.add_argument("--config", required=True, help="path to the YAML config")
+    sub.add_argument(
+        "--seconds",
+        type=_bounded_int(1, MAX_SECONDS),
+        default=DEFAULT_SECONDS,
+        metavar="N",
+        help=f"how long each measurement runs (1-{MAX_SECONDS}, default {DEFAULT_SECONDS})",
+    )
+    sub.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="JSON-lines history to compare with and append to "
+        f"(default $XDG_STATE_HOME/spark-bot/{FABRIC_HISTORY})",
+    )
+    sub.add_argument("--no-history", action="store_true", help="neither compare nor record")
     sub.add_argument("--json", action="store_true", help="print events as JSON lines")
 
     sub = command(

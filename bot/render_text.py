@@ -8,6 +8,7 @@ from cluster.events import (
     CheckpointPassed,
     DiagnosticsCollected,
     Event,
+    FabricTestResult,
     Failed,
     LogTail,
     Progress,
@@ -16,6 +17,7 @@ from cluster.events import (
     Removed,
     StatusReport,
 )
+from cluster.operations.fabric_report import FabricTestReport, lane_line
 
 
 def _indent(lines: list[str], prefix: str = "    | ") -> str:
@@ -93,6 +95,8 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
         return f"{stamp} {'removed' if event.removed else 'nothing to remove'}: {event.detail}"
     if isinstance(event, BenchResult):
         return f"{stamp} benchmark done\n" + render_bench(event.report)
+    if isinstance(event, FabricTestResult):
+        return f"{stamp} fabric test done\n" + render_fabric_test(event.report)
     if isinstance(event, DiagnosticsCollected):
         return (
             f"{stamp} diagnostics bundle written: {event.path} ({event.size} bytes, "
@@ -103,6 +107,20 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
 
 def _num(value: float | None, fmt: str = ".1f", scale: float = 1.0) -> str:
     return "-" if value is None else format(value * scale, fmt)
+
+
+def render_fabric_test(report: FabricTestReport) -> str:
+    """Each pair's figure against the nominal speed, its lanes, warnings; then the comparison."""
+    lines = []
+    for pair in report.pairs:
+        lines.append(f"    {report.line(pair)}")
+        lines += [f"      {lane_line(lane)}" for lane in pair.lanes]
+        lines += [f"      ⚠ {warning}" for warning in pair.warnings]
+    for comparison in report.comparisons:
+        lines.append(f"    vs previous: {comparison.metric}: {comparison.describe()}")
+    if not report.comparisons:
+        lines.append("    vs previous: no earlier run of these nodes")
+    return "\n".join(lines)
 
 
 def render_bench(report: BenchReport) -> str:

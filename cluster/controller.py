@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator, Collection, Sequence
 from contextlib import aclosing
 from pathlib import Path
 
-from cluster.bench.history import BenchHistory, cluster_fingerprint
+from cluster.bench.history import BenchHistory, History, cluster_fingerprint
 from cluster.bench.runner import DEFAULT_PROMPT, BenchOptions, run_bench
 from cluster.config import ClusterConfig, Secrets
 from cluster.diagnosis.failures import CLUSTER_NOT_UP
@@ -18,6 +18,8 @@ from cluster.events import DiagnosticsCollected, Event, LogTail, Progress, Remov
 from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster, node_home
 from cluster.operations.diag_bundle import collect
 from cluster.operations.drop_caches import drop_caches
+from cluster.operations.fabric_report import FabricTestReport
+from cluster.operations.fabric_test import DEFAULT_SECONDS, fabric_test
 from cluster.operations.inventory import (
     container_state,
     container_states,
@@ -241,6 +243,24 @@ class Controller:
                 api_key=self.secrets.api_key,
             )
             async with aclosing(benchmark) as events:
+                async for event in events:
+                    yield event
+
+    async def fabric_test(
+        self,
+        *,
+        seconds: int = DEFAULT_SECONDS,
+        history: History[FabricTestReport] | None = None,
+    ) -> AsyncGenerator[Event, None]:
+        """The fabric's bandwidth between every pair of nodes, with the tool the nodes have
+        (cluster/operations/fabric_test.py); ends with FabricTestResult, then Failed when a
+        pair could not be measured."""
+        reporter = Reporter()
+        async with connect_cluster(self.config) as connection:
+            measured = fabric_test(
+                self.config, connection, reporter, seconds=seconds, history=history
+            )
+            async with aclosing(measured) as events:
                 async for event in events:
                     yield event
 

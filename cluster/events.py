@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from cluster.bench.models import BenchReport
+from cluster.operations.fabric_report import FabricTestReport
 
 Remedy = Literal[
     "sync-image", "sync-model", "drop-caches"
@@ -207,6 +208,13 @@ class BenchResult(_Event):
     report: BenchReport
 
 
+class FabricTestResult(_Event):
+    """`fabric-test`'s figures for every pair of nodes (cluster/operations/fabric_test.py)."""
+
+    kind: Literal["fabric_test"] = "fabric_test"
+    report: FabricTestReport
+
+
 class DiagnosticsCollected(_Event):
     """A diagnostics bundle written to `path` (cluster/operations/diag_bundle.py)."""
 
@@ -229,6 +237,7 @@ Event = Annotated[
     | LogTail
     | Removed
     | BenchResult
+    | FabricTestResult
     | RecipesReport
     | DiagnosticsCollected,
     Field(discriminator="kind"),

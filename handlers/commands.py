@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from cluster.bench.depth import parse_depths
 from cluster.bench.runner import BenchLimits, BenchOptions
 from cluster.config import ClusterConfig
+from cluster.operations.fabric_test import DEFAULT_SECONDS, MAX_SECONDS
 from handlers.errors import CommandError
 from handlers.settings import CommandsConfig
 
@@ -154,6 +155,23 @@ class Bench(BaseCommand):
         return " ".join(parts)
 
 
+class FabricTest(BaseCommand):
+    name: ClassVar[str] = "fabric-test"
+    seconds: int = Field(DEFAULT_SECONDS, ge=1, le=MAX_SECONDS)
+
+    @classmethod
+    def parse(cls, args: list[str], cluster: ClusterConfig, commands: CommandsConfig) -> FabricTest:
+        values: dict[str, object] = {}
+        for key, value in _pairs("fabric-test", args).items():
+            if key != "seconds":
+                raise CommandError(f"`fabric-test`: unknown option `{key}` (seconds)")
+            values[key] = _int("fabric-test", key, value)
+        return FabricTest.model_validate(values)
+
+    def text(self) -> str:
+        return f"fabric-test seconds={self.seconds}"
+
+
 class Status(BaseCommand):
     name: ClassVar[str] = "status"
 
@@ -220,6 +238,7 @@ Command = (
     Up
     | Verify
     | Bench
+    | FabricTest
     | Status
     | Recipes
     | Logs

@@ -18,11 +18,13 @@ from cluster.events import (
     BenchResult,
     CheckpointPassed,
     Event,
+    FabricTestResult,
     Failed,
     Progress,
     Ready,
     Removed,
 )
+from cluster.operations.fabric_report import FabricTestReport, lane_line
 from cluster.progress.checkpoints import Checkpoint
 from cluster.redact import redact
 from handlers.chat import Chat, Posted
@@ -239,6 +241,8 @@ class JobView:
 
                 chart = await asyncio.to_thread(bench_chart_png, event.report)
             await self.reply(bench_message(event.report, chart))
+        elif isinstance(event, FabricTestResult):
+            await self.reply(fabric_test_message(event.report))
 
     async def _passed(self, event: CheckpointPassed) -> None:
         unchecked = event.not_checked
@@ -438,6 +442,27 @@ def bench_message(report: BenchReport, chart: bytes | None = None) -> Message:
         code=table,
         code_title=_table_title(report) if table else None,
         attachment=attachment,
+    )
+
+
+def fabric_test_message(report: FabricTestReport) -> Message:
+    """Each pair's figure against the link's nominal speed; its lanes (one per subnet) as a
+    table; what fell short and why; the comparison with the last run."""
+    lines, table = [], []
+    for pair in report.pairs:
+        mark = "✘ " if pair.gbps is None else ""
+        lines.append(mark + escape(report.line(pair)))
+        lines += [f"⚠ {escape(warning)}" for warning in pair.warnings]
+        table += [f"{pair.name}  {lane_line(lane)}" for lane in pair.lanes]
+    lines += [
+        f"vs previous: {escape(c.metric)}: {escape(c.describe())}" for c in report.comparisons
+    ]
+    return Message(
+        title="🔌 Fabric bandwidth",
+        text="\n".join(lines),
+        tone="warning" if report.failed else "success",
+        code=table,
+        code_title="each subnet's ib_write_bw" if table else None,
     )
 
 

@@ -36,7 +36,7 @@ class AccessLevel(_Model):
 
 
 class AccessConfig(_Model):
-    """read: status, verify, recipes, logs, diag, help. operate: up, down, bench, sync-image,
+    """read: status, verify, fabric-test, recipes, logs, diag, help. operate: up, down, bench, sync-image,
     sync-model, drop-caches, cancel (and read).
 
     Least privilege by default: anyone may read, but only in the channels the config names;
@@ -44,7 +44,7 @@ class AccessConfig(_Model):
 
     read: AccessLevel = Field(
         AccessLevel(users=["*"]),
-        description="who may run status, verify, recipes, logs, diag, help, and where",
+        description="who may run status, verify, fabric-test, recipes, logs, diag, help, and where",
     )
     operate: AccessLevel = Field(
         AccessLevel(),

@@ -22,20 +22,24 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from pydantic import ValidationError
 
+from cluster.bench.models import BenchReport
 from cluster.config import ClusterConfig
 from cluster.controller import Controller
 from cluster.events import (
     BenchResult,
     DiagnosticsCollected,
     Event,
+    FabricTestResult,
     LogTail,
     Ready,
     RecipesReport,
     StatusReport,
 )
+from cluster.operations.fabric_report import FabricTestReport
 from cluster.progress.checkpoints import (
     BENCH,
     DROP_CACHES,
+    FABRIC_TEST,
     SYNC_IMAGE,
     SYNC_MODEL,
     launch_plan,
@@ -480,7 +484,7 @@ async def _bench(
         max_tokens=command.max_tokens,
         runs=command.runs,
         depth=command.depth,
-        history=StoreHistory(d.store, d.jobs.journal, record.id),
+        history=StoreHistory(d.store, d.jobs.journal, record.id, BenchReport),
     )
     return JobPlan(
         title=f"📊 Benchmark on `{d.cluster.name}`",
@@ -503,6 +507,39 @@ def _bench_footer(job: Job) -> str:
     if result and result.report.single and result.report.single.decode_tok_s:
         return f"Benchmark: {result.report.single.decode_tok_s:.1f} tok/s single stream"
     return "Benchmark done"
+
+
+async def _fabric_test(
+    d: CommandContext, command: c.FabricTest, record: JobRecord, consent: Consent | None
+) -> JobPlan:
+    # compared with the last run of this cluster's nodes in the store, and recorded there: the
+    # bench history's table holds it too
+    events = d.controller_for(d.cluster).fabric_test(
+        seconds=command.seconds,
+        history=StoreHistory(d.store, d.jobs.journal, record.id, FabricTestReport),
+    )
+    return JobPlan(
+        title=f"🔌 Fabric test on `{d.cluster.name}`",
+        checkpoints=[FABRIC_TEST],
+        events=events,
+        on_event=_after_fabric_test,
+        success_footer=_fabric_test_footer,
+    )
+
+
+async def _after_fabric_test(job: Job, event: Event) -> None:
+    if isinstance(event, FabricTestResult):
+        job.view.items[FABRIC_TEST.id] = job.view.items[FABRIC_TEST.id].model_copy(
+            update={"state": "done", "elapsed_s": event.elapsed_s}
+        )
+
+
+def _fabric_test_footer(job: Job) -> str:
+    result = next((e for e in job.events if isinstance(e, FabricTestResult)), None)
+    if result is None:
+        return "Fabric test done"
+    measured = [p for p in result.report.pairs if p.gbps is not None]
+    return f"Fabric: {len(measured)} of {len(result.report.pairs)} pair(s) measured"
 
 
 async def _ask_teardown(d: CommandContext, command: c.Down) -> Question:
@@ -641,6 +678,16 @@ SPECS: dict[str, CommandSpec] = {
             arguments="[concurrency=1,2,4] [max_tokens=N] [runs=N] [depth=1k,4k,16k]",
             example="bench concurrency=1,2,4 max_tokens=256",
             job=_bench,
+        ),
+        declare(
+            c.FabricTest,
+            summary="measure the fabric's bandwidth between every pair of nodes (perftest's "
+            "ib_write_bw, else nccl-tests' all_reduce_perf, whichever the nodes have) against the "
+            "link's nominal speed and the last run",
+            level="read",
+            arguments="[seconds=N]",
+            example="fabric-test seconds=5",
+            job=_fabric_test,
         ),
         declare(
             c.Status,

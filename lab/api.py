@@ -203,7 +203,7 @@ def _known_node_indexes() -> set[int]:
                 if p.name.startswith("node") and p.name[4:].isdigit()
             )
     for name in netns.stale_host_links():
-        if name[:3] in ("sbm", "sbf"):
+        if name[:3] in T.HOST_VETH_PREFIXES:
             idx.add(int(name[3:]))
     return idx
 
@@ -425,6 +425,24 @@ def set_fabric_speed(node: int, mbps: int) -> None:
     """The link speed the node's sysfs reports for its fabric interface (200000 Mb/s when the
     lab comes up): a link trained at less than its nominal speed."""
     fabric.set_speed(_node(node), mbps)
+
+
+def set_second_subnet(node: int, on: bool) -> None:
+    """NVIDIA's two-subnet layout on the node (the port's second logical interface,
+    enP2p1s0f1np1, on 198.18.2.0/24), or the lab's default again (one interface, one subnet)."""
+    n = _node(node)
+    fabric.set_second_subnet(n, on)
+    netns.flush_neighbours([n])
+
+
+def set_cable_port(node: int, port: int) -> None:
+    """The node's fabric cable in the Spark's port 0 (enp1s0f0np0 Up, no address: its netplan
+    addresses port 1) or back in port 1, the lab's default."""
+    if port not in (0, 1):
+        raise LabError(f"a Spark has QSFP ports 0 and 1, not {port}")
+    n = _node(node)
+    fabric.set_cable_port(n, port)
+    netns.flush_neighbours([n])
 
 
 def set_node_memory(node: int, **gib: float) -> None:

@@ -216,11 +216,12 @@ def delete_node(node: T.Node) -> None:
 
 
 def stale_host_links() -> list[str]:
-    """Host links that look like ours (sbm<i>/sbf<i>, bridges)."""
+    """Host links that look like ours (sbm<i>/sbf<i>/sbs<i>/sbo<i>, bridges)."""
     p = run(["ip", "-j", "link", "show"], check=False)
     names = [link["ifname"] for link in json.loads(p.stdout or b"[]")]
     return [
         n
         for n in names
-        if n in (T.MGMT_BRIDGE, T.FABRIC_BRIDGE) or (n[:3] in ("sbm", "sbf") and n[3:].isdigit())
+        if n in (T.MGMT_BRIDGE, T.FABRIC_BRIDGE)
+        or (n[:3] in T.HOST_VETH_PREFIXES and n[3:].isdigit())
     ]

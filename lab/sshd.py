@@ -152,6 +152,18 @@ def bind_for_sessions(
     run([tool("nsenter"), "-t", str(sshd_pid), *enter, "mount", "--bind", str(source), target])
 
 
+def unbind_for_sessions(node: T.Node, target: str, *, net: bool = False) -> None:
+    """Undo `bind_for_sessions` (nothing to do when it is not bound, or sshd is down)."""
+    sshd_pid = pid(node)
+    if sshd_pid is None:
+        return
+    with open(f"/proc/{sshd_pid}/mountinfo") as f:
+        if not any(line.split()[4] == target for line in f):
+            return
+    enter = ["-m", "-n"] if net else ["-m"]
+    run([tool("nsenter"), "-t", str(sshd_pid), *enter, "umount", target])
+
+
 def start(node: T.Node) -> None:
     """Start the node's sshd (restarting it if its config changed)."""
     ensure_host_key(node)

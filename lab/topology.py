@@ -18,6 +18,12 @@ FABRIC_PREFIX = "198.18.1."
 PREFIXLEN = 24
 MGMT_IFNAME = "enP7s7"  # inside the node's namespace
 FABRIC_IFNAME = "enp1s0f1np1"  # the real Spark RoCE netdev name
+# NVIDIA's two-subnet layout (lab/fabric.py set_second_subnet): the port's second logical
+# interface, on a subnet of its own
+SECOND_FABRIC_IFNAME = "enP2p1s0f1np1"
+SECOND_FABRIC_PREFIX = "198.18.2."
+OTHER_PORT_IFNAME = "enp1s0f0np0"  # the Spark's other QSFP port (lab/fabric.py set_cable_port)
+HOST_VETH_PREFIXES = ("sbm", "sbf", "sbs", "sbo")  # mgmt, fabric, second subnet, other port
 NETNS_PREFIX = "sblab"
 MAX_NODES = 16
 
@@ -51,7 +57,16 @@ BASE_PACKAGES_LABEL = "spark-lab.base-packages"
 SSH_PORT = 22
 SSH_USER = "root"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-EMULATED_TOOLS = ("nvidia-smi", "ibdev2netdev", "drop-caches")  # wrappers in each node's bin dir
+# wrappers in each node's bin dir (ib_write_bw: perftest, as `apt install perftest` puts it
+# there; mpirun and all_reduce_perf: Open MPI and nccl-tests on the PATH)
+EMULATED_TOOLS = (
+    "nvidia-smi",
+    "ibdev2netdev",
+    "drop-caches",
+    "ib_write_bw",
+    "mpirun",
+    "all_reduce_perf",
+)
 # dockerd registers its "nvidia" device driver (`--gpus`, DeviceRequests with driver nvidia) only
 # when this is on its PATH (moby daemon/nvidia_linux.go); the lab's stand-in lives in the bin dir.
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
@@ -92,6 +107,18 @@ class Node:
     @property
     def fabric_veth(self) -> str:
         return f"sbf{self.index}"
+
+    @property
+    def second_fabric_veth(self) -> str:
+        return f"sbs{self.index}"
+
+    @property
+    def other_port_veth(self) -> str:
+        return f"sbo{self.index}"
+
+    @property
+    def second_fabric_ip(self) -> str:
+        return f"{SECOND_FABRIC_PREFIX}{10 + self.index}"
 
     # per-node state (kept across `down`, removed by `down --purge`)
     @property
@@ -181,6 +208,11 @@ class Node:
     def fabric_speed_file(self) -> Path:
         """Bound over the fabric interface's sysfs `speed` in its SSH sessions (lab/fabric.py)."""
         return self.run_dir / "fabric-speed"
+
+    @property
+    def second_fabric_speed_file(self) -> Path:
+        """The same over the second subnet's interface's `speed`, while it exists."""
+        return self.run_dir / "second-fabric-speed"
 
     @property
     def docker_pidfile(self) -> Path:

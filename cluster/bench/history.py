@@ -1,7 +1,8 @@
-"""The config fingerprint, and the bench history: one interface, the last report of a setup and
-a place to record the new one, with two backends (a JSON-lines file here for the CLI; the bot's
-SQLite store in handlers/bench_history.py). A run is compared with its predecessor in one place,
-`run_bench`.
+"""The config fingerprint, and the history of measurements: one interface, the last report of a
+setup and a place to record the new one, with two backends (a JSON-lines file here for the CLI;
+the bot's SQLite store in handlers/bench_history.py). Any report with a `setup_key` is kept
+there: bench's (compared with its predecessor in `run_bench`) and fabric-test's
+(cluster/operations/fabric_test.py), each read back as its own model.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import asyncio
 import hashlib
 import json
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from cluster.bench.models import BenchReport, Comparison, Fingerprint
 from cluster.config import ClusterConfig
@@ -37,26 +38,34 @@ def setup_key(fingerprint: Fingerprint, prompt: str, max_tokens: int) -> str:
     return _digest({"fingerprint": fingerprint.hash, "prompt": prompt, "max_tokens": max_tokens})
 
 
-class BenchHistory(Protocol):
-    async def previous(self, key: str) -> BenchReport | None:
-        """The last report of this setup (`setup_key`), None when there is none or it cannot be read."""
-
-    async def record(self, report: BenchReport) -> None: ...
+R = TypeVar("R", bound=BaseModel)
 
 
-class JsonLinesHistory:
-    """The CLI's history: one report per line, read and appended in a thread (not on the loop)."""
+class History(Protocol[R]):
+    async def previous(self, key: str) -> R | None:
+        """The last report of this setup, None when there is none or it cannot be read."""
 
-    def __init__(self, path: Path):
+    async def record(self, report: R) -> None: ...
+
+
+BenchHistory = History[BenchReport]
+
+
+class JsonLinesHistory(Generic[R]):
+    """The CLI's history: one report per line, read and appended in a thread (not on the loop);
+    `model` is the kind of report it holds (a line of another kind is not read as one)."""
+
+    def __init__(self, path: Path, model: type[R]):
         self.path = Path(path)
+        self.model = model
 
-    async def previous(self, key: str) -> BenchReport | None:
+    async def previous(self, key: str) -> R | None:
         return await asyncio.to_thread(self._previous, key)
 
-    async def record(self, report: BenchReport) -> None:
+    async def record(self, report: R) -> None:
         await asyncio.to_thread(self._append, report)
 
-    def reports(self) -> list[BenchReport]:
+    def reports(self) -> list[R]:
         try:
             lines = self.path.read_text().splitlines()
         except FileNotFoundError:
@@ -66,16 +75,16 @@ class JsonLinesHistory:
             if not line.strip():
                 continue
             try:
-                out.append(BenchReport.model_validate_json(line))
+                out.append(self.model.model_validate_json(line))
             except ValidationError:
                 continue  # a line from an older format, or a torn write: not comparable
         return out
 
-    def _previous(self, key: str) -> BenchReport | None:
-        matching = [r for r in self.reports() if r.setup_key == key]
+    def _previous(self, key: str) -> R | None:
+        matching = [r for r in self.reports() if getattr(r, "setup_key", None) == key]
         return matching[-1] if matching else None
 
-    def _append(self, report: BenchReport) -> None:
+    def _append(self, report: R) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as handle:
             handle.write(report.model_dump_json() + "\n")

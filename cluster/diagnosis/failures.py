@@ -1442,6 +1442,44 @@ FABRIC_MTU_MISMATCH = KnownFailure(
         "{lower} (and `mtu: 9000` for it in the node's netplan, so a reboot keeps it); then "
         "`up` again",
 )
+FABRIC_SUBNET_MISSING = KnownFailure(
+    id="fabric_subnet_missing", family="nccl", role="cause", fatal=True,
+    source="spark-bot preflight (`ibdev2netdev`, `ip -o -f inet addr` on every node); NVIDIA "
+           "dgx-spark-playbooks connect-two-sparks (two subnets, 2026-07)",
+    title="{node} has no address on the fabric subnet {subnet}",
+    cause="{peer} holds {peer_address} on {peer_netdev}, but none of {node}'s RoCE interfaces "
+          "that are Up ({netdevs}) is on {subnet}: NCCL pairs the RDMA devices of the ranks "
+          "(NCCL_IB_HCA lists every device Up), and the one on {subnet} has no path to its peer "
+          "(the load stalls, then fails with a connection timeout)",
+    fix="configure the other subnet on {node}: give the port's interface that {peer} has on "
+        "{subnet} ({peer_netdev}) an address on it in {node}'s netplan (NVIDIA's layout: "
+        "`enp1s0f1np1` 192.168.100.x/24 and `enP2p1s0f1np1` 192.168.101.x/24 on both nodes), "
+        "`sudo netplan apply`; or remove {peer_address} from {peer}; then `up` again",
+)
+FABRIC_OTHER_PORT = KnownFailure(
+    id="fabric_other_port", family="nccl", role="cause", fatal=True,
+    source="spark-bot preflight (`ibdev2netdev`, `ip -o -f inet addr` on every node); NVIDIA "
+           "dgx-spark-playbooks connect-two-sparks Step 2 (the same physical port on both)",
+    title="the cables are on different ports: {node}'s fabric is Up on {netdevs}, which holds "
+          "no address on {subnet}",
+    cause="{peer} reaches the fabric on {peer_netdev} ({peer_address}); {node}'s RoCE devices "
+          "that are Up are the other physical port's ({netdevs}), and the addresses its netplan "
+          "gives are on the port without the cable: the nodes have no path on {subnet}",
+    fix="plug the cable into the same port on both nodes (NVIDIA's playbook: the same "
+        "physical port on each node; `ibdev2netdev` then shows the same names Up on both), or "
+        "configure the other subnet on {node}'s port that is Up ({netdevs}: an address on "
+        "{subnet} in its netplan, `sudo netplan apply`); then `up` again",
+)
+FABRIC_TEST_FAILED = KnownFailure(
+    id="fabric_test_failed", family="nccl", role="cause", fatal=True,
+    source="spark-bot fabric-test (perftest's ib_write_bw, nccl-tests' all_reduce_perf)",
+    title="the fabric could not be measured between {pairs}",
+    cause="{reasons}",
+    fix="install perftest on every node (`sudo apt install perftest`: `ib_write_bw`, as NVIDIA's "
+        "benchmarking guide does), check `ibdev2netdev` and the fabric addresses on both "
+        "(`spark-bot preflight` names a missing subnet or a cable on the other port), then "
+        "`fabric-test` again",
+)
 DROP_CACHES_NOT_CONFIGURED = KnownFailure(
     id="drop_caches_not_configured", family="memory_host", role="cause", fatal=True, source="spark-bot drop-caches",
     title="the config names no command to drop the page cache (memory.drop_caches)",
@@ -1539,6 +1577,9 @@ ROWS_WITHOUT_A_LOG_LINE: tuple[KnownFailure, ...] = (
     MEMORY_HELD,
     MEMORY_NOT_RETURNED,
     FABRIC_MTU_MISMATCH,
+    FABRIC_SUBNET_MISSING,
+    FABRIC_OTHER_PORT,
+    FABRIC_TEST_FAILED,
     DROP_CACHES_NOT_CONFIGURED,
     DROP_CACHES_REFUSED,
     IMAGE_NOT_BUILT_FOR_GPU,

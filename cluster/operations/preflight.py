@@ -11,6 +11,8 @@ from cluster.config import ClusterConfig
 from cluster.diagnosis.failures import (
     FABRIC_LINK_DOWN,
     FABRIC_MTU_MISMATCH,
+    FABRIC_OTHER_PORT,
+    FABRIC_SUBNET_MISSING,
     FOREIGN_CONTAINER,
     IMAGE_DIFFERS,
     IMAGE_MISSING,
@@ -33,8 +35,13 @@ from cluster.diagnosis.failures import (
 )
 from cluster.errors import DockerRefused, InterfaceProblem, NodeTimedOut
 from cluster.events import CheckpointPassed, Event, Failed, Progress
-from cluster.nodes import ClusterConnection, NodeConnection, fabric_link, node_home
-from cluster.nodes.interfaces import NodeInterfaces, resolve_interfaces
+from cluster.nodes import ClusterConnection, NodeConnection, fabric_link, fabric_paths, node_home
+from cluster.nodes.interfaces import (
+    NodeInterfaces,
+    Unresolved,
+    resolve_interfaces,
+    up_roce_devices,
+)
 from cluster.progress.checkpoints import BY_ID, Checkpoint
 from cluster.progress.reporter import Reporter
 from cluster.progress.steps import Step, run_steps
@@ -58,6 +65,31 @@ from cluster.serving.ray_memory_monitor import env_warning, launcher_warning
 
 NO_INTERFACES = NodeInterfaces(eth_if="", ib_if=(), local_ip="")
 MEMORY_WAIT_REPORT_S = 15.0  # while waiting for memory to come back, a word at least this often
+
+
+async def detect_interfaces(
+    node: NodeConnection, config: ClusterConfig
+) -> NodeInterfaces | Unresolved:
+    """The node's interfaces for NCCL, Gloo and Ray, from `ibdev2netdev` and its IPv4
+    addresses (preflight's, and fabric-test's)."""
+    ibdev, addrs = await asyncio.gather(
+        node.run(["ibdev2netdev"], timeout=config.timeouts.preflight),
+        node.run(["ip", "-o", "-f", "inet", "addr", "show"], timeout=config.timeouts.preflight),
+    )
+    if not ibdev.ok and config.network.ib_if == "auto":
+        return Unresolved(
+            f"`ibdev2netdev` failed (exit {ibdev.exit_status}): {ibdev.stderr.strip()[:200]}"
+        )
+    try:
+        return resolve_interfaces(
+            fabric_ip=node.config.fabric_ip,
+            eth_choice=config.network.eth_if,
+            ib_choice=config.network.ib_if,
+            ibdev2netdev_output=ibdev.stdout,
+            ip_addr_output=addrs.stdout,
+        )
+    except InterfaceProblem as problem:
+        return Unresolved(str(problem), tuple(up_roce_devices(ibdev.stdout)))
 
 
 def reachable(connection: ClusterConnection, reporter: Reporter) -> Event:
@@ -221,19 +253,38 @@ class Preflight:
 
     async def _interfaces(self) -> AsyncGenerator[Event, None]:
         nodes = self._nodes
-        found = await asyncio.gather(*(self._node_interfaces(n) for n in nodes))
+        found = await asyncio.gather(*(detect_interfaces(n, self.config) for n in nodes))
+        by_name = {node.name: result for node, result in zip(nodes, found, strict=True)}
+        path = fabric_paths.missing_path(by_name)
+        if path is not None:
+            yield self._failed(
+                "interfaces",
+                path.node,
+                FABRIC_OTHER_PORT if path.other_port else FABRIC_SUBNET_MISSING,
+                path.values(),
+                evidence="\n".join(
+                    fabric_paths.describe(name, result)
+                    if isinstance(result, NodeInterfaces)
+                    else f"{name}: {result.problem} (Up: {', '.join(result.up_netdevs) or 'none'})"
+                    for name, result in by_name.items()
+                ),
+            )
+            return
         described: list[str] = []
         for node, result in zip(nodes, found, strict=True):
-            if isinstance(result, str):
+            if isinstance(result, Unresolved):
                 yield self._failed(
                     "interfaces",
                     node.name,
                     INTERFACES_UNEXPECTED,
-                    {"node": node.name, "problem": result},
+                    {"node": node.name, "problem": result.problem},
                 )
                 return
             self.facts[node.name].interfaces = result
-            described.append(f"{node.name}: {result.describe()}")
+            described += [
+                f"{node.name}: {result.describe()}",
+                fabric_paths.describe(node.name, result),
+            ]
         links = await self._fabric_links()
         broken = fabric_link.down(links)
         if broken is not None:
@@ -260,8 +311,22 @@ class Preflight:
         yield self.reporter.passed(
             BY_ID["interfaces"],
             "\n".join([*described, f"fabric: {listing}"]),
-            warning="; ".join(slower) or None,
+            warning="; ".join([*slower, *self._bare_ports(links)]) or None,
         )
+
+    def _bare_ports(self, links: list[fabric_link.LinkFacts]) -> list[str]:
+        """An Up RoCE port whose interface exists but holds no address: NCCL_IB_HCA lists it,
+        and NCCL uses half the port without NVIDIA's second subnet."""
+        existing = {(link.node, link.interface) for link in links}
+        return [
+            f"{bare.netdev} on {node.name} is Up (behind {bare.device}, in NCCL_IB_HCA) but "
+            "holds no address: NVIDIA's two-subnet layout gives the port's second interface a "
+            "subnet of its own (`enP2p1s0f1np1` 192.168.101.x/24 beside `enp1s0f1np1` "
+            "192.168.100.x/24 in the netplan), for both halves of the port"
+            for node in self._nodes
+            for bare in fabric_paths.unaddressed(self.facts[node.name].interfaces or NO_INTERFACES)
+            if (node.name, bare.netdev) in existing
+        ]
 
     async def _fabric_links(self) -> list[fabric_link.LinkFacts]:
         """Every fabric netdev of every node that exists as an interface of its own."""
@@ -273,25 +338,6 @@ class Preflight:
         timeout = self.config.timeouts.preflight
         found = await asyncio.gather(*(fabric_link.read_link(n, i, timeout) for n, i in wanted))
         return [link for link in found if link is not None]
-
-    async def _node_interfaces(self, node: NodeConnection) -> NodeInterfaces | str:
-        config = self.config
-        ibdev, addrs = await asyncio.gather(
-            node.run(["ibdev2netdev"], timeout=config.timeouts.preflight),
-            node.run(["ip", "-o", "-f", "inet", "addr", "show"], timeout=config.timeouts.preflight),
-        )
-        if not ibdev.ok and config.network.ib_if == "auto":
-            return f"`ibdev2netdev` failed (exit {ibdev.exit_status}): {ibdev.stderr.strip()[:200]}"
-        try:
-            return resolve_interfaces(
-                fabric_ip=node.config.fabric_ip,
-                eth_choice=config.network.eth_if,
-                ib_choice=config.network.ib_if,
-                ibdev2netdev_output=ibdev.stdout,
-                ip_addr_output=addrs.stdout,
-            )
-        except InterfaceProblem as problem:
-            return str(problem)
 
     def _available_gib(self, node: str) -> float:
         memory = self.facts[node].memory

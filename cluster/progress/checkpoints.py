@@ -168,9 +168,12 @@ RAY_RUNTIME_STARTED = (
     spelling(r"Ray runtime started\.", "Ray 2.x python/ray/scripts/scripts.py (`ray start`)"),
 )
 
-# What `watch` and `bench` report against: one checkpoint each.
+# What `watch`, `bench` and `fabric-test` report against: one checkpoint each.
 SERVING = Checkpoint("serving", "Serving", "watch")
 BENCH = Checkpoint("bench", "Benchmark", "bench")
+FABRIC_TEST = Checkpoint(
+    "fabric_test", "Fabric bandwidth between every pair of nodes", "fabric_test"
+)
 
 BY_ID = {checkpoint.id: checkpoint for checkpoint in CHECKPOINTS}
 

@@ -2,7 +2,16 @@
 
 import sys
 
-TOOLS = ("vllm", "ray", "nvidia-smi", "ibdev2netdev", "drop-caches")
+TOOLS = (
+    "vllm",
+    "ray",
+    "nvidia-smi",
+    "ibdev2netdev",
+    "drop-caches",
+    "ib_write_bw",
+    "mpirun",
+    "all_reduce_perf",
+)
 
 
 def main(argv=None):
@@ -19,6 +28,12 @@ def main(argv=None):
         from .gpu_tools import nvidia_smi_main as run
     elif tool == "drop-caches":
         from .meminfo import drop_caches_main as run
+    elif tool == "ib_write_bw":
+        from .perftest import ib_write_bw_main as run
+    elif tool == "mpirun":
+        from .nccl_tests import mpirun_main as run
+    elif tool == "all_reduce_perf":
+        from .nccl_tests import all_reduce_perf_main as run
     else:
         from .gpu_tools import ibdev2netdev_main as run
     return run(rest)

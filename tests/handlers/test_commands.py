@@ -52,6 +52,8 @@ def parse(text: str) -> c.Command:
             "bench concurrency=1,2,4 max_tokens=64 runs=2",
             c.Bench(concurrency=[1, 2, 4], max_tokens=64, runs=2),
         ),
+        ("fabric-test", c.FabricTest()),
+        ("fabric-test seconds=20", c.FabricTest(seconds=20)),
     ],
 )
 def test_valid_commands(text, expected):
@@ -82,6 +84,10 @@ def test_valid_commands(text, expected):
         ("bench concurrency=2,2", "appears twice"),
         ("bench runs=50", "runs"),
         ("bench speed=9", "unknown option `speed`"),
+        ("fabric-test seconds=0", "greater than or equal to 1"),
+        ("fabric-test seconds=61", "less than or equal to 60"),
+        ("fabric-test size=1G", "unknown option `size` (seconds)"),
+        ("fabric-test seconds=5s", "is not a whole number"),
     ],
 )
 def test_invalid_commands_say_why(text, why):
@@ -101,6 +107,7 @@ def test_canonical_text_round_trips():
         "up long max_model_len=4096",
         "bench max_tokens=64 runs=2 concurrency=1,2",
         "logs spark-lab-1 9",
+        "fabric-test seconds=9",
     ]:
         command = parse(text)
         assert parse(command.text()) == command

@@ -16,7 +16,17 @@ from handlers.specs import SPECS, CommandSpec, Confirmation, chat_usage, declare
 from testkit.doubles import BOB, CH, CLUSTER, ScriptedControllers, running_dispatcher
 from tests.handlers.test_commands import COMMANDS
 
-SHARED_WITH_THE_CLI = ["up", "verify", "bench", "status", "recipes", "logs", "diag", "down"]
+SHARED_WITH_THE_CLI = [
+    "up",
+    "verify",
+    "bench",
+    "fabric-test",
+    "status",
+    "recipes",
+    "logs",
+    "diag",
+    "down",
+]
 
 
 def test_every_command_is_declared_once_with_the_access_level_the_settings_document():
@@ -24,6 +34,7 @@ def test_every_command_is_declared_once_with_the_access_level_the_settings_docum
         "up": "operate",
         "verify": "read",
         "bench": "operate",
+        "fabric-test": "read",
         "status": "read",
         "recipes": "read",
         "logs": "read",

@@ -20,6 +20,7 @@ import pytest
 
 from benchmarks import real_accuracy
 from cluster.bench.history import JsonLinesHistory
+from cluster.bench.models import BenchReport
 from cluster.config import Secrets
 from cluster.events import (
     BenchResult,
@@ -223,7 +224,7 @@ def test_bench_measures_the_real_server_and_its_tokens_match_the_engines_counter
                 concurrency=[1, 2],
                 max_tokens=24,
                 runs=2,
-                history=JsonLinesHistory(tmp_path / "bench.jsonl"),
+                history=JsonLinesHistory(tmp_path / "bench.jsonl", BenchReport),
             )
         )
     )

@@ -16,6 +16,7 @@ import pytest
 from benchmarks.emulator_server import EmulatorServer
 from bot.render_text import render
 from cluster.bench.history import JsonLinesHistory, make_fingerprint
+from cluster.bench.models import BenchReport
 from cluster.bench.runner import BenchOptions, run_bench
 from cluster.bench.stream import chat_body, sample_completion
 from cluster.events import BenchResult, Failed, parse_event
@@ -92,7 +93,7 @@ async def test_single_stream_and_sweep_give_sane_figures_and_an_exact_cross_chec
 
 
 async def test_second_run_is_compared_with_the_first(server, tmp_path):
-    history = JsonLinesHistory(tmp_path / "bench.jsonl")
+    history = JsonLinesHistory(tmp_path / "bench.jsonl", BenchReport)
     options = BenchOptions(max_tokens=32, runs=1)
     first = (await bench(server, options, history))[-1].report
     second = (await bench(server, options, history))[-1].report

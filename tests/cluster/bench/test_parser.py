@@ -336,7 +336,7 @@ def _report(at: datetime, decode: float, fingerprint_serve: dict) -> BenchReport
 
 
 async def test_history_compares_with_the_previous_run_of_the_same_setup(tmp_path):
-    history = JsonLinesHistory(tmp_path / "h" / "bench.jsonl")
+    history = JsonLinesHistory(tmp_path / "h" / "bench.jsonl", BenchReport)
     t0 = datetime(2025, 1, 1, tzinfo=UTC)
     await history.record(_report(t0, 27.3, {"tp": 2}))
     await history.record(_report(t0 + timedelta(hours=1), 40.0, {"tp": 1}))  # another setup

@@ -168,6 +168,27 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
         "interface": "enp1s0f1np1",
         "lower": "spark-b",
     },
+    "fabric_subnet_missing": {
+        "node": "spark-b",
+        "subnet": "192.168.101.0/24",
+        "peer": "spark-a",
+        "peer_netdev": "enP2p1s0f1np1",
+        "peer_address": "192.168.101.10/24",
+        "netdevs": "enp1s0f1np1, enP2p1s0f1np1",
+    },
+    "fabric_other_port": {
+        "node": "spark-b",
+        "subnet": "192.168.100.0/24",
+        "peer": "spark-a",
+        "peer_netdev": "enp1s0f1np1",
+        "peer_address": "192.168.100.10/24",
+        "netdevs": "enp1s0f0np0, enP2p1s0f0np0",
+    },
+    "fabric_test_failed": {
+        "pairs": "spark-a ↔ spark-b",
+        "reasons": "spark-a ↔ spark-b: 192.168.100.0/24: spark-b: Couldn't connect to "
+        "192.168.100.10:18515",
+    },
     "drop_caches_not_configured": {},
     "drop_caches_refused": {
         "command": "sudo -n /usr/local/sbin/drop-caches",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.bench.history import JsonLinesHistory
+from cluster.bench.models import BenchReport
 from cluster.events import BenchResult, Ready
 from lab.emulator import truth
 from testkit.lab_cluster import collect, controller_for
@@ -25,7 +26,7 @@ async def test_bench_on_the_lab_matches_the_profile(clean, tmp_path):
     controller = controller_for(clean)
     assert isinstance((await collect(controller.up()))[-1], Ready)
     profile = controller.config.container.env["SPARK_EMU_PROFILE"]
-    history = JsonLinesHistory(tmp_path / "history.jsonl")
+    history = JsonLinesHistory(tmp_path / "history.jsonl", BenchReport)
     events = await collect(controller.bench(concurrency=[1, 2, 4], max_tokens=64, history=history))
     report = events[-1]
     assert isinstance(report, BenchResult), report
