@@ -19,6 +19,7 @@ from bot.console import ConsoleChat, stdin_lines
 from cluster.config import Secrets
 from cluster.controller import Controller
 from cluster.events import Event
+from cluster.operations.preflight import ConfirmReplace
 from demo.cluster import PROFILE, SAMPLE_TOKENS, TIME_SCALE, EmbeddedCluster, embedded_cluster
 from handlers.chat import Posted
 from handlers.messages import Message
@@ -58,12 +59,14 @@ class DemoController(Controller):
         replace_foreign: Collection[str] = (),
         sample_max_tokens: int = SAMPLE_TOKENS,
         take_over: bool = False,
+        confirm_replace: ConfirmReplace | None = None,
     ) -> AsyncGenerator[Event, None]:
         return super().up(
             replace=replace,
             replace_foreign=replace_foreign,
             sample_max_tokens=sample_max_tokens,
             take_over=take_over,
+            confirm_replace=confirm_replace,
         )
 
 
