@@ -27,6 +27,7 @@ from cluster.config import ClusterConfig, NodeConfig, Secrets
 from cluster.controller import Controller
 from cluster.events import Event
 from cluster.logs.timestamps import parse_docker_timestamp
+from cluster.operations.preflight import ConfirmReplace
 from handlers.settings import BotSettings
 from testkit.doubles import ALICE, CH, settings
 from testkit.lab_cluster import collect
@@ -177,6 +178,7 @@ class RecordingController(Controller):
         replace_foreign: Collection[str] = (),
         sample_max_tokens: int = 128,
         take_over: bool = False,
+        confirm_replace: ConfirmReplace | None = None,
     ) -> AsyncGenerator[Event, None]:
         return self._recorded(
             super().up(
@@ -184,6 +186,7 @@ class RecordingController(Controller):
                 replace_foreign=replace_foreign,
                 sample_max_tokens=sample_max_tokens,
                 take_over=take_over,
+                confirm_replace=confirm_replace,
             )
         )
 

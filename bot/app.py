@@ -90,6 +90,29 @@ async def run_slack(
     return 0
 
 
+async def serve_console(
+    config: SparkBotConfig,
+    chat: ConsoleChat,
+    controllers: ControllerFactory,
+    lines: AsyncIterator[str],
+    *,
+    assume_yes: bool,
+) -> None:
+    """The console's wiring, `spark-bot console`'s and the demo's: the handlers on a terminal
+    chat, with the console's access, until `lines` end and their work is done."""
+    dispatcher = Dispatcher(
+        config.cluster,
+        config.bot,
+        chat,
+        Store(config.store.path),
+        controllers,
+        access=Access.for_console(),
+    )
+    await dispatcher.start()
+    settle_heap()
+    await Console(dispatcher, chat, assume_yes=assume_yes).run(lines)
+
+
 async def run_console(
     config: SparkBotConfig,
     environ: Mapping[str, str],
@@ -99,16 +122,11 @@ async def run_console(
     out: TextIO = sys.stdout,
     files_dir: Path | None = None,
 ) -> int:
-    chat = ConsoleChat(out, files_dir or config.store.path.parent / "console-files")
-    dispatcher = Dispatcher(
-        config.cluster,
-        config.bot,
-        chat,
-        Store(config.store.path),
+    await serve_console(
+        config,
+        ConsoleChat(out, files_dir or config.store.path.parent / "console-files"),
         controller_factory(config, environ, "`spark-bot console`"),
-        access=Access.for_console(),
+        lines or stdin_lines(),
+        assume_yes=assume_yes,
     )
-    await dispatcher.start()
-    settle_heap()
-    await Console(dispatcher, chat, assume_yes=assume_yes).run(lines or stdin_lines())
     return 0

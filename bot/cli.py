@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from bot.added_commands import added_commands
 from bot.config import load_config, load_knowledge
 from bot.logs import (
     FORMAT_VARIABLE,
@@ -68,7 +69,6 @@ EXAMPLES = {
     "fabric-test": "fabric-test --config configs/sparks.yaml --seconds 5",
     "run": "run --config configs/sparks.yaml",
     "console": "console --config configs/sparks.yaml",
-    "demo": 'demo --run "/spark up"',
     "diagnose": "diagnose vllm.log",
     "help": "help",
 }
@@ -296,28 +296,12 @@ def run_console(args: argparse.Namespace) -> int:
     return asyncio.run(console(load_config(args.config), os.environ, assume_yes=args.yes))
 
 
-def demo(args: argparse.Namespace) -> int:
-    # The demo and its emulator (demo/, lab/emulator) ship in the package but are imported only
-    # here, never when the CLI starts.
-    try:
-        from demo.session import main as run_demo
-        from lab.emulator.faults import FAULTS
-    except ImportError as error:
-        raise SparkBotError(
-            f"the demo needs the repository checkout (demo/ and lab/): {error}"
-        ) from None
-    if args.fault is not None and args.fault not in FAULTS:
-        raise SparkBotError(
-            f"unknown fault {args.fault!r}; the emulator's faults: {', '.join(sorted(FAULTS))}"
-        )
-    return run_demo(args.run or [], args.fault)
-
-
 def show_help(args: argparse.Namespace) -> int:
     print(f"spark-bot {package_version()}: {DESCRIPTION}\n")
     print("Commands (`spark-bot COMMAND --help` lists each one's options):")
-    for name, sub in _parser().commands.choices.items():
-        print(f"  {name:<13} {sub.description}\n  {'':<13} e.g. spark-bot {EXAMPLES[name]}")
+    parser = _parser()
+    for name, sub in parser.commands.choices.items():
+        print(f"  {name:<13} {sub.description}\n  {'':<13} e.g. spark-bot {parser.examples[name]}")
     print("\nIn Slack (`/spark …`), `spark-bot console` and `spark-bot demo`:")
     for line in chat_usage().replace("`", "").splitlines():
         print(f"  {line}")
@@ -357,6 +341,7 @@ def _recipe_option(sub: argparse.ArgumentParser) -> None:
 
 class _Parser(argparse.ArgumentParser):
     commands: argparse._SubParsersAction[_Parser]
+    examples: dict[str, str]
 
 
 def _parser() -> _Parser:
@@ -365,6 +350,7 @@ def _parser() -> _Parser:
     commands = parser.commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND"
     )
+    parser.examples = dict(EXAMPLES)
 
     def command(name: str, handler: Command, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
@@ -531,20 +517,9 @@ def _parser() -> _Parser:
     )
     _logging_options(sub, "warning")
 
-    sub = command(
-        "demo", demo, "the bot on an embedded two-node cluster: no Slack, Sparks, Docker or root"
-    )
-    sub.add_argument(
-        "--run",
-        action="append",
-        metavar="COMMAND",
-        help='a command to run, e.g. "/spark up" (repeatable); without it, read standard input',
-    )
-    sub.add_argument(
-        "--fault",
-        metavar="FAULT",
-        help="inject one of the emulator's faults (e.g. nccl_error, oom; a wrong name lists them)",
-    )
+    for name, added in added_commands().items():  # the demo's `demo`
+        added.add_arguments(command(name, added.run, added.help))
+        parser.examples[name] = added.example
 
     sub = command("diagnose", diagnose_log, "find the cause of a failure in a vLLM log")
     sub.add_argument("file", nargs="?", default="-", help="log file, or - for standard input")

@@ -32,7 +32,7 @@ from cluster.operations.operator_launcher import (
     launcher_output_tail,
     stop_launcher,
 )
-from cluster.operations.preflight import Preflight
+from cluster.operations.preflight import ConfirmReplace, Preflight
 from cluster.operations.recipes import recipes_report
 from cluster.operations.sync_image import ImageSync
 from cluster.operations.sync_model import ModelSync
@@ -77,10 +77,14 @@ class Controller:
         replace_foreign: Collection[str] = (),
         sample_max_tokens: int = 128,
         take_over: bool = False,
+        confirm_replace: ConfirmReplace | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Launch; `replace` removes a leftover container spark-bot started, `replace_foreign`
         names the nodes where a user consented to removing one it did not start; `take_over`
-        takes the cluster from another live launch (cluster/operations/launch_lease.py)."""
+        takes the cluster from another live launch (cluster/operations/launch_lease.py).
+        `confirm_replace` asks about leftovers the launch found (over its one connection to
+        each node, its lease held) instead of failing on them: a chat's question before
+        replacing needs no connection and container check of its own."""
         reporter = Reporter()  # the clock starts with the command, not once SSH is up
         async with connect_cluster(self.config) as connection:
             launch = Launch(
@@ -94,6 +98,7 @@ class Controller:
                 who=self.who,
                 take_over=take_over,
                 image_answers=self.image_answers,
+                confirm_replace=confirm_replace,
             )
             # Closed before the connections are: a cancelled launch cleans up over them.
             async with aclosing(launch.run()) as events:

@@ -13,18 +13,17 @@ from collections.abc import AsyncGenerator, AsyncIterator, Collection, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from bot.app import serve_console
 from bot.config import SparkBotConfig
-from bot.console import Console, ConsoleChat, stdin_lines
+from bot.console import ConsoleChat, stdin_lines
 from cluster.config import Secrets
 from cluster.controller import Controller
 from cluster.events import Event
+from cluster.operations.preflight import ConfirmReplace
 from demo.cluster import PROFILE, SAMPLE_TOKENS, TIME_SCALE, EmbeddedCluster, embedded_cluster
-from handlers.access import Access
 from handlers.chat import Posted
-from handlers.dispatch import Dispatcher
 from handlers.messages import Message
 from handlers.settings import StoreConfig
-from handlers.store import Store
 from lab.emulator.profiles import PROFILES
 
 
@@ -60,12 +59,14 @@ class DemoController(Controller):
         replace_foreign: Collection[str] = (),
         sample_max_tokens: int = SAMPLE_TOKENS,
         take_over: bool = False,
+        confirm_replace: ConfirmReplace | None = None,
     ) -> AsyncGenerator[Event, None]:
         return super().up(
             replace=replace,
             replace_foreign=replace_foreign,
             sample_max_tokens=sample_max_tokens,
             take_over=take_over,
+            confirm_replace=confirm_replace,
         )
 
 
@@ -133,17 +134,14 @@ async def run_demo(
             cluster=cluster.config, store=StoreConfig(path=cluster.workdir / "spark-bot.db")
         )
         chat = DemoChat(out, cluster.workdir / "files")
-        dispatcher = Dispatcher(
-            config.cluster,
-            config.bot,
-            chat,
-            Store(config.store.path),
-            lambda cluster: DemoController(cluster, Secrets({})),
-            access=Access.for_console(),
-        )
-        await dispatcher.start()
         lines = _listed(commands, out) if commands else _stdin(out, interactive)
-        await Console(dispatcher, chat, assume_yes=not interactive).run(_tracking(lines, chat))
+        await serve_console(
+            config,
+            chat,
+            lambda cluster: DemoController(cluster, Secrets({})),
+            _tracking(lines, chat),
+            assume_yes=not interactive,
+        )
         return 1 if chat.failed else 0
 
 

@@ -4,7 +4,8 @@ Most log lines match none of the failure signatures, checkpoint spellings or sec
 searching every regex of a table costs tens of microseconds a line in Python's `re` (a search
 tries each pattern at each position). Nearly every pattern needs some fixed text in any match
 (`Failed to connect to GCS`, `EngineDeadError`, one of `AKIA`/`ASIA`): `required_literals`
-reads it from the compiled pattern itself, so the tables stay the only place that knows it, and
+reads it from the pattern itself (cluster.logs.regex_syntax reads the syntax, no private part
+of `re`), so the tables stay the only place that knows it, and
 a `Screen` runs a pattern only on the lines that contain one of its literals (a `str` scan, a
 fraction of a microsecond). A pattern with no such text (`^\\s*$`) is always run. The screen
 never changes an answer: a line without any of a pattern's literals cannot match it.
@@ -13,19 +14,24 @@ never changes an answer: a line without any of a pattern's literals cannot match
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import product
-from re import _constants as sre  # type: ignore[attr-defined]
-from re import _parser as sre_parse  # type: ignore[attr-defined]
-from typing import Any
+
+from cluster.logs.regex_syntax import (
+    Chars,
+    Concat,
+    Either,
+    Empty,
+    Node,
+    Repeat,
+    Unknown,
+    Unsupported,
+    read,
+)
 
 __all__ = ["Screen", "required_literals"]
 
 _MAX_STRINGS = 64  # alternatives followed while spelling out a pattern's exact strings
-_SMALL_CLASS = 8  # a character class of at most this many characters is spelled out
-
-_REPEATS = {sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT}
-_ZERO_WIDTH = {sre.AT, sre.ASSERT, sre.ASSERT_NOT}
 
 
 class _Found:
@@ -58,25 +64,22 @@ def _shortest(strings: frozenset[str]) -> frozenset[str]:
     return frozenset(s for s in strings if not any(o != s and o in s for o in strings))
 
 
-def _class_chars(items: list[tuple[Any, Any]]) -> frozenset[str] | None:
-    chars: set[str] = set()
-    for op, value in items:
-        if op is sre.LITERAL:
-            chars.add(chr(value))
-        elif op is sre.RANGE and value[1] - value[0] < _SMALL_CLASS:
-            chars.update(chr(c) for c in range(value[0], value[1] + 1))
-        else:  # a negation, a category (\d), a wide range: too many to spell out
-            return None
-    return frozenset(chars) if len(chars) <= _SMALL_CLASS else None
+def _spliced(sequence: Concat) -> Iterator[Node]:
+    """The items with a group's items in its place: its text runs on into the next item's."""
+    for item in sequence.items:
+        if isinstance(item, Concat):
+            yield from _spliced(item)
+        else:
+            yield item
 
 
-def _sequence(items: Sequence[tuple[Any, Any]]) -> _Found:
+def _concat(sequence: Concat) -> _Found:
     """Consecutive exact pieces multiply into longer strings; any other piece ends a run."""
     run: frozenset[str] | None = frozenset({""})
     candidates: list[frozenset[str] | None] = []
     whole_exact = True
-    for op, value in items:
-        piece = _node(op, value)
+    for item in _spliced(sequence):
+        piece = _node(item)
         if (
             run is not None
             and piece.exact is not None
@@ -92,19 +95,15 @@ def _sequence(items: Sequence[tuple[Any, Any]]) -> _Found:
     return _Found(run if whole_exact else None, _best(candidates))
 
 
-def _node(op: Any, value: Any) -> _Found:
-    if op is sre.LITERAL:
-        return _Found(frozenset({chr(value)}), None)
-    if op is sre.IN:
-        return _Found(_class_chars(value), None)
-    if op in _ZERO_WIDTH:  # matches no text: adds nothing, takes nothing away
+def _node(node: Node) -> _Found:
+    if isinstance(node, Chars):
+        return _Found(node.chars, None)
+    if isinstance(node, Empty):  # matches no text: adds nothing, takes nothing away
         return _Found(frozenset({""}), None)
-    if op is sre.SUBPATTERN:
-        return _sequence(value[-1])
-    if op is sre.ATOMIC_GROUP:
-        return _sequence(value)
-    if op is sre.BRANCH:
-        branches = [_sequence(branch) for branch in value[1]]
+    if isinstance(node, Concat):
+        return _concat(node)
+    if isinstance(node, Either):
+        branches = [_concat(branch) for branch in node.branches]
         exact: frozenset[str] | None = None
         if all(b.exact is not None for b in branches):
             union = frozenset().union(*(b.exact for b in branches if b.exact is not None))
@@ -115,36 +114,41 @@ def _node(op: Any, value: Any) -> _Found:
             else None
         )
         return _Found(exact, needs)
-    if op in _REPEATS:
-        low, high, item = value
-        inner = _sequence(item)
-        if low == 0:
+    if isinstance(node, Repeat):
+        inner = _concat(node.item)
+        if node.low == 0:
             return _Found(
-                inner.exact | {""} if inner.exact is not None and high == 1 else None, None
+                inner.exact | {""} if inner.exact is not None and node.high == 1 else None, None
             )
-        if low == high == 1:
+        if node.low == node.high == 1:
             return inner
         return _Found(None, inner.needs)
-    return _Found(None, None)  # anything else (a back reference, any character): unknown
-
-
-def _ignores_case(pattern: re.Pattern[str]) -> bool:
-    # a local (?i:...) anywhere makes the whole pattern compared in lower case: looser, still true
-    return bool(pattern.flags & re.IGNORECASE) or "(?i" in pattern.pattern
+    assert isinstance(node, Unknown)
+    return _Found(None, None)  # a back reference: some text
 
 
 def required_literals(pattern: re.Pattern[str]) -> frozenset[str] | None:
     """Strings of which every match of `pattern` contains at least one (lower-cased when the
     pattern ignores case), or None when none are known."""
-    needs = _sequence(sre_parse.parse(pattern.pattern, pattern.flags)).needs
+    screened = _screened(pattern)
+    return screened[0] if screened else None
+
+
+def _screened(pattern: re.Pattern[str]) -> tuple[frozenset[str], bool] | None:
+    """The required literals and whether they are compared in lower case."""
+    try:
+        syntax = read(pattern)
+    except Unsupported:
+        return None
+    needs = _concat(syntax.tree).needs
     if needs is None:
         return None
     needs = _shortest(needs)
-    if _ignores_case(pattern):
-        if not all(s.isascii() for s in needs):
-            return None  # str.lower() is not one character for one outside ASCII
-        return frozenset(s.lower() for s in needs)
-    return needs
+    if not syntax.ignores_case:
+        return needs, False
+    if not all(s.isascii() for s in needs):
+        return None  # str.lower() is not one character for one outside ASCII
+    return frozenset(s.lower() for s in needs), True
 
 
 class Screen:
@@ -158,11 +162,12 @@ class Screen:
         exact: list[tuple[str, int]] = []
         folded: list[tuple[str, int]] = []
         for index, pattern in enumerate(self.patterns):
-            literals = required_literals(pattern)
-            if literals is None:
+            screened = _screened(pattern)
+            if screened is None:
                 always.add(index)
             else:
-                into = folded if _ignores_case(pattern) else exact
+                literals, ignores_case = screened
+                into = folded if ignores_case else exact
                 into.extend((literal, index) for literal in sorted(literals))
         self._always = frozenset(always)
         # one flat list: a `str` scan per literal is the whole cost of a line that matches none

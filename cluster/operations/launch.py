@@ -38,7 +38,7 @@ from cluster.nodes.interfaces import NodeInterfaces
 from cluster.operations.inventory import remove_container
 from cluster.operations.launch_lease import STALE_S, LaunchLease, LeaseHeld
 from cluster.operations.operator_launcher import Launcher
-from cluster.operations.preflight import Preflight
+from cluster.operations.preflight import ConfirmReplace, Preflight
 from cluster.progress.checkpoint_follower import Expectation, LogFollower, must_see
 from cluster.progress.checkpoints import BY_ID, RAY_RUNTIME_STARTED, launch_plan, spellings_for
 from cluster.progress.reporter import Reporter
@@ -77,6 +77,7 @@ class Launch:
         who: str = "spark-bot",
         take_over: bool = False,
         image_answers: AnswersByImage | None = None,
+        confirm_replace: ConfirmReplace | None = None,
     ):
         self.config = config
         self.secrets = secrets
@@ -96,6 +97,7 @@ class Launch:
             replace=replace,
             replace_foreign=frozenset(replace_foreign),
             image_answers={} if image_answers is None else image_answers,
+            confirm_replace=confirm_replace,
         )
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []

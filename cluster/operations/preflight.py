@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
@@ -115,6 +115,22 @@ class NodeFacts:
     stale_is_ours: bool = False  # labelled by spark-bot for this cluster
 
 
+@dataclass(frozen=True)
+class Leftover:
+    """A container under the launch's name found on a node: its state, and whether spark-bot
+    started it for this cluster."""
+
+    node: str
+    state: str  # "running", or "exited, not started by spark-bot"
+    ours: bool
+
+
+# Asked, inside the launch (its lease held, its connections open), when leftovers would stop
+# it: True removes every one listed (a chat's confirmation names them all), False leaves them
+# and the launch fails as without consent.
+ConfirmReplace = Callable[[tuple[Leftover, ...]], Awaitable[bool]]
+
+
 @dataclass
 class Preflight:
     """Runs the checks and keeps what it learnt for the launch."""
@@ -132,6 +148,7 @@ class Preflight:
     memory_returned: dict[str, float] = field(default_factory=dict)
     # the image's CUDA architectures and the GPU's, by image ID (the controller's, to keep)
     image_answers: AnswersByImage = field(default_factory=dict)
+    confirm_replace: ConfirmReplace | None = None
 
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None) -> CheckpointPassed:
         return self.reporter.passed(BY_ID[checkpoint], evidence, node=node)
@@ -589,6 +606,7 @@ class Preflight:
     async def _no_stale_container(self) -> AsyncGenerator[Event, None]:
         name = self.config.container.name
         stale = [(n, state) for n in self._nodes if (state := self.facts[n.name].stale_container)]
+        await self._confirm_replace([(n, state) for n, state in stale])
         foreign = next(
             (
                 (n, state)
@@ -625,6 +643,23 @@ class Preflight:
             if stale
             else f"no container named {name} on any node",
         )
+
+    async def _confirm_replace(self, stale: list[tuple[NodeConnection, str]]) -> None:
+        """Ask about the leftovers (when there is someone to ask) that would stop the launch:
+        the facts the question shows are those the launch acts on."""
+        ours = {n.name for n, _ in stale if self.facts[n.name].stale_is_ours}
+        unconsented = [
+            n
+            for n, _ in stale
+            if (n.name not in ours and n.name not in self.replace_foreign)
+            or (n.name in ours and not self.replace)
+        ]
+        if not unconsented or self.confirm_replace is None:
+            return
+        leftovers = tuple(Leftover(n.name, state, n.name in ours) for n, state in stale)
+        if await self.confirm_replace(leftovers):
+            self.replace = True
+            self.replace_foreign |= {n.name for n, _ in stale if n.name not in ours}
 
     async def _ports_free(self) -> AsyncGenerator[Event, None]:
         config = self.config

@@ -7,10 +7,11 @@ import shlex
 
 import pytest
 
-from bot.cli import EXAMPLES, _parser, main
+from bot.cli import _parser, main
 from handlers.specs import SPECS
 
 SUBCOMMANDS = list(_parser().commands.choices)
+EXAMPLES = _parser().examples  # the CLI's own and the added commands' (the demo's)
 
 
 def test_version_is_the_installed_packages(capsys):
@@ -24,6 +25,10 @@ def test_version_is_the_installed_packages(capsys):
 def test_each_command_has_an_example_that_parses(name):
     args = _parser().parse_args(shlex.split(EXAMPLES[name]))
     assert args.command == name
+
+
+def test_the_demo_is_a_command_the_demo_package_adds():
+    assert "demo" in SUBCOMMANDS and EXAMPLES["demo"] == 'demo --run "/spark up"'
 
 
 def test_help_lists_every_command_with_its_example_and_every_chat_command(capsys):
