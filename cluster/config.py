@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from cluster.diagnosis.families import FamilyId
+from cluster.diagnosis.family_ids import FamilyId
 from cluster.errors import ConfigError
 from cluster.redact import MASK, looks_secret, redact, secret_name
 

@@ -31,11 +31,11 @@ from cluster.diagnosis.failures import (
 )
 from cluster.diagnosis.families import (
     FAMILIES,
-    FamilyId,
     family_of_exception,
     family_of_frame,
     family_of_text,
 )
+from cluster.diagnosis.family_ids import FamilyId
 from cluster.diagnosis.platform import PlatformSeen
 from cluster.diagnosis.tracebacks import (
     RaisedException,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cluster.diagnosis.families import FamilyId
+    from cluster.diagnosis.family_ids import FamilyId
 
 # Where the texts were read. Releases installed from PyPI are named by version (and the commit
 # their wheel records); files read in a repository by its commit.

@@ -29,7 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cluster.config import ClusterConfig, Knowledge
-from cluster.diagnosis.families import FamilyId
+from cluster.diagnosis.family_ids import FamilyId
 from cluster.diagnosis.platform import NEUTRAL_WORDS
 from cluster.events import Remedy
 

@@ -12,32 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 from cluster.diagnosis.exception_classes import EXCEPTION_CLASSES, ExceptionClass
+from cluster.diagnosis.family_ids import FamilyId
 from cluster.diagnosis.tracebacks import RaisedException
-
-FamilyId = Literal[
-    "memory_gpu",
-    "kv_cache",
-    "context_length",
-    "memory_host",
-    "gpu_arch",
-    "cuda_runtime",
-    "package_version",
-    "model_arch",
-    "model_access",
-    "model_files",
-    "config_invalid",
-    "nccl",
-    "distributed_init",
-    "ray_cluster",
-    "port_in_use",
-    "engine_hang",
-    "tokenizer",
-    "other",
-]
-FAMILY_IDS: tuple[FamilyId, ...] = get_args(FamilyId)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from cluster.diagnosis.engine import LogDiagnoser
 from cluster.diagnosis.exception_classes import EXCEPTION_CLASSES, SOURCES
 from cluster.diagnosis.explain import explain
 from cluster.diagnosis.failures import SIGNATURES
-from cluster.diagnosis.families import FAMILY_IDS, family_of_exception
+from cluster.diagnosis.families import family_of_exception
+from cluster.diagnosis.family_ids import FAMILY_IDS
 from cluster.diagnosis.tracebacks import raised_exception
 from cluster.logs.logtext import strip_prefixes
 
