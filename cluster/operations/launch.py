@@ -100,7 +100,9 @@ class Launch:
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []
         self._in_flight: list[asyncio.Future[Any]] = []
-        self._ids: dict[str, str] = {}  # node -> the container started there
+        # node -> the container this launch started there (or saw its launcher start): the
+        # cleanup removes those by Id, never another launch's under the same name
+        self._ids: dict[str, str] = {}
         self.launcher: Launcher | None = None  # the operator's script, once started
         self._launcher_end: asyncio.Task[Failed | None] | None = None
         self._table, _ = for_cluster(config)
@@ -245,7 +247,9 @@ class Launch:
         # the memory before this launch, which the next `up` awaits after a stop (memory_return)
         labels = {LABEL_MEMORY_BEFORE: str(facts.memory.available)} if facts.memory else {}
         body = create_body(self.config, node.config, role, command, env, facts.home, labels)
-        return await node.docker.create_and_start(body, self.config.container.name)
+        container_id = await node.docker.create_and_start(body, self.config.container.name)
+        self._ids[node.name] = container_id  # recorded here: this part is never cancelled
+        return container_id
 
     def _interfaces(self, node: str) -> NodeInterfaces:
         interfaces = self.preflight.facts[node].interfaces
@@ -293,8 +297,10 @@ class Launch:
         head_facts = self.preflight.facts[head.name]
         assert head_facts.interfaces is not None
         try:
-            self._ids = await self._start_all(
-                [(head, "head", ray_head_command(self.config, head_facts.interfaces))]
+            self._ids.update(
+                await self._start_all(
+                    [(head, "head", ray_head_command(self.config, head_facts.interfaces))]
+                )
             )
         except NodeError as error:
             yield self._containers_failed(error)
@@ -611,6 +617,13 @@ class Launch:
             waiting = [
                 n for n, info in infos.items() if not (info and info["State"].get("Running"))
             ]
+            self._ids.update(
+                {
+                    n: info["Id"]
+                    for n, info in infos.items()
+                    if info and info["State"].get("Running")
+                }
+            )
             if not waiting:
                 break
             # A script whose `docker run` failed may wait on for a container that never comes
@@ -759,22 +772,7 @@ class Launch:
         if self.launcher is not None:
             await self._stop_launcher()
             return
-        name = self.config.container.name
-        results = await asyncio.gather(
-            *(
-                remove_container(n, name, owner=self.config.name, timeout=timeout)
-                for n in self.started
-            ),
-            return_exceptions=True,
-        )
-        for node, result in zip(self.started, results, strict=True):
-            if isinstance(result, BaseException):
-                log.warning(
-                    "could not remove %s from %s after the launch stopped: %s",
-                    name,
-                    node.name,
-                    result,
-                )
+        await self._remove(self.started, owner=self.config.name)
 
     async def _stop_launcher(self) -> None:
         """The launcher's process group stopped first (it would start more), then what it
@@ -784,18 +782,42 @@ class Launch:
             log.info("%s", await self.launcher.stop())
         except NodeError as error:
             log.warning("could not stop the launcher after the launch stopped: %s", error)
-        name = self.config.container.name
-        nodes = self.connection.ordered()
+        await self._remove(self.connection.ordered(), owner=None)
+
+    async def _remove(self, nodes: list[NodeConnection], *, owner: str | None) -> None:
+        """Remove this launch's container on each of `nodes`: by the Id it recorded there; by
+        name only where it recorded none (a create that failed half-way, a launcher's container
+        not seen yet) and only while the lease is still this launch's: after `--take-over`, a
+        container by that name is the new launch's."""
+        name, timeout = self.config.container.name, self.config.timeouts.down
+        unrecorded = [n for n in nodes if n.name not in self._ids]
+        if unrecorded and self.lease is not None and not await self.lease.still_ours():
+            log.warning(
+                "left %s on %s: another launch took the lease over (up --take-over), so a "
+                "container by that name there may be its own",
+                name,
+                ", ".join(n.name for n in unrecorded),
+            )
+            nodes = [n for n in nodes if n.name in self._ids]
         results = await asyncio.gather(
             *(
-                remove_container(n, name, owner=None, timeout=self.config.timeouts.down)
+                remove_container(
+                    n, name, owner=owner, timeout=timeout, container_id=self._ids.get(n.name)
+                )
                 for n in nodes
             ),
             return_exceptions=True,
         )
         for node, result in zip(nodes, results, strict=True):
             if isinstance(result, BaseException):
-                log.warning("could not remove %s from %s: %s", name, node.name, result)
+                log.warning(
+                    "could not remove %s from %s after the launch stopped: %s",
+                    name,
+                    node.name,
+                    result,
+                )
+            elif not result[0] and node.name in self._ids:
+                log.info("%s", result[1])
 
 
 def _state(info: dict[str, Any] | None) -> str:

@@ -198,7 +198,7 @@ async def test_a_launcher_that_fails_gives_its_failure_with_its_lines(clean_laun
     assert "exited with status 1" in failure.summary and "launch-pair.sh" in failure.summary
     assert (
         failure.evidence
-        == f"Usage: ./{LAUNCH_PAIR.name} --worker IP [-t image] [--name name] [-e VAR=value] [-v src:dst] [-d] -- MODEL [vllm serve flags]"
+        == f"Usage: ./{LAUNCH_PAIR.name} --worker IP [-t image] [--name name] [-e VAR=value] [-v src:dst] [--rm] [-d] -- MODEL [vllm serve flags]"
     )
     assert "Error: Unknown argument: --gpu-count" in failure.log_tail
     assert "launch-pair.sh" in failure.fix and "cd /root/spark-vllm-docker" in failure.fix
@@ -373,5 +373,56 @@ async def test_ctrl_c_of_a_launcher_up_prints_a_summary_and_leaves_nothing(
     assert "interrupted (Ctrl-C)" in said and "status --config" in said, said
     assert "DockerRefused(" not in said, said
     assert not await group_alive(clean_launcher, pgid_of(seen))
+    [status] = await collect(Controller(script_cluster(clean_launcher), Secrets({})).status())
+    assert not [c for c in status.containers if c.present], status.containers
+
+
+# As eugr/spark-vllm-docker's launch-cluster.sh (commit 74c02c37c280c64d07119350a7d42225f1b154ba)
+# does: its containers run with `docker run --rm`, and its cleanup trap (EXIT INT TERM HUP)
+# stops them, the head's, then each worker's over ssh: Docker removes each as it stops, while
+# `down` removes them too.
+REMOVES_ITS_OWN_CONTAINERS = """#!/bin/bash
+worker=$1; shift
+cleanup() {
+    trap - EXIT INT TERM HUP
+    echo "Stopping cluster..."
+    docker stop vllm_node >/dev/null 2>&1 || true
+    ssh -o BatchMode=yes "$worker" docker stop vllm_node >/dev/null 2>&1 || true
+    echo "Cluster stopped."
+}
+trap cleanup EXIT INT TERM HUP
+./launch-pair.sh --rm "$@"
+"""
+
+
+def self_removing_cluster(lab: LabInfo) -> ClusterConfig:
+    pair = script_cluster(lab)
+    assert pair.launcher is not None
+    return with_launcher_script(
+        pair,
+        Path(lab.head.home) / "spark-vllm-docker",
+        "removes-its-own-containers.sh",
+        REMOVES_ITS_OWN_CONTAINERS,
+        lab.workers[0].fabric_ip,
+        *pair.launcher.command[1:],
+    )
+
+
+async def test_down_while_the_launcher_removes_its_own_containers_says_so_and_leaves_nothing(
+    clean_launcher, tmp_path
+):
+    config = config_file(clean_launcher, tmp_path, launched=self_removing_cluster(clean_launcher))
+    code, out, _ = await spark_bot("up", "--recipe", RECIPE, "--json", config=config)
+    events = [parse_event(line) for line in out.splitlines()]
+    assert code == 0 and isinstance(events[-1], Ready), out
+    pgid = pgid_of(events)
+
+    code, out, err = await spark_bot("down", config=config)  # its trap runs as down removes
+    assert code == 0, out + err
+    assert f"stopped the launcher's process group {pgid}" in out, out
+    assert "could not remove" not in out and "journalctl" not in out, out
+    said = [line for line in out.splitlines() if "vllm_node" in line]
+    assert len(said) <= 2 and all(line.split("] ")[1].startswith("removed: ") for line in said)
+    assert not await group_alive(clean_launcher, pgid)
     [status] = await collect(Controller(script_cluster(clean_launcher), Secrets({})).status())
     assert not [c for c in status.containers if c.present], status.containers
