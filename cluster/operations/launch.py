@@ -37,7 +37,7 @@ from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.nodes.interfaces import NodeInterfaces
 from cluster.operations.inventory import remove_container
 from cluster.operations.launch_lease import STALE_S, LaunchLease, LeaseHeld
-from cluster.operations.operator_launcher import Launcher
+from cluster.operations.operator_launcher import Launcher, stop_launcher
 from cluster.operations.preflight import Preflight
 from cluster.progress.checkpoint_follower import Expectation, LogFollower, must_see
 from cluster.progress.checkpoints import BY_ID, RAY_RUNTIME_STARTED, launch_plan, spellings_for
@@ -101,7 +101,7 @@ class Launch:
         self.started: list[NodeConnection] = []
         self._in_flight: list[asyncio.Future[Any]] = []
         # node -> the container this launch started there (or saw its launcher start): the
-        # cleanup removes those by Id, never another launch's under the same name
+        # cleanup removes those by Id, never another launch's under the same name (_remove)
         self._ids: dict[str, str] = {}
         self.launcher: Launcher | None = None  # the operator's script, once started
         self._launcher_end: asyncio.Task[Failed | None] | None = None
@@ -543,11 +543,27 @@ class Launch:
 
     async def _start_launcher(self) -> AsyncGenerator[Event, None]:
         head = self.connection.head
+        home = self.preflight.facts[head.name].home
+        # A run of this cluster's launcher still running belongs to no live launch (the lease
+        # says so, or was taken over on purpose): a replaced launch's, or one a killed spark-bot
+        # left. Stopped first, or it drives the new run's containers (its next `docker exec`).
+        try:
+            earlier = await stop_launcher(self.config, head, home)
+        except NodeError as error:
+            yield self.reporter.failed(
+                BY_ID["launcher"],
+                f"{head.name}: {error.problem}",
+                cause=error.cause,
+                fix=error.fix,
+                node=head.name,
+                evidence=error.problem,
+            )
+            return
         self.launcher = Launcher(
             self.config,
             self.secrets,
             head,
-            self.preflight.facts[head.name].home,
+            home,
             on_line=lambda line: self.monitor.publish_output(head.name, line),
         )
         # Started shielded: a cancel meanwhile waits for its process group's id, then stops it.
@@ -559,7 +575,8 @@ class Launch:
         yield self.reporter.passed(
             BY_ID["launcher"],
             f"`{launcher.command_text}` in {launcher.cwd} on {head.name}: its own session, "
-            f"process group {pgid}; its output is followed in {launcher.run}/output",
+            f"process group {pgid}; its output is followed in {launcher.run}/output"
+            + (f" (an earlier run still ran, no launch's: {earlier})" if earlier else ""),
             node=head.name,
         )
 
@@ -782,28 +799,35 @@ class Launch:
             log.info("%s", await self.launcher.stop())
         except NodeError as error:
             log.warning("could not stop the launcher after the launch stopped: %s", error)
-        await self._remove(self.connection.ordered(), owner=None)
+        await self._remove(self.connection.ordered(), owner=None, scripted=True)
 
-    async def _remove(self, nodes: list[NodeConnection], *, owner: str | None) -> None:
-        """Remove this launch's container on each of `nodes`: by the Id it recorded there; by
-        name only where it recorded none (a create that failed half-way, a launcher's container
-        not seen yet) and only while the lease is still this launch's: after `--take-over`, a
-        container by that name is the new launch's."""
+    async def _remove(
+        self, nodes: list[NodeConnection], *, owner: str | None, scripted: bool = False
+    ) -> None:
+        """Remove this launch's container on each of `nodes`, by the Id it recorded there; by
+        name where it recorded none (a create that failed half-way, a launcher's container not
+        seen yet) and, for a launcher's (`scripted`: the script may have made its container
+        again), on every node, but by name only while the head's lease is still this launch's:
+        after `up --take-over`, a container by that name is the new launch's."""
         name, timeout = self.config.container.name, self.config.timeouts.down
-        unrecorded = [n for n in nodes if n.name not in self._ids]
-        if unrecorded and self.lease is not None and not await self.lease.still_ours():
-            log.warning(
-                "left %s on %s: another launch took the lease over (up --take-over), so a "
-                "container by that name there may be its own",
-                name,
-                ", ".join(n.name for n in unrecorded),
-            )
-            nodes = [n for n in nodes if n.name in self._ids]
+        ids: dict[str, str | None] = {n.name: self._ids.get(n.name) for n in nodes}
+        if any(cid is None for cid in ids.values()) or scripted:
+            if self.lease is None or await self.lease.still_ours():
+                if scripted:
+                    ids = dict.fromkeys(ids)
+            else:
+                left = [n.name for n in nodes if ids[n.name] is None]
+                if left:
+                    log.warning(
+                        "left %s on %s: another launch took the lease over (up --take-over), "
+                        "so a container by that name there is its own",
+                        name,
+                        ", ".join(left),
+                    )
+                nodes = [n for n in nodes if ids[n.name] is not None]
         results = await asyncio.gather(
             *(
-                remove_container(
-                    n, name, owner=owner, timeout=timeout, container_id=self._ids.get(n.name)
-                )
+                remove_container(n, name, owner=owner, timeout=timeout, container_id=ids[n.name])
                 for n in nodes
             ),
             return_exceptions=True,
@@ -816,7 +840,7 @@ class Launch:
                     node.name,
                     result,
                 )
-            elif not result[0] and node.name in self._ids:
+            elif not result[0] and ids[node.name] is not None:
                 log.info("%s", result[1])
 
 
