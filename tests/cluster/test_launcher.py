@@ -332,12 +332,11 @@ async def test_a_removal_by_id_leaves_a_container_of_the_same_name_with_another_
     assert changes == [], "nothing stopped or removed"
 
 
-async def test_status_says_the_launched_recipe_is_unknown_when_the_heads_runs_cannot_be_read(
-    tmp_path,
-):
-    """Two recipes name the running launcher container, so the head's runs say which ran; a
-    listing that hangs past timeouts.launcher (a `pgid` the listing cannot finish reading)
-    makes that part unknown, with why; the rest of the status is shown all the same."""
+@asynccontextmanager
+async def runs_unreadable(tmp_path: Path):
+    """A head running a launcher's container that two recipes name (so the head's runs must say
+    which ran) whose runs' listing hangs past timeouts.launcher (1 s): a `pgid` it cannot finish
+    reading (a FIFO with no writer, as a hung file system would)."""
 
     async def engine(request):
         if request.method == "GET" and request.path.endswith("/vllm_node/json"):
@@ -355,18 +354,26 @@ async def test_status_says_the_launched_recipe_is_unknown_when_the_heads_runs_ca
         head = base.head.model_copy(update={"local_env": {"HOME": str(tmp_path)}})
         launcher = LauncherConfig(command=["./launch.sh"], container="vllm_node")
         recipe = Recipe(serve=base.serve, launcher=launcher)
-        config = base.model_copy(
-            update={
-                "nodes": [head],
-                "timeouts": base.timeouts.model_copy(update={"launcher": 1}),
-                "recipes": {"one": recipe, "two": recipe},
-            }
-        )
         try:
-            [status] = await collect(Controller(config, Secrets({})).status())
+            yield base.model_copy(
+                update={
+                    "nodes": [head],
+                    "timeouts": base.timeouts.model_copy(update={"launcher": 1}),
+                    "recipes": {"one": recipe, "two": recipe},
+                }
+            )
         finally:
             with contextlib.suppress(OSError):  # the reader left blocked: let it end
                 os.close(os.open(runs / "pgid", os.O_WRONLY | os.O_NONBLOCK))
+
+
+async def test_status_says_the_launched_recipe_is_unknown_when_the_heads_runs_cannot_be_read(
+    tmp_path,
+):
+    """The part that cannot be known is unknown, with why; the rest of the status is shown all
+    the same."""
+    async with runs_unreadable(tmp_path) as config:
+        [status] = await collect(Controller(config, Secrets({})).status())
     assert isinstance(status, StatusReport)
     [launched] = [c for c in status.containers if c.container == "vllm_node"]
     assert launched.running and launched.recipe is None
