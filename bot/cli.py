@@ -42,7 +42,7 @@ from cluster.controller import Controller
 from cluster.diagnosis.explain import as_text, explain
 from cluster.diagnosis.failures import with_knowledge
 from cluster.errors import SparkBotError
-from cluster.events import Failed, StatusReport
+from cluster.events import Failed, Removed, StatusReport
 from cluster.operations.fabric_report import FabricTestReport
 from cluster.operations.fabric_test import DEFAULT_SECONDS, MAX_SECONDS
 from cluster.redact import redact
@@ -133,6 +133,8 @@ async def _print_events(events, as_json: bool, config: Path | None = None) -> in
     status = 0
     async for event in events:
         print(redact(event.to_json() if as_json else render(event)), flush=True)
+        if isinstance(event, Removed) and event.failed:
+            status = 1  # something may be left: `down` did not do all it was asked
         if isinstance(event, Failed):
             status = 1
             remedy = (

@@ -75,6 +75,8 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
         for c in event.containers:
             since = f" since {c.started_at:%Y-%m-%d %H:%M:%S}" if c.started_at and c.running else ""
             recipe = f" (recipe {c.recipe})" if c.recipe else ""
+            if c.recipe_unknown:
+                recipe = f" (recipe unknown: {c.recipe_unknown})"
             rows.append(f"    {c.node}: {c.container} {c.status}{since}{recipe}")
         health = {True: "healthy", False: "NOT healthy", None: "unknown"}[event.api_healthy]
         version = f", vLLM {event.vllm_version}" if event.vllm_version else ""
@@ -92,7 +94,8 @@ def render(event: Event, *, tail_lines: int = 10) -> str:
             + _indent(event.lines)
         )
     if isinstance(event, Removed):
-        return f"{stamp} {'removed' if event.removed else 'nothing to remove'}: {event.detail}"
+        said = "removed" if event.removed else "FAILED" if event.failed else "nothing to remove"
+        return f"{stamp} {said}: {event.detail}"
     if isinstance(event, BenchResult):
         return f"{stamp} benchmark done\n" + render_bench(event.report)
     if isinstance(event, FabricTestResult):

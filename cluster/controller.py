@@ -14,6 +14,7 @@ from cluster.bench.history import BenchHistory, History, cluster_fingerprint
 from cluster.bench.runner import DEFAULT_PROMPT, BenchOptions, run_bench
 from cluster.config import ClusterConfig, Secrets
 from cluster.diagnosis.failures import CLUSTER_NOT_UP
+from cluster.errors import NodeError
 from cluster.events import DiagnosticsCollected, Event, LogTail, Progress, Removed, StatusReport
 from cluster.nodes import ClusterConnection, NodeConnection, connect_cluster, node_home
 from cluster.operations.diag_bundle import collect
@@ -166,11 +167,24 @@ class Controller:
                 ]
                 if not present:
                     continue
-                recipe = None  # a launcher's, present: shown too, with the recipe that ran it
-                if head is not None:
-                    home = await node_home(head, self.config.timeouts.launcher)
-                    recipe = await launched_recipe(self.config, head, home, name)
-                states += [s.model_copy(update={"recipe": recipe}) for s in present]
+                # a launcher's, present: shown too, with the recipe that ran it (or why that is
+                # not known: the rest of the status is shown all the same)
+                recipe, unknown = None, None
+                if head is None:
+                    unknown = "the head, where its launcher's runs are recorded, is unreachable"
+                else:
+                    try:
+                        home = await node_home(head, self.config.timeouts.launcher)
+                        recipe = await launched_recipe(self.config, head, home, name)
+                    except NodeError as error:
+                        unknown = (
+                            f"its launcher's runs on {head.name} could not be read: "
+                            f"{error.problem}; {error.fix}"
+                        )
+                states += [
+                    s.model_copy(update={"recipe": recipe, "recipe_unknown": unknown})
+                    for s in present
+                ]
             healthy, detail = (
                 None,
                 "not asked: the head is unreachable or its container is not running",
@@ -352,6 +366,7 @@ class Controller:
                     container=name,
                     removed=False,
                     detail=f"not reachable, nothing removed: {error}",
+                    failed=True,
                 )
             head = connection.nodes.get(self.config.head.name)
             if launched and head is not None:
@@ -378,9 +393,10 @@ class Controller:
                 if isinstance(result, BaseException):
                     if not isinstance(result, Exception):
                         raise result
-                    removed = False
+                    removed, failed = False, True
                     detail = f"could not remove {container} from {node.name}: {result}"
                 else:
+                    failed = False
                     removed, detail = result
                     if removed and container in launched:
                         recipes = " or ".join(launched[container])
@@ -391,6 +407,7 @@ class Controller:
                     container=container,
                     removed=removed,
                     detail=detail,
+                    failed=failed,
                 )
 
 

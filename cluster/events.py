@@ -136,6 +136,11 @@ class ContainerState(BaseModel):
         None  # the cluster spark-bot started it for (its label); None: not started by spark-bot
     )
     recipe: str | None = Field(None, description="the recipe it was started with (its label)")
+    recipe_unknown: str | None = Field(
+        None,
+        description="why the recipe that started it is not known (a launcher's container whose "
+        "runs on the head could not be read); None: known, or not asked",
+    )
 
 
 class NodeMemory(BaseModel):
@@ -171,8 +176,11 @@ class Removed(_Event):
     kind: Literal["removed"] = "removed"
     node: str
     container: str
-    removed: bool = Field(description="False when there was nothing to remove")
+    removed: bool = Field(description="False when there was nothing to remove, or it failed")
     detail: str
+    failed: bool = Field(
+        False, description="it may be there still: the node was not reached, or the removal failed"
+    )
 
 
 class RecipeSummary(BaseModel):

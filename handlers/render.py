@@ -224,7 +224,7 @@ class JobView:
         elif isinstance(event, Ready):
             await self.reply(ready_message(event))
         elif isinstance(event, Removed):
-            state = "done" if event.removed else "skipped"
+            state = "done" if event.removed else "failed" if event.failed else "skipped"
             self.items[f"removed:{event.node}:{event.container}"] = ChecklistItem(
                 title=escape(event.node),
                 state=state,

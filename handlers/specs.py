@@ -232,6 +232,7 @@ async def _status(d: CommandContext, command: c.Status, invocation: Invocation) 
         f"`{escape(x.node)}` {escape(x.container)}: *{escape(x.status)}*"
         + (f" since {x.started_at:%Y-%m-%d %H:%M} UTC" if x.started_at and x.running else "")
         + (f" (recipe `{escape(x.recipe)}`)" if x.recipe else "")
+        + (f" (recipe unknown: {escape(x.recipe_unknown)})" if x.recipe_unknown else "")
         for x in report.containers
     ]
     health = {True: "healthy", False: "NOT healthy", None: "not asked"}[report.api_healthy]

@@ -46,14 +46,28 @@ async def read_log_tail(node: NodeConnection, name: str, lines: int, secrets: Se
 
 
 async def remove_container(
-    node: NodeConnection, name: str, *, owner: str | None, timeout: float
+    node: NodeConnection,
+    name: str,
+    *,
+    owner: str | None,
+    timeout: float,
+    container_id: str | None = None,
 ) -> tuple[bool, str]:
     """Stop and remove `name` on `node`; with `owner`, only if spark-bot started it for that
-    cluster (a container someone started by hand under the same name is left alone)."""
+    cluster (a container someone started by hand under the same name is left alone); with
+    `container_id`, only if it is still that container (a launch that took over since started
+    its own under the name: it is that launch's, not ours). Stopped and removed by its Id, so a
+    container that takes the name meanwhile is never touched."""
     async with asyncio.timeout(timeout):
         info = await node.docker.find_container(name)
         if info is None:
             return False, f"no container {name} on {node.name}"
+        found = info["Id"]
+        if container_id is not None and found != container_id:
+            return False, (
+                f"{name} on {node.name} is another container now ({found[:12]}, not the "
+                f"{container_id[:12]} this launch started): left alone (another launch's)"
+            )
         labels = info["Config"].get("Labels") or {}
         if owner is not None and labels.get(LABEL_CLUSTER) != owner:
             return False, (
@@ -65,22 +79,24 @@ async def remove_container(
             if info["State"].get("Running"):
                 # SIGTERM, then SIGKILL after the grace: half the time allowed, the delete needs
                 # the rest
-                await node.docker.stop(name, grace_s=max(1, int(min(timeout / 2, 30))))
-            await node.docker.remove(name)
+                await node.docker.stop(found, grace_s=max(1, int(min(timeout / 2, 30))))
+            await node.docker.remove(found)
         except (ContainerMissing, DockerRefused) as error:
             if isinstance(error, DockerRefused) and not _removed_by_another(error):
                 raise
             # Someone else's removal (a launcher's own `docker rm` on its way out) won the race:
-            # gone all the same once it ends (asked again until then, within the timeout).
+            # gone all the same once it ends (asked again until then, within the timeout); a
+            # container by that name with another Id is another's, already.
             while True:
-                if await node.docker.find_container(name) is None:
+                now = await node.docker.find_container(name)
+                if now is None or now["Id"] != found:
                     break
                 await asyncio.sleep(REMOVAL_POLL_S)
             return True, (
-                f"{name} ({info['Id'][:12]}, was {status}) on {node.name} was removed meanwhile "
+                f"{name} ({found[:12]}, was {status}) on {node.name} was removed meanwhile "
                 "by another (its own launcher, or a `docker rm`)"
             )
-    return True, f"removed {name} ({info['Id'][:12]}, was {status}) from {node.name}"
+    return True, f"removed {name} ({found[:12]}, was {status}) from {node.name}"
 
 
 # Docker's words when a removal of the container is already under way (409).

@@ -37,7 +37,7 @@ from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.nodes.interfaces import NodeInterfaces
 from cluster.operations.inventory import remove_container
 from cluster.operations.launch_lease import STALE_S, LaunchLease, LeaseHeld
-from cluster.operations.operator_launcher import Launcher
+from cluster.operations.operator_launcher import Launcher, stop_launcher
 from cluster.operations.preflight import ConfirmReplace, Preflight
 from cluster.progress.checkpoint_follower import Expectation, LogFollower, must_see
 from cluster.progress.checkpoints import BY_ID, RAY_RUNTIME_STARTED, launch_plan, spellings_for
@@ -102,7 +102,9 @@ class Launch:
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []
         self._in_flight: list[asyncio.Future[Any]] = []
-        self._ids: dict[str, str] = {}  # node -> the container started there
+        # node -> the container this launch started there (or saw its launcher start): the
+        # cleanup removes those by Id, never another launch's under the same name (_remove)
+        self._ids: dict[str, str] = {}
         self.launcher: Launcher | None = None  # the operator's script, once started
         self._launcher_end: asyncio.Task[Failed | None] | None = None
         self._table, _ = for_cluster(config)
@@ -247,7 +249,9 @@ class Launch:
         # the memory before this launch, which the next `up` awaits after a stop (memory_return)
         labels = {LABEL_MEMORY_BEFORE: str(facts.memory.available)} if facts.memory else {}
         body = create_body(self.config, node.config, role, command, env, facts.home, labels)
-        return await node.docker.create_and_start(body, self.config.container.name)
+        container_id = await node.docker.create_and_start(body, self.config.container.name)
+        self._ids[node.name] = container_id  # recorded here: this part is never cancelled
+        return container_id
 
     def _interfaces(self, node: str) -> NodeInterfaces:
         interfaces = self.preflight.facts[node].interfaces
@@ -295,8 +299,10 @@ class Launch:
         head_facts = self.preflight.facts[head.name]
         assert head_facts.interfaces is not None
         try:
-            self._ids = await self._start_all(
-                [(head, "head", ray_head_command(self.config, head_facts.interfaces))]
+            self._ids.update(
+                await self._start_all(
+                    [(head, "head", ray_head_command(self.config, head_facts.interfaces))]
+                )
             )
         except NodeError as error:
             yield self._containers_failed(error)
@@ -539,11 +545,27 @@ class Launch:
 
     async def _start_launcher(self) -> AsyncGenerator[Event, None]:
         head = self.connection.head
+        home = self.preflight.facts[head.name].home
+        # A run of this cluster's launcher still running belongs to no live launch (the lease
+        # says so, or was taken over on purpose): a replaced launch's, or one a killed spark-bot
+        # left. Stopped first, or it drives the new run's containers (its next `docker exec`).
+        try:
+            earlier = await stop_launcher(self.config, head, home)
+        except NodeError as error:
+            yield self.reporter.failed(
+                BY_ID["launcher"],
+                f"{head.name}: {error.problem}",
+                cause=error.cause,
+                fix=error.fix,
+                node=head.name,
+                evidence=error.problem,
+            )
+            return
         self.launcher = Launcher(
             self.config,
             self.secrets,
             head,
-            self.preflight.facts[head.name].home,
+            home,
             on_line=lambda line: self.monitor.publish_output(head.name, line),
         )
         # Started shielded: a cancel meanwhile waits for its process group's id, then stops it.
@@ -555,7 +577,8 @@ class Launch:
         yield self.reporter.passed(
             BY_ID["launcher"],
             f"`{launcher.command_text}` in {launcher.cwd} on {head.name}: its own session, "
-            f"process group {pgid}; its output is followed in {launcher.run}/output",
+            f"process group {pgid}; its output is followed in {launcher.run}/output"
+            + (f" (an earlier run still ran, no launch's: {earlier})" if earlier else ""),
             node=head.name,
         )
 
@@ -613,6 +636,13 @@ class Launch:
             waiting = [
                 n for n, info in infos.items() if not (info and info["State"].get("Running"))
             ]
+            self._ids.update(
+                {
+                    n: info["Id"]
+                    for n, info in infos.items()
+                    if info and info["State"].get("Running")
+                }
+            )
             if not waiting:
                 break
             # A script whose `docker run` failed may wait on for a container that never comes
@@ -761,22 +791,7 @@ class Launch:
         if self.launcher is not None:
             await self._stop_launcher()
             return
-        name = self.config.container.name
-        results = await asyncio.gather(
-            *(
-                remove_container(n, name, owner=self.config.name, timeout=timeout)
-                for n in self.started
-            ),
-            return_exceptions=True,
-        )
-        for node, result in zip(self.started, results, strict=True):
-            if isinstance(result, BaseException):
-                log.warning(
-                    "could not remove %s from %s after the launch stopped: %s",
-                    name,
-                    node.name,
-                    result,
-                )
+        await self._remove(self.started, owner=self.config.name)
 
     async def _stop_launcher(self) -> None:
         """The launcher's process group stopped first (it would start more), then what it
@@ -786,18 +801,49 @@ class Launch:
             log.info("%s", await self.launcher.stop())
         except NodeError as error:
             log.warning("could not stop the launcher after the launch stopped: %s", error)
-        name = self.config.container.name
-        nodes = self.connection.ordered()
+        await self._remove(self.connection.ordered(), owner=None, scripted=True)
+
+    async def _remove(
+        self, nodes: list[NodeConnection], *, owner: str | None, scripted: bool = False
+    ) -> None:
+        """Remove this launch's container on each of `nodes`, by the Id it recorded there; by
+        name where it recorded none (a create that failed half-way, a launcher's container not
+        seen yet) and, for a launcher's (`scripted`: the script may have made its container
+        again), on every node, but by name only while the head's lease is still this launch's:
+        after `up --take-over`, a container by that name is the new launch's."""
+        name, timeout = self.config.container.name, self.config.timeouts.down
+        ids: dict[str, str | None] = {n.name: self._ids.get(n.name) for n in nodes}
+        if any(cid is None for cid in ids.values()) or scripted:
+            if self.lease is None or await self.lease.still_ours():
+                if scripted:
+                    ids = dict.fromkeys(ids)
+            else:
+                left = [n.name for n in nodes if ids[n.name] is None]
+                if left:
+                    log.warning(
+                        "left %s on %s: another launch took the lease over (up --take-over), "
+                        "so a container by that name there is its own",
+                        name,
+                        ", ".join(left),
+                    )
+                nodes = [n for n in nodes if ids[n.name] is not None]
         results = await asyncio.gather(
             *(
-                remove_container(n, name, owner=None, timeout=self.config.timeouts.down)
+                remove_container(n, name, owner=owner, timeout=timeout, container_id=ids[n.name])
                 for n in nodes
             ),
             return_exceptions=True,
         )
         for node, result in zip(nodes, results, strict=True):
             if isinstance(result, BaseException):
-                log.warning("could not remove %s from %s: %s", name, node.name, result)
+                log.warning(
+                    "could not remove %s from %s after the launch stopped: %s",
+                    name,
+                    node.name,
+                    result,
+                )
+            elif not result[0] and ids[node.name] is not None:
+                log.info("%s", result[1])
 
 
 def _state(info: dict[str, Any] | None) -> str:

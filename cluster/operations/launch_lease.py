@@ -57,6 +57,8 @@ RENEW = (
     'if [ -e "$1" ]; then [ "$(cat "$1")" = "$2" ] && touch "$1"; '
     'else printf "%s\\n" "$2" >"$1"; fi'
 )
+# exit 0 while it is ours
+HOLDS = '[ "$(cat "$1" 2>/dev/null)" = "$2" ]'
 # removed only while it is ours
 RELEASE = (
     'exec 9>"${1%/*}/launch.lock" && flock -w 5 9 || exit 125; '
@@ -191,6 +193,20 @@ class LaunchLease:
                     "the launch lease on %s was taken over by another launch (up --take-over)",
                     self.head.name,
                 )
+
+    async def still_ours(self) -> bool:
+        """Whether the lease is still this launch's (False: another launch took it over); a
+        head that does not answer leaves it ours, as it was."""
+        if self._path is None:
+            return False
+        try:
+            holds = await self.head.run(
+                ["sh", "-c", HOLDS, "sh", self._path, self.line], timeout=self.timeout
+            )
+        except NodeError as error:
+            log.warning("could not read the launch lease on %s: %s", self.head.name, error)
+            return True
+        return holds.ok
 
     async def release(self) -> None:
         """Give it back (only if it is still ours); a head that does not answer lets it expire."""

@@ -9,7 +9,8 @@ that is still in its group (an `ssh worker ...`, a `sleep`, a foreground `docker
 
 Each run has a folder of its own (output, status, pgid and the recipe it launched): a run that
 outlived the spark-bot that started it (`kill -9` of the CLI) ends in its own folder, never
-in the next run's; a new run removes only the folders of runs whose wrapper is gone.
+in the next run's; a new run removes only the folders of runs whose wrapper is gone and that
+no follower still reads.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ RUN_FOLDER = ".cache/spark-bot/launcher"
 # The program the script runs under: fixed text; the cluster's folder, the folder to run in, the
 # end mark, the output file's size bound, the recipe and the script's argv are its positional
 # parameters, never part of the program. It first removes the folders of earlier runs whose
-# wrapper is gone (no pgid, or no such process), makes its own, and prints its own pid (the id
+# wrapper is gone (no pgid, or no such process) and whose follower is gone (none recorded, or
+# no such process: see FOLLOWER), makes its own, and prints its own pid (the id
 # of the new session's process group) and that folder before
 # it lets go of the connection, and ends the output with the mark and the script's exit status:
 # the follower knows the end at once (waiting for the wrapper's pid to vanish waits for it to be
@@ -49,7 +51,9 @@ RUN_FOLDER = ".cache/spark-bot/launcher"
 WRAPPER = (
     'base=$1 cwd=$2 mark=$3 cap=$4 recipe=$5; shift 5; mkdir -p "$base" || exit 125; '
     'for d in "$base"/*/; do [ -d "$d" ] || continue; p=$(cat "$d/pgid" 2>/dev/null); '
-    '{ [ -n "$p" ] && kill -0 "$p" 2>/dev/null; } || rm -rf "$d"; done; '
+    '{ [ -n "$p" ] && kill -0 "$p" 2>/dev/null; } && continue; '
+    'for f in "$d"follower.*; do [ -e "$f" ] && kill -0 "${f##*.}" 2>/dev/null && continue 2; '
+    'done; rm -rf "$d"; done; '
     'run="$base/$(date +%s)-$$"; mkdir "$run" && : >"$run/output" || exit 125; '
     'echo "$recipe" >"$run/recipe"; echo $$ >"$run/pgid"; echo "$$ $run"; '
     "exec >/dev/null 2>&1 </dev/null; "
@@ -61,7 +65,9 @@ WRAPPER = (
 )
 # The follower: `tail -F`, whose words on a rotation ("has been replaced; following new file")
 # would land in the middle of the output over SSH's terminal (one stream), so they are dropped.
-FOLLOWER = 'exec tail "$@" 2>/dev/null'
+# It first records its pid in the run's folder ($1; `exec` keeps the pid): a new run prunes no
+# run whose follower still reads it (its end may be written and not read yet).
+FOLLOWER = 'run=$1; shift; : >"$run/follower.$$" || exit 125; exec tail "$@" 2>/dev/null'
 STOP_POLL_FIRST_S = 0.05
 STOP_POLL_MAX_S = 1.0
 # The runs of a cluster, one a line: its folder's name, its pgid and its recipe (either empty).
@@ -204,6 +210,7 @@ class Launcher:
             "-c",
             FOLLOWER,
             "sh",
+            self.run,
             "-n",
             "+1",
             "-s",

@@ -8,9 +8,11 @@
 # with its output in the container's log, after which the script shows a `tail` and exits 0.
 #
 #   launch-pair.sh --worker IP [-t IMAGE] [--name NAME] [-e VAR=value]... [-v SRC:DST]...
-#                  [--worker-docker-host unix:///PATH] [-d] -- MODEL [vllm serve flags]...
+#                  [--worker-docker-host unix:///PATH] [--rm] [-d] -- MODEL [vllm serve flags]...
 #
 # --worker-docker-host drives the worker's Docker engine through its socket instead of ssh.
+# --rm runs the containers with `docker run --rm`, as launch-cluster.sh does: Docker removes
+# each as it stops.
 set -euo pipefail
 
 IMAGE="vllm-node"
@@ -22,7 +24,7 @@ DETACH=false
 DOCKER_ARGS=()
 
 usage() {
-    echo "Usage: $0 --worker IP [-t image] [--name name] [-e VAR=value] [-v src:dst] [-d] -- MODEL [vllm serve flags]"
+    echo "Usage: $0 --worker IP [-t image] [--name name] [-e VAR=value] [-v src:dst] [--rm] [-d] -- MODEL [vllm serve flags]"
     exit 1
 }
 
@@ -34,6 +36,7 @@ while [[ $# -gt 0 ]]; do
         --name) NAME="$2"; shift ;;
         -e|--env) DOCKER_ARGS+=(-e "$2"); shift ;;
         -v|--volume) DOCKER_ARGS+=(-v "$2"); shift ;;
+        --rm) DOCKER_ARGS+=(--rm) ;;
         -d) DETACH=true ;;
         --) shift; break ;;
         *) echo "Error: Unknown argument: $1"; usage ;;

@@ -109,3 +109,22 @@ async def test_nccl_over_sockets_passes_with_a_warning_from_the_signature_table(
     nccl = next(e for e in events if isinstance(e, CheckpointPassed) and e.checkpoint == "nccl")
     assert nccl.warning and "NCCL uses TCP sockets instead of RDMA" in nccl.warning
     assert "--privileged" in nccl.warning
+
+
+async def test_a_launch_closed_after_another_took_it_over_leaves_that_launchs_containers(clean):
+    """`up --take-over --replace` while an earlier launch is still open: the earlier launch's
+    cleanup (its cancel, its close) removes the containers it started, by the Ids it recorded,
+    never the new launch's under the same name."""
+    old = controller_for(clean).up()
+    async for event in old:
+        assert not isinstance(event, Failed), event.model_dump_json(indent=1)
+        if isinstance(event, CheckpointPassed) and event.checkpoint == "containers":
+            break  # its containers run; it waits there, open, while another takes over
+    try:
+        new = await collect(controller_for(clean).up(replace=True, take_over=True))
+        assert isinstance(new[-1], Ready), new[-1].model_dump_json(indent=1)
+    finally:
+        await old.aclose()  # the old launch's cleanup runs now
+    [status] = await collect(controller_for(clean).status())
+    assert [c.running for c in status.containers] == [True, True], status.containers
+    assert status.api_healthy is True, "the new launch serves on"

@@ -142,3 +142,15 @@ async def test_a_lease_given_back_by_a_take_over_that_launched_nothing_is_writte
         )
         assert result.ok and "`spark-bot console`" in lease_file(tmp_path).read_text()
         await live.release()
+
+
+async def test_a_launch_knows_when_another_took_its_lease_over(tmp_path):
+    async with head(tmp_path) as node:
+        first = LaunchLease(node, "lab", "the Slack bot", timeout=5)
+        await first.take()
+        assert await first.still_ours()
+        second = LaunchLease(node, "lab", "`spark-bot` from a shell", timeout=5)
+        await second.take(take_over=True)
+        assert not await first.still_ours() and await second.still_ours()
+        await first.release()
+        await second.release()

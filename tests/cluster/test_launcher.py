@@ -5,7 +5,9 @@ processes in a real session of their own, a stand-in Docker engine (no container
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import stat
 import subprocess
 from contextlib import asynccontextmanager
@@ -15,13 +17,18 @@ import pytest
 import yaml
 from aiohttp import web
 
+from bot.cli import _print_events
 from bot.config import load_config
-from cluster.config import ClusterConfig, LauncherConfig, Secrets, Timeouts
+from bot.render_text import render
+from cluster.config import ClusterConfig, LauncherConfig, Recipe, Secrets, Timeouts
+from cluster.controller import Controller
+from cluster.events import StatusReport
 from cluster.nodes.local import LocalNode
 from cluster.operations.inventory import remove_container
 from cluster.operations.operator_launcher import Launcher, live_in_group, stop_launcher
+from cluster.operations.operator_launcher import _ended as ended
 from testkit.docker_standin import docker_standin, failing
-from testkit.lab_cluster import LAB_CONFIG
+from testkit.lab_cluster import LAB_CONFIG, collect
 from testkit.local_cluster import local_cluster
 from testkit.planted_secrets import HF_TOKEN
 
@@ -297,3 +304,159 @@ async def test_a_removal_already_in_progress_is_no_error_once_the_container_is_g
         finally:
             await node.aclose()
     assert removed and "removed meanwhile by another" in detail, detail
+
+
+async def test_a_removal_by_id_leaves_a_container_of_the_same_name_with_another_id(tmp_path):
+    """After `up --take-over --replace`, the old launch's cleanup finds the new launch's
+    container under the name it knew: another Id, so it is neither stopped nor removed."""
+    changes: list[str] = []
+
+    async def taken_over(request):
+        if request.method == "GET" and request.path.endswith("/json"):
+            state = {"Status": "running", "Running": True}
+            labels = {"spark-bot.cluster": "lab"}
+            return web.json_response({"Id": "b" * 64, "State": state, "Config": {"Labels": labels}})
+        changes.append(f"{request.method} {request.path}")
+        return web.json_response({}, status=204)
+
+    async with docker_standin(tmp_path / "docker.sock", taken_over) as socket:
+        config = cluster(socket, command=["./launch.sh"])
+        node = await LocalNode.connect(config.head, timeout=5, call_timeout=5)
+        try:
+            removed, detail = await remove_container(
+                node, "vllm_node", owner="lab", timeout=5, container_id="a" * 64
+            )
+        finally:
+            await node.aclose()
+    assert not removed and "another container now (bbbbbbbbbbbb" in detail, detail
+    assert changes == [], "nothing stopped or removed"
+
+
+@asynccontextmanager
+async def runs_unreadable(tmp_path: Path):
+    """A head running a launcher's container that two recipes name (so the head's runs must say
+    which ran) whose runs' listing hangs past timeouts.launcher (1 s): a `pgid` it cannot finish
+    reading (a FIFO with no writer, as a hung file system would)."""
+
+    async def engine(request):
+        if request.method == "GET" and request.path.endswith("/vllm_node/json"):
+            state = {"Status": "running", "Running": True, "StartedAt": "2026-12-04T21:00:00Z"}
+            return web.json_response(
+                {"Id": "d" * 64, "Image": "sha256:" + "e" * 64, "State": state, "Config": {}}
+            )
+        return web.json_response({"message": "No such container"}, status=404)
+
+    runs = tmp_path / ".cache" / "spark-bot" / "launcher" / "lab" / "1796000000-4242"
+    runs.mkdir(parents=True)
+    os.mkfifo(runs / "pgid")  # no writer: reading it never ends
+    async with docker_standin(tmp_path / "docker.sock", engine) as socket:
+        base = cluster(socket, command=["./launch.sh"])
+        head = base.head.model_copy(update={"local_env": {"HOME": str(tmp_path)}})
+        launcher = LauncherConfig(command=["./launch.sh"], container="vllm_node")
+        recipe = Recipe(serve=base.serve, launcher=launcher)
+        try:
+            yield base.model_copy(
+                update={
+                    "nodes": [head],
+                    "timeouts": base.timeouts.model_copy(update={"launcher": 1}),
+                    "recipes": {"one": recipe, "two": recipe},
+                }
+            )
+        finally:
+            with contextlib.suppress(OSError):  # the reader left blocked: let it end
+                os.close(os.open(runs / "pgid", os.O_WRONLY | os.O_NONBLOCK))
+
+
+async def test_status_says_the_launched_recipe_is_unknown_when_the_heads_runs_cannot_be_read(
+    tmp_path,
+):
+    """The part that cannot be known is unknown, with why; the rest of the status is shown all
+    the same."""
+    async with runs_unreadable(tmp_path) as config:
+        [status] = await collect(Controller(config, Secrets({})).status())
+    assert isinstance(status, StatusReport)
+    [launched] = [c for c in status.containers if c.container == "vllm_node"]
+    assert launched.running and launched.recipe is None
+    unknown = launched.recipe_unknown
+    assert unknown and unknown.startswith("its launcher's runs on spark-a could not be read: ")
+    assert "did not finish within 1 s" in unknown, unknown
+    assert status.memory, "the rest is shown: the node's memory"
+    said = render(status)
+    assert "vllm_node running" in said and "(recipe unknown: " in said, said
+
+
+def follower_pid(run: str) -> int:
+    """The pid of the `tail` that follows run `run`'s output."""
+    listing = subprocess.run(
+        ["ps", "-A", "-ww", "-o", "pid=,args="], capture_output=True, text=True
+    )
+    [pid] = [
+        int(line.split()[0])
+        for line in listing.stdout.splitlines()
+        if "tail " in line and f"{run}/output" in line
+    ]
+    return pid
+
+
+async def test_a_new_run_prunes_no_ended_run_whose_follower_has_not_read_its_end(tmp_path):
+    """A run ends (its pgid removed, its end written) while its follower has not read the end
+    yet (stopped here with SIGSTOP: a slow link, a busy head), and a new run starts then: the
+    ended run's folder stays for its follower, which reads its last line and its exit status;
+    once read, the next start removes it."""
+    go = tmp_path / "go"
+    ending = script(
+        tmp_path, f'echo first\nwhile [ ! -e "{go}" ]; do sleep 0.05; done\necho last\n'
+    )
+    first = asyncio.Event()
+    async with head_node(tmp_path, command=[ending]) as (config, node):
+        earlier = Launcher(
+            config,
+            Secrets({}),
+            node,
+            str(tmp_path),
+            on_line=lambda line: first.set() if line == "first" else None,
+        )
+        pgid = await earlier.start()
+        following = asyncio.create_task(earlier.follow())
+        await asyncio.wait_for(first.wait(), 10)  # its follower reads
+        reader = follower_pid(earlier.run)
+        os.kill(reader, signal.SIGSTOP)
+        try:
+            go.touch()
+            assert await ended(node, pgid, 10, 10), "the earlier run's wrapper has ended"
+            assert not (Path(earlier.run) / "pgid").exists()
+            later = Launcher(config, Secrets({}), node, str(tmp_path))
+            await later.start()
+            assert Path(earlier.run).is_dir(), "its follower has not read its end yet"
+        finally:
+            os.kill(reader, signal.SIGCONT)
+        assert await asyncio.wait_for(following, 10) == 0
+        assert list(earlier.lines)[-1] == "last"
+        await later.stop()
+        third = Launcher(config, Secrets({}), node, str(tmp_path))
+        await third.start()
+        await third.stop()
+        assert not Path(earlier.run).exists() and not Path(later.run).exists(), "read: pruned"
+
+
+async def test_a_removal_that_fails_is_said_as_failed_and_down_exits_1(tmp_path, capsys):
+    """Not a race: the engine refuses the removal. `down` says it failed (not "nothing to
+    remove") and the CLI exits 1: something may be left."""
+
+    async def refusing(request):
+        if request.method == "GET" and request.path.endswith("/json"):
+            state = {"Status": "exited", "Running": False}
+            labels = {"spark-bot.cluster": "lab"}
+            return web.json_response({"Id": "f" * 64, "State": state, "Config": {"Labels": labels}})
+        message = "driver overlay2 failed to remove root filesystem: device or resource busy"
+        return web.json_response({"message": message}, status=500)
+
+    async with docker_standin(tmp_path / "docker.sock", refusing) as socket:
+        config = local_cluster("lab", [socket], timeouts=Timeouts(down=4))
+        code = await _print_events(Controller(config, Secrets({})).down(), as_json=False)
+    said = capsys.readouterr().out
+    assert code == 1, said
+    assert (
+        "FAILED: could not remove vllm_lab from spark-a" in said
+        and "device or resource busy" in said
+    )

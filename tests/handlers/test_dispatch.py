@@ -28,6 +28,7 @@ from testkit.docker_standin import docker_standin, failing
 from testkit.doubles import ALICE, CH, running_dispatcher, settings
 from testkit.local_cluster import local_cluster
 from testkit.slack_bot import block_text
+from tests.cluster.test_launcher import runs_unreadable
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -184,3 +185,19 @@ async def test_bench_is_filed_under_the_launched_setup_and_compared_from_the_sto
     assert [r["fingerprint"]["serve"]["max_model_len"] for r in reports] == [4096, 4096]
     assert reports[1]["comparisons"] and reports[0]["setup_key"] == reports[1]["setup_key"]
     assert not list(tmp_path.glob("*.jsonl")), "one bench history for the bot: the store"
+
+
+async def test_status_in_chat_says_the_launched_recipe_is_unknown_and_why(tmp_path):
+    async with (
+        runs_unreadable(tmp_path) as cluster,
+        running_dispatcher(real_controller, settings(tmp_path), cluster=cluster) as (
+            dispatcher,
+            chat,
+        ),
+    ):
+        await dispatcher.command(Invocation(ALICE, CH, "status"))
+        await asyncio.wait_for(dispatcher.idle(), 20)
+    [(_, status)] = chat.private
+    assert status.title == f"Status of `{cluster.name}`", status.title
+    assert "vllm_node: *running*" in status.text, status.text
+    assert "(recipe unknown: its launcher's runs on spark-a could not be read: " in status.text

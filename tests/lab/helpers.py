@@ -11,6 +11,8 @@ import tempfile
 import aiodocker
 import asyncssh
 
+from cluster.logs.logtext import LineSplitter
+from cluster.nodes.docker_engine import DockerEngine
 from cluster.serving.containers import create_body
 from lab.api import LabInfo, NodeInfo
 
@@ -71,17 +73,24 @@ async def docker_over_ssh(conn: asyncssh.SSHClientConnection, node: NodeInfo):
             listener.close()
 
 
-async def wait_log_line(container, needle: str, timeout: float = 30) -> list[str]:
-    """Follow a container's logs until a line contains `needle`; returns the lines seen."""
+async def wait_log_line(
+    docker: aiodocker.Docker, container, needle: str, timeout: float = 30
+) -> list[str]:
+    """Follow a container's logs until a line contains `needle`; returns the lines seen.
+
+    Followed through the controller's engine facade, not aiodocker's `log(follow=True)`: that
+    one never releases its response when its reader stops early, closed or not (its request's
+    context manager has no `finally`), so the connection is left to the collector, which
+    warns of it whenever it gets there (at the end of whichever test is running then)."""
     seen: list[str] = []
+    engine = DockerEngine("lab", docker, call_timeout=timeout)
 
     async def follow():
-        # closed when the needle is found: a stream left to the garbage collector leaves its
-        # connection open (a ResourceWarning, whenever the collector gets to it)
-        stream = container.log(stdout=True, stderr=True, follow=True)
+        lines = LineSplitter()
+        stream = engine.follow_log(container.id, backlog="all", timestamps=False)
         async with contextlib.aclosing(stream) as chunks:
             async for chunk in chunks:
-                for line in chunk.splitlines():
+                for line in lines.feed(chunk):
                     seen.append(line)
                     if needle in line:
                         return

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shlex
 import shutil
 import signal
 import sys
@@ -198,7 +199,7 @@ async def test_a_launcher_that_fails_gives_its_failure_with_its_lines(clean_laun
     assert "exited with status 1" in failure.summary and "launch-pair.sh" in failure.summary
     assert (
         failure.evidence
-        == f"Usage: ./{LAUNCH_PAIR.name} --worker IP [-t image] [--name name] [-e VAR=value] [-v src:dst] [-d] -- MODEL [vllm serve flags]"
+        == f"Usage: ./{LAUNCH_PAIR.name} --worker IP [-t image] [--name name] [-e VAR=value] [-v src:dst] [--rm] [-d] -- MODEL [vllm serve flags]"
     )
     assert "Error: Unknown argument: --gpu-count" in failure.log_tail
     assert "launch-pair.sh" in failure.fix and "cd /root/spark-vllm-docker" in failure.fix
@@ -375,3 +376,191 @@ async def test_ctrl_c_of_a_launcher_up_prints_a_summary_and_leaves_nothing(
     assert not await group_alive(clean_launcher, pgid_of(seen))
     [status] = await collect(Controller(script_cluster(clean_launcher), Secrets({})).status())
     assert not [c for c in status.containers if c.present], status.containers
+
+
+# As eugr/spark-vllm-docker's launch-cluster.sh (commit 74c02c37c280c64d07119350a7d42225f1b154ba)
+# does: its containers run with `docker run --rm`, and its cleanup trap (EXIT INT TERM HUP)
+# stops them, the head's, then each worker's over ssh: Docker removes each as it stops, while
+# `down` removes them too.
+REMOVES_ITS_OWN_CONTAINERS = """#!/bin/bash
+worker=$1; shift
+cleanup() {
+    trap - EXIT INT TERM HUP
+    echo "Stopping cluster..."
+    docker stop vllm_node >/dev/null 2>&1 || true
+    ssh -o BatchMode=yes "$worker" docker stop vllm_node >/dev/null 2>&1 || true
+    echo "Cluster stopped."
+}
+trap cleanup EXIT INT TERM HUP
+./launch-pair.sh --rm "$@"
+"""
+
+
+def self_removing_cluster(lab: LabInfo) -> ClusterConfig:
+    pair = script_cluster(lab)
+    assert pair.launcher is not None
+    return with_launcher_script(
+        pair,
+        Path(lab.head.home) / "spark-vllm-docker",
+        "removes-its-own-containers.sh",
+        REMOVES_ITS_OWN_CONTAINERS,
+        lab.workers[0].fabric_ip,
+        *pair.launcher.command[1:],
+    )
+
+
+async def test_down_while_the_launcher_removes_its_own_containers_says_so_and_leaves_nothing(
+    clean_launcher, tmp_path
+):
+    config = config_file(clean_launcher, tmp_path, launched=self_removing_cluster(clean_launcher))
+    code, out, _ = await spark_bot("up", "--recipe", RECIPE, "--json", config=config)
+    events = [parse_event(line) for line in out.splitlines()]
+    assert code == 0 and isinstance(events[-1], Ready), out
+    pgid = pgid_of(events)
+
+    code, out, err = await spark_bot("down", config=config)  # its trap runs as down removes
+    assert code == 0, out + err
+    assert f"stopped the launcher's process group {pgid}" in out, out
+    assert "could not remove" not in out and "journalctl" not in out, out
+    said = [line for line in out.splitlines() if "vllm_node" in line]
+    assert len(said) <= 2 and all(line.split("] ")[1].startswith("removed: ") for line in said)
+    assert not await group_alive(clean_launcher, pgid)
+    [status] = await collect(Controller(script_cluster(clean_launcher), Secrets({})).status())
+    assert not [c for c in status.containers if c.present], status.containers
+
+
+def run_of(events) -> str:
+    """The launcher run's folder on the head, as its checkpoint names it."""
+    evidence = passed(events)["launcher"].evidence
+    return evidence.split("its output is followed in ")[1].split("/output")[0]
+
+
+async def on_head(lab: LabInfo, *argv: str) -> str:
+    async with ssh_to(lab, lab.head) as conn:
+        result = await conn.run(shlex.join(argv), check=True, timeout=90)
+    return str(result.stdout)
+
+
+# On the head: until no live process of group $1 is left (a zombie not reaped yet is none), a
+# bounded wait for that event.
+GROUP_ENDED = (
+    "while ps -A -o pgid=,stat= | awk -v g=\"$1\" '$1 == g && $2 !~ /^Z/ {f = 1} END {exit !f}'; "
+    "do sleep 0.1; done"
+)
+
+
+# A launcher whose end lags its containers' (as launch-cluster.sh's cleanup trap stops each node
+# in turn): once its server has ended (its container removed), it ends only when the cluster's
+# container runs again (the next run's): left alone, the old run would end while the next one
+# runs (and drive its containers until then).
+ENDS_AFTER_THE_NEXT_RUN_STARTS = """#!/bin/bash
+./launch-pair.sh "$@"
+echo "Stopping cluster..."
+until [ "$(docker inspect -f '{{.State.Running}}' vllm_node 2>/dev/null)" = true ]; do
+    sleep 0.2
+done
+echo "Cluster stopped."
+exit 1
+"""
+
+
+async def test_kill_9_of_the_cli_mid_launch_then_up_replace_gives_the_new_run_state_of_its_own(
+    clean_launcher, tmp_path
+):
+    """`kill -9` of the CLI during a launcher `up` leaves its launcher running (its own session);
+    `up --replace` then: the old run, no launch's now, is stopped before the new one starts,
+    its end touches none of the new run's state, the new run's output is its own from its
+    first line (no end mark of the old run), `status` shows the new run, and `down` stops the
+    new launcher."""
+    pair = script_cluster(clean_launcher)
+    assert pair.launcher is not None
+    lagging = with_launcher_script(
+        pair,
+        Path(clean_launcher.head.home) / "spark-vllm-docker",
+        "ends-after-the-next-run-starts.sh",
+        ENDS_AFTER_THE_NEXT_RUN_STARTS,
+        *pair.launcher.command[1:],
+    )
+    config = config_file(clean_launcher, tmp_path, launched=lagging)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot.cli",
+        "up",
+        "--recipe",
+        RECIPE,
+        "--json",
+        "--config",
+        config,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    seen = []
+    while not (
+        seen and isinstance(seen[-1], CheckpointPassed) and seen[-1].checkpoint == "ray_cluster"
+    ):
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        assert line, f"up ended before its Ray cluster formed: {seen[-1:]}"
+        seen.append(parse_event(line.decode()))
+    process.kill()  # SIGKILL: nothing of it runs on, no cleanup
+    assert await process.wait() == -signal.SIGKILL
+    old_pgid, old_run = pgid_of(seen), run_of(seen)
+    assert await group_alive(clean_launcher, old_pgid), "its launcher outlives it"
+
+    code, out, _ = await spark_bot("up", "--replace", "--recipe", RECIPE, "--json", config=config)
+    events = [parse_event(line) for line in out.splitlines()]
+    assert code == 0 and isinstance(events[-1], Ready), out
+    new_pgid, new_run = pgid_of(events), run_of(events)
+    assert new_pgid != old_pgid and new_run != old_run
+    await on_head(clean_launcher, "timeout", "60", "sh", "-c", GROUP_ENDED, "sh", str(old_pgid))
+    recorded = await on_head(clean_launcher, "sh", "-c", 'cat "$1" || :', "sh", f"{new_run}/pgid")
+    assert recorded.strip() == str(new_pgid), "the old run's end removed none of the new run's"
+    # the old run, no launch's, was stopped before the new one started (not left to drive the
+    # new run's containers), and only its own folder's state went with it
+    said = passed(events)["launcher"].evidence
+    assert (
+        f"an earlier run still ran, no launch's: stopped the launcher's process group {old_pgid}"
+        in said
+    )
+    left = (await on_head(clean_launcher, "sh", "-c", 'ls "$1" || :', "sh", old_run)).split()
+    assert "pgid" not in left, left
+    new_output = await on_head(clean_launcher, "cat", f"{new_run}/output")
+    assert new_output.startswith("Detected head IP: "), new_output[:300]
+    assert "Cluster stopped." not in new_output, "the old run's last words are in its own"
+    assert "spark-bot-launcher-end-" not in new_output, "no run's end mark in the new output"
+    assert not [
+        line for e in passed(events).values() for line in e.log_tail if "launcher-end" in line
+    ]
+
+    code, out, _ = await spark_bot("status", config=config)
+    assert out.count("vllm_node running") == 2 and f"(recipe {RECIPE})" in out, out
+    code, out, _ = await spark_bot("down", config=config)
+    assert code == 0 and f"stopped the launcher's process group {new_pgid}" in out, out
+    assert not await group_alive(clean_launcher, new_pgid), "down stops the new launcher"
+
+
+async def test_a_launcher_launch_closed_after_another_took_it_over_leaves_the_new_runs_containers(
+    clean_launcher,
+):
+    """`up --take-over --replace` while an earlier launcher launch is still open: the earlier
+    one's cleanup stops its own launcher and removes the containers it saw running, by their
+    Ids: the new run's, under the same name, and its launcher serve on."""
+    config = script_cluster(clean_launcher)
+    old = Controller(config, Secrets({})).up()
+    seen = []
+    async for event in old:
+        seen.append(event)
+        assert not isinstance(event, Failed), event.model_dump_json(indent=1)
+        if isinstance(event, CheckpointPassed) and event.checkpoint == "containers":
+            break  # its launcher's containers run; it waits there, open
+    try:
+        new = await collect(Controller(config, Secrets({})).up(replace=True, take_over=True))
+        assert isinstance(new[-1], Ready), new[-1].model_dump_json(indent=1)
+    finally:
+        await old.aclose()  # the old launch's cleanup runs now
+    assert not await group_alive(clean_launcher, pgid_of(seen)), "it stopped its own launcher"
+    assert await group_alive(clean_launcher, pgid_of(new)), "not the new one"
+    [status] = await collect(Controller(config, Secrets({})).status())
+    running = [c for c in status.containers if c.container == "vllm_node" and c.running]
+    assert len(running) == 2 and status.api_healthy is True, status

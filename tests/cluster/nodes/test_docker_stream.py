@@ -3,13 +3,18 @@ frame's payload, whatever the cuts between reads, and text decoded across them."
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
+import aiodocker
 import aiohttp
+from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster.nodes.docker_stream import Demultiplexer, log_texts
+from testkit.docker_standin import docker_standin
+from tests.lab.helpers import wait_log_line
 
 
 def frame(payload: bytes, stream: int = 1) -> bytes:
@@ -76,3 +81,37 @@ async def test_a_tty_stream_has_no_frames():
 async def test_a_dropped_connection_ends_the_stream_with_what_came():
     reads = [frame(b"one\n"), frame(b"tw")[:-1]]
     assert "".join(await texts(reads, then=aiohttp.ClientPayloadError("cut"))) == "one\nt"
+
+
+async def test_a_lab_log_follow_stopped_at_its_line_gives_its_connection_back(tmp_path):
+    """The lab's wait_log_line stops at its needle while the log goes on: the connection of
+    its follow is given back at once, never left to the collector (aiodocker's own
+    `log(follow=True)` keeps it, closed or not: a ResourceWarning whenever the collector runs).
+    With a pool of one connection, the next call gets it, or waits for ever."""
+    following = asyncio.Event()
+
+    async def engine(request: web.Request) -> web.StreamResponse:
+        if request.path.endswith("/json"):
+            return web.json_response({"Id": "c" * 64, "Config": {"Tty": False}})
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(frame(b"starting\n") + frame(b"LAB-READY\n"))
+        following.set()
+        await asyncio.Event().wait()  # the log goes on: nothing more, no end
+        return response
+
+    async with docker_standin(tmp_path / "docker.sock", engine) as socket:
+        connector = aiohttp.UnixConnector(path=str(socket), limit=1)
+        docker = aiodocker.Docker(url="http://localhost", connector=connector)
+        try:
+            probe = docker.containers.container("lab-probe")
+            assert await wait_log_line(docker, probe, "LAB-READY", timeout=5) == [
+                "starting",
+                "LAB-READY",
+            ]
+            assert following.is_set()
+            async with asyncio.timeout(5):
+                assert (await docker.version())["ApiVersion"], "the pool's one connection"
+        finally:
+            await docker.close()
+            await connector.close()
