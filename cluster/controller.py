@@ -40,6 +40,7 @@ from cluster.progress.checkpoints import BENCH
 from cluster.progress.reporter import Reporter
 from cluster.resources.gpu_arch import AnswersByImage
 from cluster.resources.memory import nodes_memory
+from cluster.resources.nccl_library import Library
 from cluster.serving import api
 
 
@@ -50,6 +51,10 @@ class Controller:
         self.who = who  # the way in (the Slack bot, the console, the CLI), named in its lease
         # what each image said of its CUDA architectures: asked once per image ID
         self.image_answers: AnswersByImage = {}
+        # the NCCL each node's ranks load (asked once per image), and the last preflight's
+        # mismatch between them: a collective timing out in `watch` names it first
+        self.nccl_answers: dict[str, Library] = {}
+        self.nccl_mismatch: str | None = None
 
     async def preflight(
         self, *, replace: bool = False, replace_foreign: Collection[str] = ()
@@ -63,10 +68,12 @@ class Controller:
                 replace=replace,
                 replace_foreign=frozenset(replace_foreign),
                 image_answers=self.image_answers,
+                nccl_answers=self.nccl_answers,
             )
             async with aclosing(preflight.run()) as events:
                 async for event in events:
                     yield event
+            self.nccl_mismatch = preflight.nccl_mismatch
 
     async def up(
         self,
@@ -92,11 +99,13 @@ class Controller:
                 who=self.who,
                 take_over=take_over,
                 image_answers=self.image_answers,
+                nccl_answers=self.nccl_answers,
             )
             # Closed before the connections are: a cancelled launch cleans up over them.
             async with aclosing(launch.run()) as events:
                 async for event in events:
                     yield event
+            self.nccl_mismatch = launch.preflight.nccl_mismatch
 
     async def sync_image(self, *, report_every_s: float = 1.0) -> AsyncGenerator[Event, None]:
         """Stream the head's image into every node where it is missing or differs, then
@@ -140,7 +149,11 @@ class Controller:
     async def watch(self, *, health_interval: float = 30.0) -> AsyncGenerator[Event, None]:
         async with connect_cluster(self.config) as connection:
             watching = watch_cluster(
-                self.config, self.secrets, connection, health_interval=health_interval
+                self.config,
+                self.secrets,
+                connection,
+                health_interval=health_interval,
+                nccl_mismatch=self.nccl_mismatch,
             )
             async with aclosing(watching) as events:
                 async for event in events:

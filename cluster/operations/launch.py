@@ -46,6 +46,7 @@ from cluster.progress.steps import Step, run_steps
 from cluster.resources.fit import MemoryLogged, compare_with_logged
 from cluster.resources.gpu_arch import AnswersByImage
 from cluster.resources.memory_return import LABEL_MEMORY_BEFORE
+from cluster.resources.nccl_library import Library, suspect_words
 from cluster.serving import api
 from cluster.serving.containers import (
     Role,
@@ -77,6 +78,7 @@ class Launch:
         who: str = "spark-bot",
         take_over: bool = False,
         image_answers: AnswersByImage | None = None,
+        nccl_answers: dict[str, Library] | None = None,
     ):
         self.config = config
         self.secrets = secrets
@@ -96,6 +98,7 @@ class Launch:
             replace=replace,
             replace_foreign=frozenset(replace_foreign),
             image_answers={} if image_answers is None else image_answers,
+            nccl_answers={} if nccl_answers is None else nccl_answers,
         )
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []
@@ -165,11 +168,18 @@ class Launch:
             containers = [Step(RAY_STARTED, self._mp_containers)]
         return [
             Step(BY_ID["no_stale_container"], self._take_lease),
-            Step(BY_ID["ssh"], self.preflight.run),
+            Step(BY_ID["ssh"], self._preflight),
             *containers,
             Step(BY_ID["weights"], self._logged_checkpoints),
             Step(BY_ID["health"], self._api_checks),
         ]
+
+    async def _preflight(self) -> AsyncGenerator[Event, None]:
+        async with aclosing(self.preflight.run()) as events:
+            async for event in events:
+                yield event
+        if self.preflight.nccl_mismatch is not None:
+            self.follower.learn(suspect_words(self.preflight.nccl_mismatch))
 
     async def _take_lease(self) -> AsyncGenerator[Event, None]:
         """The head's launch lease, before anything of the cluster changes: another live
