@@ -46,7 +46,7 @@ from cluster.progress.steps import Step, run_steps
 from cluster.resources.fit import MemoryLogged, compare_with_logged
 from cluster.resources.gpu_arch import AnswersByImage
 from cluster.resources.memory_return import LABEL_MEMORY_BEFORE
-from cluster.resources.nccl_library import Library, suspect_words
+from cluster.resources.nccl_library import Library, NcclSeen, recorded, suspect_words
 from cluster.serving import api
 from cluster.serving.containers import (
     Role,
@@ -91,6 +91,8 @@ class Launch:
         self.follower = LogFollower(config, self.monitor, self.reporter)
         self.memory_logged = MemoryLogged()
         self.follower.observers.append(self.memory_logged.observe)
+        self.nccl_seen = NcclSeen()
+        self.follower.observers.append(self.nccl_seen.observe)
         self.preflight = Preflight(
             config,
             connection,
@@ -213,6 +215,10 @@ class Launch:
         # (or never printed), and the API proves the stages before it.
         async with aclosing(self.follower.expect(expectations, prove=self._api_health)) as logged:
             async for event in logged:
+                if isinstance(event, CheckpointPassed) and event.checkpoint == "nccl":
+                    event = recorded(
+                        event, self.nccl_seen, self.preflight.nccl, self.preflight.nccl_mismatch
+                    )
                 yield event
 
     def _expectation(self, checkpoint_id: str) -> Expectation:

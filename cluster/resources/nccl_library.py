@@ -21,14 +21,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from cluster.config import ClusterConfig
 from cluster.errors import NodeError
+from cluster.events import CheckpointPassed
+from cluster.logs.container_stream import LogLine
+from cluster.logs.logtext import strip_prefixes
 from cluster.nodes import NodeConnection
 from cluster.operations.launch_lease import FOLDER as LEASE_FOLDER
+from cluster.progress.checkpoint_follower import rank_label
 from cluster.resources.gpu_arch import answer_key, keep_on_node
 from cluster.serving.containers import throwaway_body
 
@@ -186,3 +191,63 @@ def _key(config: ClusterConfig, image_id: str) -> str:
     image's files)."""
     mounts = json.dumps([m.model_dump() for m in config.container.mounts]).encode()
     return f"{answer_key(config, image_id)}-{hashlib.sha256(mounts).hexdigest()[:8]}"
+
+
+# NCCL's own lines of itself, at NCCL_DEBUG=INFO (src/init.cc showVersion: every rank from
+# 2.22.3, rank 0 alone and bare before; the git line from 2.29.2): searched in the bare message.
+VERSION_LINE = re.compile(r"(?:^|NCCL INFO )NCCL version (?P<version>\d+\.\d+\.\d+\S*)")
+GIT_LINE = re.compile(r"(?:^|NCCL INFO )NCCL git version (?P<git>\S+ \S+)")
+
+
+class NcclSeen:
+    """What each rank's NCCL said of itself, as the launch's log lines are read (bounded: one
+    entry a rank)."""
+
+    MAX_RANKS = 64
+
+    def __init__(self) -> None:
+        self.by_rank: dict[str, str] = {}  # rank label -> "2.28.9+cuda13.0[, master v2.29.2]"
+
+    def observe(self, line: LogLine) -> None:
+        message = strip_prefixes(line.text).strip()
+        found = VERSION_LINE.search(message) or GIT_LINE.search(message)
+        if found is None or len(self.by_rank) >= self.MAX_RANKS:
+            return
+        rank = rank_label(line)
+        said = found.groupdict().get("version") or found["git"]
+        known = self.by_rank.get(rank)
+        self.by_rank[rank] = said if known is None else f"{known}, {said}"
+
+    def differ(self) -> str | None:
+        if len(set(self.by_rank.values())) < 2:
+            return None
+        each = "; ".join(f"{rank}: NCCL {said}" for rank, said in self.by_rank.items())
+        return f"the ranks report different NCCL versions: {each}"
+
+
+def recorded(
+    passed: CheckpointPassed,
+    seen: NcclSeen,
+    libraries: Mapping[str, Library],
+    mismatch: str | None,
+) -> CheckpointPassed:
+    """The NCCL checkpoint with, per rank, the version its lines said and, per node, the file a
+    rank loads there (preflight's answer: NCCL's lines never name it); a mismatch is a warning."""
+    lines = [f"NCCL {said}  [{rank}]" for rank, said in seen.by_rank.items()]
+    lines += [f"{node} loads {library.describe()}" for node, library in libraries.items()]
+    differs = "; ".join(filter(None, [seen.differ(), mismatch]))
+    warning = "; ".join(
+        filter(
+            None,
+            [
+                passed.warning,
+                differs and f"{differs}: collectives between them may wedge under load",
+            ],
+        )
+    )
+    return passed.model_copy(
+        update={
+            "evidence": "\n".join([passed.evidence, *lines]),
+            "warning": warning or None,
+        }
+    )
