@@ -15,6 +15,7 @@ import yaml
 from cluster.events import CheckpointPassed, Failed, Ready
 from lab.emulator import nccl_lib
 from testkit.lab_cluster import LAB_CONFIG, collect, controller_for
+from testkit.slack_bot import ALICE, CH, block_text, checkpoint_header, header, settings, slack_bot
 from tests.cluster.in_lab.test_cli import spark_bot
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(300)]
@@ -126,3 +127,24 @@ async def test_a_collective_timeout_names_the_nccl_mismatch_as_its_first_suspect
         "libraries (the same version, different binaries): spark-lab-0 loads "
     ), failure.cause
     assert "make every node load the same libnccl.so.2" in failure.fix.lower()
+
+
+async def test_the_warning_reaches_the_launchs_thread_in_slack(clean, system_nccl, slack, tmp_path):
+    system_nccl("A", "B")
+    cluster = with_system_nccl(clean).config
+    async with slack_bot(slack, cluster, settings(tmp_path)):
+        await slack.send_slash_command(ALICE, CH, "up")
+        await slack.wait_for(
+            lambda c: c.method == "chat.postMessage" and header(c) == "✅ Ready", 90
+        )
+    [reply] = [
+        c
+        for c in slack.calls()
+        if c.method == "chat.postMessage"
+        and checkpoint_header(c).startswith("✔ The same NCCL on every node")
+    ]
+    text = block_text(reply)
+    assert (
+        "⚠ the ranks load different NCCL libraries (the same version, different binaries)" in text
+    )
+    assert f"spark-lab-1 loads {TARGET}/libnccl.so.2 (NCCL 2.28.9+cuda13.0" in text
