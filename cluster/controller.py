@@ -51,10 +51,8 @@ class Controller:
         self.who = who  # the way in (the Slack bot, the console, the CLI), named in its lease
         # what each image said of its CUDA architectures: asked once per image ID
         self.image_answers: AnswersByImage = {}
-        # the NCCL each node's ranks load (asked once per image), and the last preflight's
-        # mismatch between them: a collective timing out in `watch` names it first
+        # the NCCL each node's ranks load: asked once per image (unless mounted)
         self.nccl_answers: dict[str, Library] = {}
-        self.nccl_mismatch: str | None = None
 
     async def preflight(
         self, *, replace: bool = False, replace_foreign: Collection[str] = ()
@@ -73,7 +71,6 @@ class Controller:
             async with aclosing(preflight.run()) as events:
                 async for event in events:
                     yield event
-            self.nccl_mismatch = preflight.nccl_mismatch
 
     async def up(
         self,
@@ -105,7 +102,6 @@ class Controller:
             async with aclosing(launch.run()) as events:
                 async for event in events:
                     yield event
-            self.nccl_mismatch = launch.preflight.nccl_mismatch
 
     async def sync_image(self, *, report_every_s: float = 1.0) -> AsyncGenerator[Event, None]:
         """Stream the head's image into every node where it is missing or differs, then
@@ -153,7 +149,6 @@ class Controller:
                 self.secrets,
                 connection,
                 health_interval=health_interval,
-                nccl_mismatch=self.nccl_mismatch,
             )
             async with aclosing(watching) as events:
                 async for event in events:

@@ -46,7 +46,13 @@ from cluster.progress.steps import Step, run_steps
 from cluster.resources.fit import MemoryLogged, compare_with_logged
 from cluster.resources.gpu_arch import AnswersByImage
 from cluster.resources.memory_return import LABEL_MEMORY_BEFORE
-from cluster.resources.nccl_library import Library, NcclSeen, recorded, suspect_words
+from cluster.resources.nccl_library import (
+    Library,
+    NcclSeen,
+    keep_launched,
+    recorded,
+    suspect_words,
+)
 from cluster.serving import api
 from cluster.serving.containers import (
     Role,
@@ -180,6 +186,8 @@ class Launch:
         async with aclosing(self.preflight.run()) as events:
             async for event in events:
                 yield event
+        homes = {name: facts.home for name, facts in self.preflight.facts.items()}
+        await keep_launched(self.config, self.connection.ordered(), homes, self.preflight.nccl)
         if self.preflight.nccl_mismatch is not None:
             self.follower.learn(suspect_words(self.preflight.nccl_mismatch))
 

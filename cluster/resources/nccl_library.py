@@ -13,11 +13,14 @@ version 2.28.9+cuda13.0`, kept whole "so that running strings on the lib can qui
 the version", init.cc) and, from 2.29.2, its `NCCL git version` string.
 
 An answer is kept per image ID, environment and mounts like gpu_arch's (memory and the node's
-disk), unless the file lies under a mount: the node's own files change without the image.
+disk), unless the file lies under a mount: the node's own files change without the image. What
+a launch's preflight found is also left on each node (`keep_launched`), so that the watch of its
+containers, in this process or another (the bot's next job, the CLI), knows the mismatch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -31,7 +34,7 @@ from cluster.errors import NodeError
 from cluster.events import CheckpointPassed
 from cluster.logs.container_stream import LogLine
 from cluster.logs.logtext import strip_prefixes
-from cluster.nodes import NodeConnection
+from cluster.nodes import NodeConnection, node_home
 from cluster.operations.launch_lease import FOLDER as LEASE_FOLDER
 from cluster.progress.checkpoint_follower import rank_label
 from cluster.resources.gpu_arch import answer_key, keep_on_node
@@ -177,6 +180,47 @@ async def ask_node(
         known[f"{node.name}/{key}"] = answer
         await keep_on_node(node, cached, answer.model_dump_json(), config.timeouts.preflight)
     return answer, "asked"
+
+
+def _launched_file(config: ClusterConfig, home: str) -> str:
+    return f"{home}/{CACHE_FOLDER}/launched-{config.container.name}.json"
+
+
+async def keep_launched(
+    config: ClusterConfig, nodes: list[NodeConnection], homes: Mapping[str, str],
+    libraries: Mapping[str, Library],
+) -> None:  # fmt: skip
+    """Each node's answer beside the containers this launch starts there (best effort); a node
+    not asked gets an empty one, so that no earlier launch's answer stands for this one's."""
+    unknown = Library(load_error="not asked by the launch's preflight")
+    await asyncio.gather(
+        *(
+            keep_on_node(
+                node,
+                _launched_file(config, homes[node.name]),
+                libraries.get(node.name, unknown).model_dump_json(),
+                config.timeouts.preflight,
+            )
+            for node in nodes
+            if node.name in homes
+        )
+    )
+
+
+async def launched(config: ClusterConfig, nodes: list[NodeConnection]) -> dict[str, Library]:
+    """What the last launch's preflight found on each node (nodes without an answer left out)."""
+
+    async def read(node: NodeConnection) -> Library | None:
+        with contextlib.suppress(NodeError, ValueError, ValidationError):
+            home = await node_home(node, config.timeouts.preflight)
+            text = await node.read_file(
+                _launched_file(config, home), timeout=config.timeouts.preflight
+            )
+            return Library.model_validate_json(text)
+        return None
+
+    found = await asyncio.gather(*(read(node) for node in nodes))
+    return {node.name: lib for node, lib in zip(nodes, found, strict=True) if lib is not None}
 
 
 def _under_a_mount(config: ClusterConfig, path: str) -> bool:

@@ -119,7 +119,9 @@ async def test_a_collective_timeout_names_the_nccl_mismatch_as_its_first_suspect
     assert nccl.evidence.count("NCCL 2.28.9+cuda13.0  [spark-lab-") >= 1, nccl.evidence
     assert nccl.evidence.count(f"loads {TARGET}/libnccl.so.2 (NCCL 2.28.9+cuda13.0") == 2
     assert "different NCCL libraries" in nccl.warning
-    watched = await asyncio.wait_for(collect(controller.watch(health_interval=60)), timeout=60)
+    # the watch of another process (the bot's next job, `spark-bot watch`): a new controller
+    watching = with_system_nccl(clean, SPARK_EMU_FAULT="late_engine_death")
+    watched = await asyncio.wait_for(collect(watching.watch(health_interval=60)), timeout=60)
     [failure] = [e for e in watched if isinstance(e, Failed)]
     assert failure.signature == "nccl_watchdog_timeout", failure
     assert failure.cause.startswith(
