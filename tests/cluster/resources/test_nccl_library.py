@@ -6,20 +6,28 @@ from __future__ import annotations
 import subprocess
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
+from bot.config import load_config
 from cluster.diagnosis.engine import LogDiagnoser
 from cluster.events import CheckpointPassed
 from cluster.logs.container_stream import LogLine
+from cluster.nodes import CommandResult
 from cluster.resources.nccl_library import (
     ARGV,
+    MARK,
     Library,
     NcclSeen,
+    ask_node,
     differ,
+    keep_launched,
+    launched,
     parse,
     recorded,
     suspect_words,
 )
 from lab.emulator import nccl_lib
+from testkit.lab_cluster import LAB_CONFIG, FakeNode
 
 WATCHDOG = (
     "[rank1]:[E1204 22:10:01.000000000 ProcessGroupNCCL.cpp:683] [Rank 1] Watchdog caught "
@@ -118,3 +126,65 @@ def test_a_collective_timeout_names_a_recorded_mismatch_first():
         "The watchdog killed the process: first suspect: the ranks load different NCCL libraries"
     )
     assert "the same libnccl.so.2" in diagnosis.fix
+
+
+CONFIG = load_config(LAB_CONFIG).cluster
+IMAGE_ID = "sha256:" + "d" * 64
+
+
+class CheckDocker:
+    """Runs no container: answers the NCCL check with `answer`, keeps the bodies it was given."""
+
+    def __init__(self, answer: Library):
+        self.answer, self.bodies = answer, []
+
+    async def run_to_end(self, body: dict[str, Any], name: str, *, timeout: float):
+        self.bodies.append(body)
+        return 0, MARK + self.answer.model_dump_json() + "\n"
+
+
+def node(answer: Library, files: dict[str, str] | None = None) -> FakeNode:
+    commands = {"sh": CommandResult(0, "", ""), "printenv": CommandResult(0, "/root\n", "")}
+    return FakeNode(CONFIG.nodes[0].name, files or {}, commands, CheckDocker(answer))
+
+
+async def test_the_images_own_nccl_is_kept_a_mounted_one_asked_every_time():
+    mount = CONFIG.container.mounts[0]
+    own = node(library("/usr/lib/libnccl.so.2", "1"))
+    known: dict[str, Library] = {}
+    answer, how = await ask_node(CONFIG, own, "/root", IMAGE_ID, known)
+    assert how == "asked" and isinstance(answer, Library) and len(known) == 1
+    [body] = own.docker.bodies
+    assert body["Cmd"] == ARGV and body["HostConfig"]["Binds"] == [
+        f"{mount.source}:{mount.target}:ro"
+    ], "the launch's mounts, read-only"
+    [write] = own.ran
+    assert list(write[:2]) == ["sh", "-c"] and write[-1] == answer.model_dump_json()
+    again, how = await ask_node(CONFIG, own, "/root", IMAGE_ID, known)
+    assert again == answer and how == "remembered from an earlier preflight"
+
+    mounted, known = node(library(f"{mount.target}/libnccl.so.2", "2")), {}
+    for _ in range(2):
+        _, how = await ask_node(CONFIG, mounted, "/root", IMAGE_ID, known)
+        assert how == "asked"
+    assert len(mounted.docker.bodies) == 2 and mounted.ran == [], "never kept"
+
+
+async def test_a_launchs_answers_are_left_on_each_node_for_its_watch():
+    answer = library("/usr/lib/libnccl.so.2", "1")
+    head = node(answer)
+    await keep_launched(CONFIG, [head], {head.name: "/root"}, {head.name: answer})
+    [write] = head.ran
+    folder, name, text = write[4:]
+    assert (
+        f"{folder}/{name}" == f"/root/.cache/spark-bot/nccl/launched-{CONFIG.container.name}.json"
+    )
+    read = node(answer, {f"{folder}/{name}": text})
+    assert await launched(CONFIG, [read]) == {read.name: answer}
+    assert await launched(CONFIG, [node(answer)]) == {}, "no launch's answer: nothing known"
+
+    fresh = node(answer)
+    await keep_launched(CONFIG, [fresh], {fresh.name: "/root"}, {})
+    assert Library.model_validate_json(fresh.ran[0][-1]).path is None, (
+        "a launch that asked nothing leaves no earlier launch's answer standing"
+    )
