@@ -227,6 +227,9 @@ class Launch:
                     event = recorded(
                         event, self.nccl_seen, self.preflight.nccl, self.preflight.nccl_mismatch
                     )
+                    lines_differ = self.nccl_seen.differ()
+                    if lines_differ is not None and self.preflight.nccl_mismatch is None:
+                        self.follower.learn(suspect_words(lines_differ))
                 yield event
 
     def _expectation(self, checkpoint_id: str) -> Expectation:

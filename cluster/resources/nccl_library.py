@@ -64,7 +64,8 @@ with open("/proc/self/maps") as maps:
             if path not in loaded:
                 loaded.append(path)
 want = os.path.realpath(name) if "/" in name else None
-path = want if want in loaded else (loaded[0] if loaded else None)
+named = [p for p in loaded if os.path.basename(p) == name]  # a name dlopen searched for
+path = want if want in loaded else (named or loaded or [None])[0]
 out["loaded"] = loaded[:8]
 if path:
     digest, version, git, tail = hashlib.sha256(), None, None, b""
@@ -140,8 +141,8 @@ def suspect_words(mismatch: str) -> dict[str, str]:
     """The failure texts' `{nccl_hang}` and `{nccl_hang_fix}` once a mismatch was recorded: a
     collective that times out names it first."""
     return {
-        "nccl_hang": f"first suspect: {mismatch} (operators saw collectives wedge under load "
-        "until every rank loaded the same libnccl, vllm-project/vllm#42354)",
+        "nccl_hang": f"{mismatch}, the first suspect (operators saw collectives wedge under "
+        "load until every rank loaded the same libnccl, vllm-project/vllm#42354)",
         "nccl_hang_fix": "Make every node load the same libnccl.so.2 (the same file, sha256 "
         "equal): the same image without node-specific NCCL, or the same system NCCL on every "
         "node through VLLM_NCCL_SO_PATH / LD_PRELOAD and a mount; `spark-bot preflight` says "

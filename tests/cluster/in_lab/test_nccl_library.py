@@ -125,9 +125,10 @@ async def test_a_collective_timeout_names_the_nccl_mismatch_as_its_first_suspect
     [failure] = [e for e in watched if isinstance(e, Failed)]
     assert failure.signature == "nccl_watchdog_timeout", failure
     assert failure.cause.startswith(
-        "The watchdog killed the process: first suspect: the ranks load different NCCL "
-        "libraries (the same version, different binaries): spark-lab-0 loads "
+        "The watchdog killed the process: the ranks load different NCCL libraries (the "
+        "same version, different binaries): spark-lab-0 loads "
     ), failure.cause
+    assert ", the first suspect (operators saw collectives wedge under load" in failure.cause
     assert "make every node load the same libnccl.so.2" in failure.fix.lower()
 
 

@@ -123,8 +123,9 @@ def test_a_collective_timeout_names_a_recorded_mismatch_first():
     diagnosis = told.feed(WATCHDOG)
     assert diagnosis is not None and diagnosis.signature_id == "nccl_watchdog_timeout"
     assert diagnosis.cause.startswith(
-        "The watchdog killed the process: first suspect: the ranks load different NCCL libraries"
+        "The watchdog killed the process: the ranks load different NCCL libraries"
     )
+    assert "the first suspect (operators saw collectives wedge under load" in diagnosis.cause
     assert "the same libnccl.so.2" in diagnosis.fix
 
 
