@@ -261,7 +261,10 @@ class NcclSeen:
         rank = rank_label(line)
         said = found.groupdict().get("version") or found["git"]
         known = self.by_rank.get(rank)
-        self.by_rank[rank] = said if known is None else f"{known}, {said}"
+        if known is None:
+            self.by_rank[rank] = said
+        elif said not in known.split(", "):  # once: a rank's processes repeat it
+            self.by_rank[rank] = f"{known}, {said}"
 
     def differ(self) -> str | None:
         if len(set(self.by_rank.values())) < 2:
