@@ -43,6 +43,7 @@ from cluster.progress.checkpoints import BENCH
 from cluster.progress.reporter import Reporter
 from cluster.resources.gpu_arch import AnswersByImage
 from cluster.resources.memory import nodes_memory
+from cluster.resources.nccl_library import Library
 from cluster.serving import api
 
 
@@ -53,6 +54,8 @@ class Controller:
         self.who = who  # the way in (the Slack bot, the console, the CLI), named in its lease
         # what each image said of its CUDA architectures: asked once per image ID
         self.image_answers: AnswersByImage = {}
+        # the NCCL each node's ranks load: asked once per image (unless mounted)
+        self.nccl_answers: dict[str, Library] = {}
 
     async def preflight(
         self, *, replace: bool = False, replace_foreign: Collection[str] = ()
@@ -66,6 +69,7 @@ class Controller:
                 replace=replace,
                 replace_foreign=frozenset(replace_foreign),
                 image_answers=self.image_answers,
+                nccl_answers=self.nccl_answers,
             )
             async with aclosing(preflight.run()) as events:
                 async for event in events:
@@ -100,6 +104,7 @@ class Controller:
                 take_over=take_over,
                 image_answers=self.image_answers,
                 confirm_replace=confirm_replace,
+                nccl_answers=self.nccl_answers,
             )
             # Closed before the connections are: a cancelled launch cleans up over them.
             async with aclosing(launch.run()) as events:
@@ -148,7 +153,10 @@ class Controller:
     async def watch(self, *, health_interval: float = 30.0) -> AsyncGenerator[Event, None]:
         async with connect_cluster(self.config) as connection:
             watching = watch_cluster(
-                self.config, self.secrets, connection, health_interval=health_interval
+                self.config,
+                self.secrets,
+                connection,
+                health_interval=health_interval,
             )
             async with aclosing(watching) as events:
                 async for event in events:

@@ -213,6 +213,7 @@ class LogDiagnoser:
         self.last_match: RowMatch | None = None  # the last line a row matched, however many
         self._ready: int | None = None
         self._platform = PlatformSeen()
+        self._learnt: dict[str, str] = {}  # what the controller found out of the log (`learn`)
         self._stop: str | None = None
 
     @property
@@ -319,6 +320,11 @@ class LogDiagnoser:
         before any failure: everything after it is teardown."""
         return self._stop
 
+    def learn(self, words: dict[str, str]) -> None:
+        """Words for the failure texts from what was found outside the log (e.g. the ranks'
+        NCCL libraries differ): they win over what the log shows."""
+        self._learnt.update(words)
+
     def request_stop(self, evidence: str) -> None:
         """The server was asked to stop (e.g. Docker's SIGTERM): what follows is teardown."""
         if self._stop is None and not self.failed:
@@ -375,7 +381,7 @@ class LogDiagnoser:
                 cleaned,
                 self._line_number,
                 context,
-                {**self._words, **self._platform.words(), **m.groupdict()},
+                {**self._words, **self._platform.words(), **self._learnt, **m.groupdict()},
             )
             if is_source:
                 if sig.fatal and sig.role == "cause" and self._source_cause is None:
@@ -443,6 +449,7 @@ class LogDiagnoser:
         values = {
             **self._words,
             **self._platform.words(),
+            **self._learnt,
             "phase": phase,
             "idle": _human_seconds(idle_seconds),
         }
@@ -490,10 +497,12 @@ def diagnose(
     lines: Iterable[str],
     table: tuple[FailureSignature, ...] = SIGNATURES,
     words: dict[str, str] | None = None,
+    learnt: dict[str, str] | None = None,
 ) -> Diagnosis | None:
     """Diagnose a whole log: the first fatal cause, else the first fatal symptom, else the
-    first non-fatal finding, else None."""
+    first non-fatal finding, else None. `learnt`: as LogDiagnoser.learn."""
     d = LogDiagnoser(table=table, words=words)
+    d.learn(learnt or {})
     for line in lines:
         d.feed(line)
     return d.diagnosis

@@ -46,6 +46,13 @@ from cluster.progress.steps import Step, run_steps
 from cluster.resources.fit import MemoryLogged, compare_with_logged
 from cluster.resources.gpu_arch import AnswersByImage
 from cluster.resources.memory_return import LABEL_MEMORY_BEFORE
+from cluster.resources.nccl_library import (
+    Library,
+    NcclSeen,
+    keep_launched,
+    recorded,
+    suspect_words,
+)
 from cluster.serving import api
 from cluster.serving.containers import (
     Role,
@@ -78,6 +85,7 @@ class Launch:
         take_over: bool = False,
         image_answers: AnswersByImage | None = None,
         confirm_replace: ConfirmReplace | None = None,
+        nccl_answers: dict[str, Library] | None = None,
     ):
         self.config = config
         self.secrets = secrets
@@ -90,6 +98,8 @@ class Launch:
         self.follower = LogFollower(config, self.monitor, self.reporter)
         self.memory_logged = MemoryLogged()
         self.follower.observers.append(self.memory_logged.observe)
+        self.nccl_seen = NcclSeen()
+        self.follower.observers.append(self.nccl_seen.observe)
         self.preflight = Preflight(
             config,
             connection,
@@ -98,6 +108,7 @@ class Launch:
             replace_foreign=frozenset(replace_foreign),
             image_answers={} if image_answers is None else image_answers,
             confirm_replace=confirm_replace,
+            nccl_answers={} if nccl_answers is None else nccl_answers,
         )
         self.sample_max_tokens = sample_max_tokens
         self.started: list[NodeConnection] = []
@@ -169,11 +180,20 @@ class Launch:
             containers = [Step(RAY_STARTED, self._mp_containers)]
         return [
             Step(BY_ID["no_stale_container"], self._take_lease),
-            Step(BY_ID["ssh"], self.preflight.run),
+            Step(BY_ID["ssh"], self._preflight),
             *containers,
             Step(BY_ID["weights"], self._logged_checkpoints),
             Step(BY_ID["health"], self._api_checks),
         ]
+
+    async def _preflight(self) -> AsyncGenerator[Event, None]:
+        async with aclosing(self.preflight.run()) as events:
+            async for event in events:
+                yield event
+        homes = {name: facts.home for name, facts in self.preflight.facts.items()}
+        await keep_launched(self.config, self.connection.ordered(), homes, self.preflight.nccl)
+        if self.preflight.nccl_mismatch is not None:
+            self.follower.learn(suspect_words(self.preflight.nccl_mismatch))
 
     async def _take_lease(self) -> AsyncGenerator[Event, None]:
         """The head's launch lease, before anything of the cluster changes: another live
@@ -207,6 +227,13 @@ class Launch:
         # (or never printed), and the API proves the stages before it.
         async with aclosing(self.follower.expect(expectations, prove=self._api_health)) as logged:
             async for event in logged:
+                if isinstance(event, CheckpointPassed) and event.checkpoint == "nccl":
+                    event = recorded(
+                        event, self.nccl_seen, self.preflight.nccl, self.preflight.nccl_mismatch
+                    )
+                    lines_differ = self.nccl_seen.differ()
+                    if lines_differ is not None and self.preflight.nccl_mismatch is None:
+                        self.follower.learn(suspect_words(lines_differ))
                 yield event
 
     def _expectation(self, checkpoint_id: str) -> Expectation:

@@ -59,6 +59,7 @@ from cluster.resources.gpu_arch import AnswersByImage, ask_image, verdict
 from cluster.resources.memory import GIB, MemoryBreakdown, parse_memory_breakdown
 from cluster.resources.memory_return import LastStop, held_by, is_back, last_stop, read_breakdown
 from cluster.resources.model_cache import ModelCheck, check_model
+from cluster.resources.nccl_library import Library, ask_node, differ
 from cluster.resources.startup_memory import StartupMemory, balance
 from cluster.serving.containers import LABEL_CLUSTER
 from cluster.serving.ray_memory_monitor import env_warning, launcher_warning
@@ -149,6 +150,11 @@ class Preflight:
     # the image's CUDA architectures and the GPU's, by image ID (the controller's, to keep)
     image_answers: AnswersByImage = field(default_factory=dict)
     confirm_replace: ConfirmReplace | None = None
+    # the NCCL each node's ranks load, by node and image (the controller's, to keep), and the
+    # mismatch between the nodes this preflight found (None: the same NCCL, or not known)
+    nccl_answers: dict[str, Library] = field(default_factory=dict)
+    nccl: dict[str, Library] = field(default_factory=dict)
+    nccl_mismatch: str | None = None
 
     def _passed(self, checkpoint: str, evidence: str, node: str | None = None) -> CheckpointPassed:
         return self.reporter.passed(BY_ID[checkpoint], evidence, node=node)
@@ -171,6 +177,7 @@ class Preflight:
             Step(BY_ID["docker"], self._engines),
             Step(BY_ID["image"], self._same_image),
             Step(BY_ID["gpu_arch"], self._image_runs_on_gpu),
+            Step(BY_ID["nccl_library"], self._same_nccl),
             Step(BY_ID["interfaces"], self._interfaces),
             Step(BY_ID["memory"], self._memory_returns),
             Step(BY_ID["memory"], self._memory),
@@ -267,6 +274,50 @@ class Preflight:
                 {"image": image, "node": head.name, **found.words()},
                 evidence=evidence,
             )
+
+    async def _same_nccl(self) -> AsyncGenerator[Event, None]:
+        """The libnccl a rank loads on each node (the same image ID everywhere by now, but a
+        mount or the environment can bring a node's own): different files are a warning
+        before the load, and the first suspect if a collective later times out."""
+        checkpoint = BY_ID["nccl_library"]
+        if not self.config.container.gpus:
+            why = "the containers get no GPU (container.gpus is false)"
+            yield self.reporter.unchecked(checkpoint, why, why)
+            return
+        nodes = self._nodes
+        asked = await asyncio.gather(*(self._ask_nccl(node) for node in nodes))
+        found: dict[str, Library] = {}
+        said: list[str] = []
+        unknown: list[str] = []
+        for node, (answer, how) in zip(nodes, asked, strict=True):
+            if isinstance(answer, str):
+                unknown.append(f"{node.name}: {answer}")
+                continue
+            found[node.name] = answer
+            said.append(f"{node.name}: {answer.describe()} ({how})")
+            if answer.path is None:
+                unknown.append(f"{node.name}: {answer.describe()}")
+        self.nccl = found
+        self.nccl_mismatch = differ(found)
+        if unknown and self.nccl_mismatch is None:
+            why = "which NCCL a rank loads is not known on every node: " + "; ".join(unknown)
+            yield self.reporter.unchecked(checkpoint, why, "; ".join([*said, why]))
+            return
+        warning = None
+        if self.nccl_mismatch is not None:
+            warning = (
+                f"{self.nccl_mismatch}: collectives between them may wedge under load "
+                "(vllm-project/vllm#42354); make every node load the same libnccl.so.2"
+            )
+        yield self.reporter.passed(checkpoint, "; ".join(said), warning=warning)
+
+    async def _ask_nccl(self, node: NodeConnection) -> tuple[Library | str, str]:
+        facts = self.facts[node.name]
+        assert facts.image_id is not None  # the image check failed otherwise
+        try:
+            return await ask_node(self.config, node, facts.home, facts.image_id, self.nccl_answers)
+        except (NodeTimedOut, DockerRefused) as error:
+            return f"the image could not be asked: {error.problem}", "asked"
 
     async def _interfaces(self) -> AsyncGenerator[Event, None]:
         nodes = self._nodes

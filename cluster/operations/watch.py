@@ -30,6 +30,7 @@ from cluster.progress.checkpoint_follower import LogFollower, must_see
 from cluster.progress.checkpoints import SERVING
 from cluster.progress.reporter import Reporter
 from cluster.resources.memory import MemoryWatch, read_memory
+from cluster.resources.nccl_library import differ, launched, suspect_words
 from cluster.serving import api
 from cluster.serving.liveness import ServingWatch
 
@@ -55,6 +56,11 @@ async def watch(
         config.container.name, secrets, config.log_tail_lines, matters=must_see(config)
     )
     follower = LogFollower(config, monitor, reporter)
+    # the launch's preflight found the ranks loading different NCCL libraries: a collective
+    # timing out names that first (cluster.resources.nccl_library)
+    mismatch = differ(await launched(config, connection.ordered()))
+    if mismatch is not None:
+        follower.learn(suspect_words(mismatch))
     for node in connection.ordered():
         monitor.follow(node, backlog=config.log_tail_lines)
     base_url = await api_base_url(config, connection.head)

@@ -164,6 +164,7 @@ class LogFollower:
         self._stop: tuple[str, str] | None = None  # node, what stopped it, once a stop is asked
         self._lost: dict[str, str] = {}  # node -> why it is not followed, while it is reconnected
         self._table, self._words = for_cluster(config)
+        self._learnt: dict[str, str] = {}  # words every diagnoser gets (`learn`)
         # called with every log line read, after the expectations: figures worth keeping
         self.observers: list[Callable[[LogLine], None]] = []
 
@@ -207,9 +208,16 @@ class LogFollower:
     def _diagnoser(self, node: str) -> LogDiagnoser:
         if node not in self._diagnosers:
             self._diagnosers[node] = LogDiagnoser(table=self._table, words=self._words)
+            self._diagnosers[node].learn(self._learnt)
             if self._stop is not None:
                 self._diagnosers[node].request_stop(self._stop[1])
         return self._diagnosers[node]
+
+    def learn(self, words: dict[str, str]) -> None:
+        """Words for every node's failure texts from what the controller found (LogDiagnoser)."""
+        self._learnt.update(words)
+        for diagnoser in self._diagnosers.values():
+            diagnoser.learn(words)
 
     async def expect(
         self,
@@ -544,7 +552,7 @@ class LogFollower:
     def _exit_failure(self, checkpoint: Checkpoint, item: ContainerExited) -> Failed:
         lines = self.monitor.tail(item.node, 500)
         if item.oom_killed:
-            found = diagnose(lines, self._table, self._words)
+            found = diagnose(lines, self._table, self._words, self._learnt)
             if found is None or found.role != "cause":
                 return self.reporter.known(
                     checkpoint,
@@ -555,7 +563,7 @@ class LogFollower:
                     f"(exit code {item.exit_code})",
                     log_tail=self.monitor.tail(item.node),
                 )
-        diagnosis = diagnose(lines, self._table, self._words) or unrecognised(
+        diagnosis = diagnose(lines, self._table, self._words, self._learnt) or unrecognised(
             lines, where=f"{checkpoint.phase} on {item.node}"
         )
         failed = self.failure_from(diagnosis, checkpoint, item.node)

@@ -125,6 +125,7 @@ CHECKPOINTS: tuple[Checkpoint, ...] = (
     Checkpoint("docker", "Docker engine on every node", "preflight"),
     Checkpoint("image", "Same image on every node", "preflight"),
     Checkpoint("gpu_arch", "The image built for the GPU", "preflight"),
+    Checkpoint("nccl_library", "The same NCCL on every node", "preflight"),
     Checkpoint("interfaces", "RoCE and fabric interfaces", "preflight"),
     Checkpoint("memory", "Free memory for the model", "preflight"),
     Checkpoint("model", "The model complete on every node", "preflight"),

@@ -184,7 +184,7 @@ async def ask_image(
 ) -> Asked:
     """The image's answer: remembered, else from the head's cache, else asked in a throw-away
     container on the head (then kept in both)."""
-    key = _key(config, image_id)
+    key = answer_key(config, image_id)
     if key in known:
         return Asked(known[key], "remembered from an earlier preflight")
     cached = f"{home}/{CACHE_FOLDER}/{key}.json"
@@ -202,16 +202,18 @@ async def ask_image(
         return Asked(f"{answer} (exit {status})", "asked")
     if verdict(answer).runs is not None:  # what was not seen may be seen next time
         known[key] = answer
-        folder, name = cached.rsplit("/", 1)
-        with contextlib.suppress(NodeError):
-            await head.run(
-                ["sh", "-c", _WRITE, "sh", folder, name, answer.model_dump_json()],
-                timeout=config.timeouts.preflight,
-            )
+        await keep_on_node(head, cached, answer.model_dump_json(), config.timeouts.preflight)
     return Asked(answer, "asked")
 
 
-def _key(config: ClusterConfig, image_id: str) -> str:
+async def keep_on_node(node: NodeConnection, path: str, text: str, timeout: float) -> None:
+    """`text` into the file at `path` on `node`, whole or not at all (a cache: best effort)."""
+    folder, name = path.rsplit("/", 1)
+    with contextlib.suppress(NodeError):
+        await node.run(["sh", "-c", _WRITE, "sh", folder, name, text], timeout=timeout)
+
+
+def answer_key(config: ClusterConfig, image_id: str) -> str:
     """A file name: the image ID's digest and one of the environment it is asked in."""
     env = json.dumps(sorted(config.container.env.items())).encode()
     digest = image_id.removeprefix("sha256:")

@@ -80,10 +80,7 @@ def create_body(
             {"Name": name, "Soft": soft, "Hard": hard}
             for name, (soft, hard) in container.ulimits.items()
         ],
-        "Binds": [
-            f"{expand_home(m.source, home)}:{m.target}{':ro' if m.read_only else ''}"
-            for m in container.mounts
-        ],
+        "Binds": binds(config, home),
     }
     if container.ipc == "host":
         host["IpcMode"] = "host"
@@ -106,11 +103,24 @@ def create_body(
     }
 
 
-def throwaway_body(config: ClusterConfig, command: list[str]) -> dict[str, Any]:
+def binds(config: ClusterConfig, home: str, *, read_only: bool = False) -> list[str]:
+    """The config's mounts as Docker binds on a node whose SSH user's home is `home`."""
+    return [
+        f"{expand_home(m.source, home)}:{m.target}{':ro' if m.read_only or read_only else ''}"
+        for m in config.container.mounts
+    ]
+
+
+def throwaway_body(
+    config: ClusterConfig, command: list[str], *, mounts_home: str | None = None
+) -> dict[str, Any]:
     """A short command in the configured image with the GPUs and the environment the launch
-    gives its containers (no secrets, no mounts, no host network: it only asks the image)."""
+    gives its containers (no secrets, no host network: it only asks the image); with
+    `mounts_home`, the node's mounts too, read-only (what they bring into the image counts)."""
     container = config.container
     host: dict[str, Any] = {"DeviceRequests": ALL_GPUS} if container.gpus else {}
+    if mounts_home is not None:
+        host["Binds"] = binds(config, mounts_home, read_only=True)
     return {
         "Image": container.image,
         "Cmd": command,

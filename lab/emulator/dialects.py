@@ -33,6 +33,9 @@ DIALECTS = {
             "init engine (profile, create kv cache, warmup model) took {seconds:.2f} seconds",
         ),
         "api_server": ("api_server.py:1912", "Starting vLLM API server 0 on http://{host}:{port}"),
+        # no source of 0.17.1rc1 at hand: as vLLM 0.10 printed it (every rank, pynccl.py:70)
+        "pynccl": ("pynccl.py:70", "vLLM is using nccl=={nccl}"),
+        "pynccl_every_rank": True,
     },
     "0.32": {
         "version": "0.32.0",
@@ -50,6 +53,9 @@ DIALECTS = {
             "init engine (profile, create kv cache, warmup model) took {seconds:.2f} s",
         ),
         "api_server": ("entry.py:140", "Starting vLLM server on http://{host}:{port}"),
+        # distributed/device_communicators/pynccl.py: `logger.info_once` under `if self.rank == 0`
+        "pynccl": ("pynccl.py:148", "vLLM is using nccl=={nccl}"),
+        "pynccl_every_rank": False,
     },
 }
 

@@ -20,6 +20,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import faults as F
+from . import nccl_lib
 from .common import env_int, env_str, fault_name, interface_ipv4s, out, state_dir, time_scale
 
 DEFAULT_RAY_VERSION = "2.49.1"
@@ -553,6 +554,7 @@ This process on node %s was started with:
                 "is_head": False,
                 "hostname": socket.gethostname(),
                 "ipv4": interface_ipv4s(),
+                "nccl": nccl_lib.identity(),  # what this node's workers load
                 "ray_version": my_version,
                 "python_version": python_version(),
                 "pid": os.getpid(),

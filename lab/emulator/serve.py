@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from . import dialects, model_files, torch_build
+from . import dialects, model_files, nccl_lib, torch_build
 from . import faults as F
 from . import profiles as P
 from .common import (
@@ -31,7 +31,6 @@ from .common import (
     vlog,
 )
 
-NCCL_VERSION = "2.27.7"
 RAY_PG_TIMEOUT = 1800
 STORE_TIMEOUT = 600
 
@@ -548,13 +547,22 @@ class Serve:
             and env_str("NCCL_IB_DISABLE", "0") != "1"
             and env_str("SPARK_EMU_RDMA", "1") != "0"
         )
+        # ncclCommInitRank: the CUDA driver first, then NCCL's environment and bootstrap, then
+        # its version (NVIDIA/nccl src/init.cc; nccl_lib says which ranks print it, and how)
+        version, cuda, git = self.nccl_of(rk)
         L = [
-            "NCCL version %s+cuda13.0" % NCCL_VERSION
-            if rk["rank"] == 0
-            else "cudaDriverVersion 13000",
+            "cudaDriverVersion 13000",
             "NCCL_SOCKET_IFNAME set by environment to %s" % iface,
             "Bootstrap: Using %s:%s<0>" % (iface, addr),
         ]
+        bare = []  # before 2.22.3: rank 0 alone, printf'd without NCCL's prefix
+        said = "NCCL version %s+cuda%s" % (nccl_lib.version_text(version), cuda)
+        if version >= nccl_lib.EVERY_RANK_SINCE:
+            L.append(said)
+            if git and version >= nccl_lib.GIT_LINE_SINCE:
+                L.append("NCCL git version %s" % git)
+        elif rk["rank"] == 0:
+            bare.append(said)
         if ib:
             L += [
                 "NCCL_IB_HCA set to %s" % (hca or devs[0]),
@@ -573,7 +581,7 @@ class Serve:
             % (0xAAAAD4B1C0 + rk["rank"], rk["rank"], self.world, self.ctx["actor"][:16])
         )
         if force:
-            return [pre + x for x in L]
+            return bare + [pre + x for x in L]
         via = "NET/IB/GDRDMA" if ib else "NET/Socket/0"
         peer = (rk["rank"] + 1) % max(1, self.world)
         for ch in range(2):
@@ -586,11 +594,24 @@ class Serve:
             "ncclCommInitRank comm 0x%x rank %d nranks %d cudaDev 0 nvmlDev 0 busId f01000 commId 0x%s - Init COMPLETE"
             % (0xAAAAD4B1C0 + rk["rank"], rk["rank"], self.world, self.ctx["actor"][:16]),
         ]
-        return [pre + x for x in L]
+        return bare + [pre + x for x in L]
+
+    def nccl_of(self, rk):
+        """(version, cuda, git) of the NCCL rank `rk` loads: this container's, or the one its
+        node's `ray start` registered."""
+        if not rk["local"] and rk.get("nccl"):
+            version, cuda, git = rk["nccl"]
+            return tuple(version), cuda, git
+        return nccl_lib.identity()
 
     def phase_nccl(self):
         force = bool(self.fault and self.fault_name == "nccl_hang")
-        self.each("INFO", "pynccl.py:70", lambda rk: "vLLM is using nccl==%s" % NCCL_VERSION)
+        where, template = dialects.current()["pynccl"]
+        for rk in self.ranks:
+            # vLLM >= 0.11 logs it once, from the group's first rank (dialects)
+            if rk["visible"] and (dialects.current()["pynccl_every_rank"] or rk["rank"] == 0):
+                version = nccl_lib.version_text(self.nccl_of(rk)[0])
+                self.r(rk, "INFO", where, template.format(nccl=version))
         for rk in self.ranks:
             if rk["visible"]:
                 lines = self.nccl_lines(rk, force)
@@ -995,6 +1016,7 @@ class Serve:
             )
             rk["node_id"] = nid
             rk["ipv4"] = node.get("ipv4")
+            rk["nccl"] = node.get("nccl")
             self.ranks.append(rk)
             self.ray_nodes[nid] = node
         rem = self.remote_rank()

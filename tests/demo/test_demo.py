@@ -70,17 +70,19 @@ def test_up_verify_bench_status_logs_down_then_nothing_left():
     assert "Loading weights took" in out and "last 10 log lines:" in out
     assert re.search(r"✅ Ready.*\n.*answers at http://127\.0\.0\.10:\d+", out)
     # the demo mounts no Hugging Face cache: the model and fit checks could not run, and say so
-    # nor the image's against the GPU: the demo's containers get none (container.gpus false)
+    # nor the image's against the GPU, nor its NCCL: the demo's containers get none (container.gpus false)
     for title in (
         "The image built for the GPU",
+        "The same NCCL on every node",
         "The model complete on every node",
         "The model fits",
     ):
         assert f"✔ {title}" not in out and f"➖ {title}" in out, title
     assert "➖ Not verified: The image built for the GPU: the containers get no GPU" in out
+    assert "➖ Not verified: The same NCCL on every node: the containers get no GPU" in out
     assert "➖ Not verified: The model complete on every node: no container mount" in out
     assert "➖ Not verified: The model fits (weights, KV cache, overhead): no fit estimate" in out
-    assert "17/20 done, 3 not checked" in out
+    assert "17/21 done, 4 not checked" in out
     assert re.search(r"Sample completion: \d+ tokens, [\d.]+ tok/s", out)
     assert "6/6 done" in out, "verify passes every checkpoint"
     assert re.search(r"📊 Benchmark[\s\S]*Single stream: decode \*[\d.]+ tok/s\*", out)
@@ -146,8 +148,8 @@ def test_ctrl_c_while_serving_cleans_up_everything():
         seen = []
         for line in process.stdout:  # synchronise on the output itself: Ready means serving
             seen.append(line)
-            # the outcome line, after the Ready reply (the GPU, model and fit checks cannot run here)
-            if "17/20 done, 3 not checked  ✔ Ready" in line:
+            # the outcome line, after the Ready reply (the GPU, NCCL, model and fit checks cannot run here)
+            if "17/21 done, 4 not checked  ✔ Ready" in line:
                 break
         output = "".join(seen)
         assert "✅ Ready" in output, output[-3000:]

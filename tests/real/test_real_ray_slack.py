@@ -53,8 +53,9 @@ async def test_slash_up_on_the_real_ray_cluster_posts_every_checkpoint_with_its_
     finally:
         await down(cluster)
     # the dummy-weight model has no safetensors to size: the fit check cannot run, and says so;
-    # nor the image against the GPU: the real engine's containers get none (container.gpus false)
-    unchecked = ("gpu_arch", "fit")
+    # nor the image against the GPU or its NCCL: the real engine's containers get none
+    # (container.gpus false)
+    unchecked = ("gpu_arch", "nccl_library", "fit")
     assert [checkpoint_header(r) for r in replies] == [
         f"{'➖' if c.id in unchecked else '✔'} {c.title}" for c in plan
     ] + ["✅ Ready"], "no checkpoint warned: every one proven by the real engine"
