@@ -51,7 +51,8 @@ BASE_PACKAGES_LABEL = "spark-lab.base-packages"
 SSH_PORT = 22
 SSH_USER = "root"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-EMULATED_TOOLS = ("nvidia-smi", "ibdev2netdev", "drop-caches")  # wrappers in each node's bin dir
+# wrappers in each node's bin dir
+EMULATED_TOOLS = ("nvidia-smi", "ibdev2netdev", "drop-caches", "dmesg", "journalctl")
 # dockerd registers its "nvidia" device driver (`--gpus`, DeviceRequests with driver nvidia) only
 # when this is on its PATH (moby daemon/nvidia_linux.go); the lab's stand-in lives in the bin dir.
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
@@ -176,6 +177,31 @@ class Node:
     def meminfo(self) -> Path:
         """Bound over /proc/meminfo in the node's SSH sessions (lab/meminfo.py)."""
         return self.run_dir / "meminfo"
+
+    @property
+    def boot_id_file(self) -> Path:
+        """Bound over /proc/sys/kernel/random/boot_id in its SSH sessions (lab/node_boot.py)."""
+        return self.run_dir / "boot_id"
+
+    @property
+    def uptime_file(self) -> Path:
+        """Bound over /proc/uptime in its SSH sessions (lab/node_boot.py)."""
+        return self.run_dir / "uptime"
+
+    @property
+    def kernel_log_file(self) -> Path:
+        """What the node's `dmesg` and `journalctl -k` print (lab/emulator/kernel_log.py)."""
+        return self.run_dir / "kernel.log"
+
+    @property
+    def kernel_log_restricted(self) -> Path:
+        """When it exists, the node's kernel log is not readable by its SSH user."""
+        return self.run_dir / "kernel-log-restricted"
+
+    @property
+    def gpu_state_file(self) -> Path:
+        """The node's GPU as its nvidia-smi shows it (lab/emulator/gpu_tools.py)."""
+        return self.run_dir / "gpu.json"
 
     @property
     def fabric_speed_file(self) -> Path:

@@ -2,7 +2,7 @@
 
 import sys
 
-TOOLS = ("vllm", "ray", "nvidia-smi", "ibdev2netdev", "drop-caches")
+TOOLS = ("vllm", "ray", "nvidia-smi", "ibdev2netdev", "drop-caches", "dmesg", "journalctl")
 
 
 def main(argv=None):
@@ -19,6 +19,10 @@ def main(argv=None):
         from .gpu_tools import nvidia_smi_main as run
     elif tool == "drop-caches":
         from .meminfo import drop_caches_main as run
+    elif tool == "dmesg":
+        from .kernel_log import dmesg_main as run
+    elif tool == "journalctl":
+        from .kernel_log import journalctl_main as run
     else:
         from .gpu_tools import ibdev2netdev_main as run
     return run(rest)
