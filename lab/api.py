@@ -435,6 +435,11 @@ def reboot_node(node: int) -> str:
     return node_boot.reboot(_node(node))
 
 
+def node_boot_id(node: int) -> str:
+    """The boot id the node's sessions read in /proc/sys/kernel/random/boot_id."""
+    return node_boot.boot_id(_node(node))
+
+
 def add_kernel_lines(node: int, *lines: str) -> float:
     """Kernel messages in the node's log, stamped after its uptime now; returns the stamp."""
     return node_boot.add_kernel_lines(_node(node), *lines)

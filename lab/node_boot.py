@@ -116,12 +116,14 @@ def _kill_containers(node: T.Node) -> None:
 
 def reboot(node: T.Node) -> str:
     """A new boot of the node (see the module's doc); returns its boot id."""
-    _kill_containers(node)
     new = str(uuid.uuid4())
+    # the new boot first: the bot asks the node why once its containers died, and a real node
+    # it reaches again is in its new boot (one still down does not answer at all)
     _overwrite(node.boot_id_file, new + "\n")
     _write_uptime(node, BOOTED_S)
     _overwrite(node.kernel_log_file, "")
     set_gpu(node)
+    _kill_containers(node)
     return new
 
 

@@ -1360,6 +1360,17 @@ NODE_REBOOTED = KnownFailure(
         "lines at its end: power lost or a hard reset); " + _POWER + "; " + _COOLING + "; "
         + _FIRMWARE + "; then `down` and `up`",
 )
+NODE_NOT_ANSWERING = KnownFailure(
+    id="node_not_answering", family="node_hardware", role="cause", fatal=True,
+    source="spark-bot's probe after a death (SSH to the node, opened again)",
+    title="{node} does not answer at all ({problem})",
+    cause="{node} stopped answering when its containers died, and a new SSH connection is "
+          "refused or times out: it is off, restarting, or cut off from the bot (a node that "
+          "powered off under load is this until it is back)",
+    fix="check that {node} is on and reachable (its power and its cable; `ping` and `ssh` "
+        "it); once it is back, `journalctl -k -b -1 -n 50` on it shows how its last boot "
+        "ended; " + _POWER + "; then `down` and `up`",
+)
 # What NVIDIA's catalog says to do first (cluster.diagnosis.xids: its resolution bucket), as a fix.
 XID_FIXES: dict[str, str] = {
     "RESTART_BM": "power-cycle {node}: shut it down, unplug it for a minute, start it (the GPU "
@@ -1494,6 +1505,7 @@ ROWS_WITHOUT_A_LOG_LINE: tuple[KnownFailure, ...] = (
     DROP_CACHES_REFUSED,
     IMAGE_NOT_BUILT_FOR_GPU,
     NODE_REBOOTED,
+    NODE_NOT_ANSWERING,
     GPU_XID,
     GPU_APPLICATION_XID,
     PCIE_AER_ERROR,

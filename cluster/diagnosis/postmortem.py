@@ -35,6 +35,7 @@ from cluster.diagnosis.failures import (
     GPU_XID,
     KERNEL_OOM_KILL,
     NODE_ENGINE_GONE,
+    NODE_NOT_ANSWERING,
     NODE_REBOOTED,
     PCIE_AER_ERROR,
     RAY_NODES_MISSING,
@@ -48,7 +49,7 @@ from cluster.diagnosis.failures import (
     KnownFailure,
 )
 from cluster.diagnosis.xids import xid
-from cluster.errors import NodeError
+from cluster.errors import NodeError, NodeTimedOut, NodeUnreachable
 from cluster.events import Failed
 from cluster.nodes import ClusterConnection, NodeConnection
 from cluster.nodes.boot import Boot, duration, read_boot
@@ -85,6 +86,7 @@ _HARDWARE_MAY_BE_BEHIND = {"cuda_runtime", "nccl", "engine_hang", "distributed_i
 # or a failed PCIe link explains a rank gone.
 _PRIORITY = (
     NODE_REBOOTED.id,
+    NODE_NOT_ANSWERING.id,
     GPU_XID.id,
     PCIE_AER_ERROR.id,
     FABRIC_LINK_DOWN.id,
@@ -200,7 +202,7 @@ async def probe(
             _bind(_link_and_reach, config, node, nodes),
             _bind(_docker, node),
             _bind(_memory, node, memory),
-            _bind(_hardware, node, (boots or {}).get(node.name)),
+            _bind(_hardware, connection, node, (boots or {}).get(node.name)),
         ]
     checks.append(_bind(_clocks, nodes))
     if config.serve.backend == "ray" and config.head.name in connection.nodes:
@@ -417,12 +419,29 @@ async def _ray(config: ClusterConfig, head: NodeConnection, want: int) -> list[F
     ]
 
 
-async def _hardware(node: NodeConnection, launched: Boot | None) -> list[Finding]:
+async def _hardware(
+    connection: ClusterConnection, node: NodeConnection, launched: Boot | None
+) -> list[Finding]:
     """The node's boot against the launch's, its kernel log since then (Xid, AER), and its GPU's
-    clocks: what a node that dropped out for hardware reasons shows."""
+    clocks: what a node that dropped out for hardware reasons shows. A node whose connection
+    broke (it restarted under it) is opened again once."""
     try:
-        boot: Boot | None = await read_boot(node, timeout=COMMAND_S)
+        try:
+            boot: Boot | None = await read_boot(node, timeout=COMMAND_S)
+        except (NodeUnreachable, NodeTimedOut):
+            node = await connection.reopen(node.name)
+            boot = await read_boot(node, timeout=COMMAND_S)
         problem = ""
+    except (NodeUnreachable, NodeTimedOut) as error:
+        return [
+            Finding(
+                "boot",
+                node.name,
+                f"{node.name} does not answer: {error.problem}",
+                NODE_NOT_ANSWERING,
+                {"node": node.name, "problem": error.problem},
+            )
+        ]
     except (NodeError, ValueError) as error:
         boot, problem = None, error.problem if isinstance(error, NodeError) else str(error)
     rebooted = boot is not None and launched is not None and boot.boot_id != launched.boot_id
@@ -493,7 +512,8 @@ def _kernel_findings(
         )
     uncorrectable = [a for a in aer if not a.corrected]
     if uncorrectable:
-        first = uncorrectable[0]
+        # the device's own line names its driver too; the root port's names only the address
+        first = next((a for a in uncorrectable if "PCIe Bus Error" in a.line), uncorrectable[0])
         findings.append(
             Finding(
                 "kernel log",

@@ -189,6 +189,7 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "node_engine_gone": {"node": "spark-b", "problem": "the Docker engine does not answer"},
     "ray_nodes_missing": {"active_nodes": "1", "want_nodes": "2"},
     "node_rebooted": {"node": "spark-b", "uptime": "40 s"},
+    "node_not_answering": {"node": "spark-b", "problem": "connection refused"},
     **{
         row: {
             "node": "spark-b",
