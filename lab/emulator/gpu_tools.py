@@ -140,7 +140,7 @@ QUERY_ALIASES = {
     "clocks.current.sm": "clocks.sm",
     "clocks.current.memory": "clocks.mem",
     "clocks.max.graphics": "clocks.max.gr",
-    "clocks_throttle_reasons.active": "clocks_event_reasons.active",  # its name before R535
+    "clocks_throttle_reasons.active": "clocks_event_reasons.active",  # its older name
 }
 
 
