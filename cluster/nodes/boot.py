@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cluster.errors import NodeError
+from cluster.errors import FileUnreadable, NodeError
 from cluster.nodes import NodeConnection
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -53,11 +53,11 @@ async def read_boot(node: NodeConnection, *, timeout: float) -> Boot:
 
 
 async def boot_if_linux(node: NodeConnection, *, timeout: float) -> Boot | None:
-    """The node's boot; None when /proc's files are not Linux's. NodeError when it does not
-    answer."""
+    """The node's boot; None when /proc's files are missing or not Linux's (a reboot then goes
+    unrecorded, nothing else). NodeError when the node does not answer."""
     try:
         return await read_boot(node, timeout=timeout)
-    except ValueError:
+    except (FileUnreadable, ValueError):
         return None
 
 
