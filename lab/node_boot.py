@@ -7,8 +7,9 @@ sshd (as LXC binds a boot id of its own over a container's: lxc/lxc#3027); its c
 not see them. Unlike the kernel's, the lab's uptime does not run by itself: it is what `ensure`
 or `reboot` wrote, plus a second for every kernel line a test adds (so a line added after the
 launch is stamped after the uptime the launch read). `reboot` is a new boot: a new boot id,
-the uptime from a few seconds, an empty kernel log, and the node's containers killed as a
-power cut kills them (the SSH session the bot holds stays open: on a real node it goes too).
+the uptime from a few seconds, an empty kernel log, the node's containers killed and every SSH
+session to it ended, as a power cut ends them (the node answers again at once: a real one is
+down for a minute or two first).
 
 The kernel log is the file the node's `dmesg` and `journalctl` stand-ins print
 (lab/emulator/kernel_log.py); `set_kernel_log_readable(node, False)` makes them answer as they
@@ -124,6 +125,7 @@ def reboot(node: T.Node) -> str:
     _overwrite(node.kernel_log_file, "")
     set_gpu(node)
     _kill_containers(node)
+    sshd.drop_sessions(node)  # the connections to it break, as a power cut breaks them
     return new
 
 
