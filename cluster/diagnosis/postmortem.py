@@ -81,6 +81,8 @@ _UNEXPLAINED = {UNRECOGNISED.id, STALLED.id, SERVING_HUNG.id, FOLLOW_LOST.id, AP
 # Causes a node's hardware fault can be behind: the rank beside a GPU that fell off the bus
 # sees a CUDA error, the rank across from a node that rebooted an NCCL watchdog timeout.
 _HARDWARE_MAY_BE_BEHIND = {"cuda_runtime", "nccl", "engine_hang", "distributed_init"}
+# ... and rows of other families that say a node went away without saying why
+_NODE_WENT_AWAY = {"ray_node_marked_dead"}
 # Which finding explains a death best when several are found, first first: a reboot explains
 # a link, an engine and a Ray node gone (and resets the kernel's OOM count); a GPU off the bus
 # or a failed PCIe link explains a rank gone.
@@ -142,7 +144,9 @@ def needs_probe(failed: Failed, table: tuple[FailureSignature, ...]) -> bool:
     if failed.signature in _UNEXPLAINED:
         return True
     row = _row(failed, table)
-    return row is not None and (row.role == "symptom" or row.family in _HARDWARE_MAY_BE_BEHIND)
+    return row is not None and (
+        row.role == "symptom" or row.family in _HARDWARE_MAY_BE_BEHIND or row.id in _NODE_WENT_AWAY
+    )
 
 
 def amend(failed: Failed, report: ProbeReport, table: tuple[FailureSignature, ...] = ()) -> Failed:

@@ -160,7 +160,12 @@ async def test_an_older_driver_is_asked_by_the_reasons_old_name():
 
 
 def test_which_failures_a_nodes_hardware_may_explain():
-    for probed_too in ("unrecognised", "nccl_watchdog_timeout", "no_gpu_platform"):
+    for probed_too in (
+        "unrecognised",
+        "nccl_watchdog_timeout",
+        "no_gpu_platform",
+        "ray_node_marked_dead",
+    ):
         if probed_too != "unrecognised":
             assert any(row.id == probed_too for row in SIGNATURES), probed_too
         assert needs_probe(failed_with(probed_too), SIGNATURES), probed_too

@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from cluster.config import WatchConfig
-from cluster.events import Failed, Ready
+from cluster.events import Failed, Progress, Ready
 from lab import api as lab_api
 from testkit.lab_cluster import collect, controller_for
 from tests.cluster.test_faults import lab_docker_kill
@@ -172,3 +172,29 @@ async def test_a_kernel_log_the_ssh_user_may_not_read_is_said_with_the_right_it_
     assert "not seeing messages from other users and the system" in failed.evidence
     assert "dmesg: read kernel buffer failed: Operation not permitted" in failed.evidence
     assert "adm group" in failed.evidence
+
+
+async def test_a_worker_that_went_down_and_stays_down_is_named_as_not_answering(clean):
+    """Its containers dead and no SSH to it (as a node that powered off under load is until it
+    is back): the probe opens it again once, and says it does not answer at all."""
+    worker = clean.nodes[1].name
+
+    async def power_off():
+        await asyncio.to_thread(lab_api.drop_ssh_sessions, 1)
+        await asyncio.to_thread(lab_api.stop_sshd, 1)  # before the bot's reconnect, 1 s later
+        await lab_docker_kill(clean, 1, CONTAINER)
+
+    controller = controller_for(clean, watch=NO_MEMORY_WARNINGS)
+    assert isinstance((await collect(controller.up()))[-1], Ready)
+    try:
+        async with watched(controller, health_interval=1) as (next_event, _):
+            assert (await next_event(30)).phase == "watch"
+            await power_off()
+            lost = await next_event(30)  # its streams broke while the API still served
+            assert isinstance(lost, Progress) and lost.phase == "monitoring_lost", lost
+            failed = await next_failure(next_event, 90)  # the head's rank goes when Ray sees
+    finally:
+        await asyncio.to_thread(lab_api.start_sshd, 1)
+    assert failed.signature == "node_not_answering", failed
+    assert f"{worker} does not answer at all" in failed.summary, failed.summary
+    assert "journalctl -k -b -1" in failed.fix
