@@ -30,6 +30,7 @@ from . import (
     meminfo,
     mountns,
     netns,
+    node_boot,
     preflight,
     rdma,
     real_engine,
@@ -251,6 +252,7 @@ def _bring_up_node(node: T.Node, wanted: list[T.Node], isolated: bool) -> bool:
     rdma.ensure(node)
     meminfo.ensure(node)
     fabric.ensure(node)
+    node_boot.ensure(node)
     if dockerd.start(node):
         dockerd.remove_all_containers(node)  # freshly started: containers are stale
     return relinked
@@ -443,6 +445,33 @@ def set_cable_port(node: int, port: int) -> None:
     n = _node(node)
     fabric.set_cable_port(n, port)
     netns.flush_neighbours([n])
+
+
+def reboot_node(node: int) -> str:
+    """A new boot of the node: a new boot id, its uptime from a few seconds, an empty kernel
+    log, its containers killed (lab/node_boot.py); returns the new boot id."""
+    return node_boot.reboot(_node(node))
+
+
+def node_boot_id(node: int) -> str:
+    """The boot id the node's sessions read in /proc/sys/kernel/random/boot_id."""
+    return node_boot.boot_id(_node(node))
+
+
+def add_kernel_lines(node: int, *lines: str) -> float:
+    """Kernel messages in the node's log, stamped after its uptime now; returns the stamp."""
+    return node_boot.add_kernel_lines(_node(node), *lines)
+
+
+def set_kernel_log_readable(node: int, readable: bool) -> None:
+    """Whether the node's dmesg and journalctl -k show its kernel log to its SSH user."""
+    node_boot.set_kernel_log_readable(_node(node), readable)
+
+
+def set_gpu(node: int, **state: float) -> None:
+    """What the node's nvidia-smi reports (clocks_sm, clocks_max_sm, reasons, temperature,
+    power), over an idle GB10's; with nothing named, idle again."""
+    node_boot.set_gpu(_node(node), **state)
 
 
 def set_node_memory(node: int, **gib: float) -> None:

@@ -1,5 +1,5 @@
-"""Each node's tool dir (/var/lib/spark-lab/node<i>/bin): nvidia-smi and ibdev2netdev
-run the emulator from this repo (a copy in the node's state dir: the repo may be under /tmp,
+"""Each node's tool dir (/var/lib/spark-lab/node<i>/bin): nvidia-smi, ibdev2netdev, dmesg and
+journalctl run the emulator from this repo (a copy in the node's state dir: the repo may be under /tmp,
 which a node has of its own); `docker` points at the node's own engine; the stand-in
 NVIDIA container runtime hook lets the node's dockerd accept GPU requests."""
 
@@ -20,6 +20,9 @@ def _emulator_wrapper(node: T.Node, name: str) -> str:
 # spark-lab {node.name}: emulated {name}
 export SPARK_LAB_NODE={node.index}
 export SPARK_LAB_MEMINFO={node.meminfo}
+export SPARK_LAB_GPU_STATE={node.gpu_state_file}
+export SPARK_LAB_KERNEL_LOG={node.kernel_log_file}
+export SPARK_LAB_KERNEL_LOG_RESTRICTED={node.kernel_log_restricted}
 export PYTHONPATH="{node.lib_dir}${{PYTHONPATH:+:$PYTHONPATH}}"
 exec python3 -m emulator {name} "$@"
 """

@@ -58,7 +58,8 @@ SSH_PORT = 22
 SSH_USER = "root"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # wrappers in each node's bin dir (ib_write_bw: perftest, as `apt install perftest` puts it
-# there; mpirun and all_reduce_perf: Open MPI and nccl-tests on the PATH)
+# there; mpirun and all_reduce_perf: Open MPI and nccl-tests on the PATH; dmesg and journalctl:
+# the node's own kernel log)
 EMULATED_TOOLS = (
     "nvidia-smi",
     "ibdev2netdev",
@@ -66,6 +67,8 @@ EMULATED_TOOLS = (
     "ib_write_bw",
     "mpirun",
     "all_reduce_perf",
+    "dmesg",
+    "journalctl",
 )
 # dockerd registers its "nvidia" device driver (`--gpus`, DeviceRequests with driver nvidia) only
 # when this is on its PATH (moby daemon/nvidia_linux.go); the lab's stand-in lives in the bin dir.
@@ -203,6 +206,31 @@ class Node:
     def meminfo(self) -> Path:
         """Bound over /proc/meminfo in the node's SSH sessions (lab/meminfo.py)."""
         return self.run_dir / "meminfo"
+
+    @property
+    def boot_id_file(self) -> Path:
+        """Bound over /proc/sys/kernel/random/boot_id in its SSH sessions (lab/node_boot.py)."""
+        return self.run_dir / "boot_id"
+
+    @property
+    def uptime_file(self) -> Path:
+        """Bound over /proc/uptime in its SSH sessions (lab/node_boot.py)."""
+        return self.run_dir / "uptime"
+
+    @property
+    def kernel_log_file(self) -> Path:
+        """What the node's `dmesg` and `journalctl -k` print (lab/emulator/kernel_log.py)."""
+        return self.run_dir / "kernel.log"
+
+    @property
+    def kernel_log_restricted(self) -> Path:
+        """When it exists, the node's kernel log is not readable by its SSH user."""
+        return self.run_dir / "kernel-log-restricted"
+
+    @property
+    def gpu_state_file(self) -> Path:
+        """The node's GPU as its nvidia-smi shows it (lab/emulator/gpu_tools.py)."""
+        return self.run_dir / "gpu.json"
 
     @property
     def fabric_speed_file(self) -> Path:

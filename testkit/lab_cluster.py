@@ -14,6 +14,7 @@ from cluster.controller import Controller
 from cluster.errors import FileUnreadable
 from cluster.events import Event, Progress
 from cluster.nodes import CommandResult, FileBytes, NodeConnection
+from cluster.nodes.base import OUTPUT_TAIL
 from lab.api import LabInfo
 
 LAB_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "lab.yaml"
@@ -92,7 +93,11 @@ class FakeNode(NodeConnection):
         output: Callable[[str], None] | None = None,
     ) -> CommandResult:
         self.ran.append(argv)
-        return self.commands.get(argv[0], CommandResult(127, "", f"{argv[0]}: not found"))
+        result = self.commands.get(argv[0], CommandResult(127, "", f"{argv[0]}: not found"))
+        if output is not None:  # as the drivers do: stdout handed on, the result keeps a tail
+            output(result.stdout)
+            return CommandResult(result.exit_status, result.stdout[-OUTPUT_TAIL:], result.stderr)
+        return result
 
     async def read_file(self, path: str, *, timeout: float, limit: int = 32768) -> str:
         if path not in self.files:

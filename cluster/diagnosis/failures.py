@@ -1516,6 +1516,113 @@ IMAGE_NOT_BUILT_FOR_GPU = KnownFailure(
         "naming it (`{capability}`, or `{ptx}` for PTX the driver compiles) for torch and "
         "vLLM's kernels; then set container.image and `sync-image`",
 )
+# A node that dropped out for hardware reasons (cluster.postmortem's node checks). What only
+# real hardware shows (a power-off under load, an Xid, an AER error, throttling) is named from
+# the node's own records: its boot id, its kernel log, nvidia-smi.
+_FIRMWARE = (
+    "update the node's software and firmware (DGX Dashboard's update, or `sudo apt update && "
+    "sudo apt full-upgrade` and `sudo fwupdmgr refresh && sudo fwupdmgr update`, then reboot)"
+)
+_COOLING = (
+    "check its cooling: nothing blocking its vents, room for air around it, the room not hot"
+)
+_POWER = (
+    "check its power: the power adapter that came with it, plugged straight into a wall "
+    "socket (no extension or shared strip); the community launcher's README suggests capping "
+    "the GPU's clocks under load (`sudo nvidia-smi -lgc 200,2150`)"
+)
+NODE_REBOOTED = KnownFailure(
+    id="node_rebooted", family="node_hardware", role="cause", fatal=True,
+    source="spark-bot's probe after a death (/proc/sys/kernel/random/boot_id against the one the launch recorded, /proc/uptime)",
+    title="{node} rebooted while serving (its boot id changed; up {uptime})",
+    cause="{node} restarted under the cluster: its boot id is not the one the launch recorded "
+          "and it has been up only {uptime}, so everything on it died with it (the failure the "
+          "log showed follows from that). A power-off or reset under load with no shutdown "
+          "logged points at power or heat",
+    fix="on {node}: `journalctl -k -b -1 -n 50` shows how the boot before ended (no shutdown "
+        "lines at its end: power lost or a hard reset); " + _POWER + "; " + _COOLING + "; "
+        + _FIRMWARE + "; then `down` and `up`",
+)
+NODE_NOT_ANSWERING = KnownFailure(
+    id="node_not_answering", family="node_hardware", role="cause", fatal=True,
+    source="spark-bot's probe after a death (SSH to the node, opened again)",
+    title="{node} does not answer at all ({problem})",
+    cause="{node} stopped answering when its containers died, and a new SSH connection is "
+          "refused or times out: it is off, restarting, or cut off from the bot (a node that "
+          "powered off under load is this until it is back)",
+    fix="check that {node} is on and reachable (its power and its cable; `ping` and `ssh` "
+        "it); once it is back, `journalctl -k -b -1 -n 50` on it shows how its last boot "
+        "ended; " + _POWER + "; then `down` and `up`",
+)
+# What NVIDIA's catalog says to do first (cluster.diagnosis.xids: its resolution bucket), as a fix.
+XID_FIXES: dict[str, str] = {
+    "RESTART_BM": "power-cycle {node}: shut it down, unplug it for a minute, start it (the GPU "
+                  "is off the bus until the machine restarts)",
+    "RESET_GPU": "reboot {node} (NVIDIA's catalog: reset the GPU; a reboot resets it for sure)",
+    "WORKFLOW_XID_48": "reboot {node}: the driver retires or remaps the failed memory at the "
+                       "next start",
+    "XID_154": "do what the line's recovery action says: a GPU reset (a reboot of {node}) or "
+               "a power cycle",
+    "WORKFLOW_NVLINK_ERR": "reboot {node}",
+    "RESTART_APP": "relaunch: `down` then `up` (NVIDIA's catalog: restart the application; the "
+                   "engine's own code or a kernel it ran faulted)",
+    "": "reboot {node}, and read NVIDIA's Xid catalog for the code",
+}
+GPU_XID = KnownFailure(
+    id="gpu_xid", family="node_hardware", role="cause", fatal=True,
+    source="spark-bot's probe after a death (the kernel log's NVRM Xid lines; NVIDIA's Xid catalog, cluster/xids.py)",
+    title="GPU error on {node}: Xid {code}, {description}",
+    cause="the GPU driver on {node} logged Xid {code} ({mnemonic}: {description}; NVIDIA's "
+          "catalog: {resolution}), and the engine's rank on that GPU died with it",
+    fix="{xid_fix}; if it recurs: " + _POWER + "; " + _COOLING + "; " + _FIRMWARE + "; and "
+        "contact NVIDIA support with the output of `sudo nvidia-bug-report.sh`; then `down` "
+        "and `up`",
+)
+GPU_APPLICATION_XID = KnownFailure(
+    id="gpu_application_xid", family="cuda_runtime", role="cause", fatal=True,
+    source="spark-bot's probe after a death (the kernel log's NVRM Xid lines; NVIDIA's Xid catalog, cluster/xids.py)",
+    title="the GPU on {node} faulted in the engine's work: Xid {code}, {description}",
+    cause="the GPU driver on {node} logged Xid {code} ({mnemonic}: {description}); NVIDIA's "
+          "catalog files it under {resolution}: the program on the GPU (the engine, a kernel "
+          "of its image) faulted, not the hardware",
+    fix="{xid_fix}; if it recurs with this image and not another, the image's kernels are at "
+        "fault (try another vLLM image or `--enforce-eager`)",
+)
+PCIE_AER_ERROR = KnownFailure(
+    id="pcie_aer_error", family="node_hardware", role="cause", fatal=True,
+    source="spark-bot's probe after a death (the kernel's AER lines, torvalds/linux drivers/pci/pcie/aer.c)",
+    title="PCIe error on {node}: {severity} on {device}",
+    cause="the kernel on {node} logged an uncorrectable PCIe error (AER) on {device}: the link "
+          "to that device (the GPU or the ConnectX-7) failed, and what ran on it stopped",
+    fix="power-cycle {node} (shut it down, unplug it for a minute, start it); " + _FIRMWARE
+        + "; if it recurs: " + _POWER + "; " + _COOLING + "; and contact NVIDIA support; then "
+        "`down` and `up`",
+)
+# What to do when nvidia-smi says what holds the clocks back (cluster.nodes.gpu_clocks' verdicts).
+THROTTLE_FIXES: dict[str, str] = {
+    "thermal": "on {node}: " + _COOLING + "; let it cool, then relaunch",
+    "power": "on {node}: " + _POWER,
+}
+GPU_THROTTLED = KnownFailure(
+    id="gpu_throttled", family="node_hardware", role="cause", fatal=True,
+    source="spark-bot's probe after a death (nvidia-smi clocks_event_reasons.active: NVML's clock event reasons)",
+    title="the GPU on {node} is held back by {kind} ({reasons}; SM {clocks})",
+    cause="nvidia-smi on {node} reports {reasons}: its GPU runs well below its clocks, so its "
+          "rank falls behind and the collectives of every rank wait for it",
+    fix="{kind_fix}; watch it under load: `nvidia-smi --query-gpu=clocks.sm,"
+        "clocks_event_reasons.active,temperature.gpu,power.draw --format=csv -l 5`; then "
+        "`down` and `up`",
+)
+GPU_LOW_CLOCKS = KnownFailure(
+    id="gpu_low_clocks", family="node_hardware", role="cause", fatal=True,
+    source="spark-bot's probe after a death (nvidia-smi clocks.sm against clocks.max.sm)",
+    title="the GPU on {node} is left at low clocks (SM {clocks}, no reason given)",
+    cause="nvidia-smi on {node} reports its SM clock below half its maximum while the GPU is "
+          "not idle and no throttle reason is active: a GPU left in a low clock state (after a "
+          "fault, or clocks locked low), which holds its rank back",
+    fix="on {node}: `sudo nvidia-smi -rgc` resets locked clocks; if they stay low, shut it "
+        "down and unplug its power adapter for a minute; " + _FIRMWARE + "; then `down` and `up`",
+)
 # fmt: on
 
 # The rows no log line matches (spark-bot's own findings: preflight, the API checks, the probe,
@@ -1583,6 +1690,13 @@ ROWS_WITHOUT_A_LOG_LINE: tuple[KnownFailure, ...] = (
     DROP_CACHES_NOT_CONFIGURED,
     DROP_CACHES_REFUSED,
     IMAGE_NOT_BUILT_FOR_GPU,
+    NODE_REBOOTED,
+    NODE_NOT_ANSWERING,
+    GPU_XID,
+    GPU_APPLICATION_XID,
+    PCIE_AER_ERROR,
+    GPU_THROTTLED,
+    GPU_LOW_CLOCKS,
 )
 # By id: what a Failed's signature names when it is not in the log table.
 ROW_WITHOUT_A_LOG_LINE_BY_ID: dict[str, KnownFailure] = {

@@ -107,6 +107,12 @@ FAMILIES: dict[FamilyId, Family] = {f.id: f for f in (
            "the tokenizer, its chat template or the processor could not be loaded or used",
            "check the tokenizer files and --tokenizer / --chat-template; "
            "--trust-remote-code if the model needs it"),
+    Family("node_hardware", "a node dropped out for hardware reasons",
+           "a node failed under the cluster: it rebooted or lost power, its GPU fell off the "
+           "bus or logged a hardware Xid, a PCIe link failed, or heat or power held its GPU back",
+           "read the node's kernel log (`journalctl -k -b -1` for the boot before a reboot) and "
+           "`nvidia-smi -q -d PERFORMANCE`; check its power adapter and cooling; update its "
+           "firmware"),
     Family("other", "an error of its own kind",
            "an error outside the known families",
            "read the root line and search for its exact text in vLLM's issues"),

@@ -23,6 +23,7 @@ FamilyId = Literal[
     "port_in_use",
     "engine_hang",
     "tokenizer",
+    "node_hardware",
     "other",
 ]
 FAMILY_IDS: tuple[FamilyId, ...] = get_args(FamilyId)

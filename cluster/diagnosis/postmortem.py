@@ -4,9 +4,14 @@ A log that ends in "Some Ray subprocesses exited unexpectedly" or an EngineDeadE
 something died, not why. Before such a failure is reported, every node is asked at once: the
 fabric interface's link state (/sys/class/net/<if>/operstate), whether each node reaches the
 others over the fabric, the Docker engine, memory and the kernel's OOM kills, `ray status` on the
-head, and the nodes' clocks. The first finding that explains the death becomes the failure's
-cause ("the fabric link enp1s0f1np1 on spark-worker is down"); every finding is listed in the
-evidence, so an unexplained death still says what was ruled out.
+head, the nodes' clocks, and each node's hardware: its boot id against the one its launch
+recorded (a reboot), its kernel log since the launch (GPU Xid and PCIe AER errors) and its
+GPU's clocks and throttle reasons (cluster.nodes.boot, cluster.nodes.kernel_log, cluster.nodes.gpu_clocks). The
+first finding that explains the death becomes the failure's cause ("the fabric link
+enp1s0f1np1 on spark-worker is down"); every finding is listed in the evidence, so an
+unexplained death still says what was ruled out. A failure whose log names a cause a hardware
+fault can be behind (a CUDA error, an NCCL watchdog timeout: what the rank on the other side
+of a dead node sees) is probed too, and only a node's hardware finding replaces its cause.
 
 `probe` does the asking (bounded, concurrent); `ProbeReport`, `needs_probe` and `amend` are pure.
 """
@@ -14,9 +19,8 @@ evidence, so an unexplained death still says what was ruled out.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from cluster.config import ClusterConfig
@@ -25,20 +29,33 @@ from cluster.diagnosis.failures import (
     FABRIC_LINK_DOWN,
     FABRIC_UNREACHABLE,
     FOLLOW_LOST,
+    GPU_APPLICATION_XID,
+    GPU_LOW_CLOCKS,
+    GPU_THROTTLED,
+    GPU_XID,
     KERNEL_OOM_KILL,
     NODE_ENGINE_GONE,
+    NODE_NOT_ANSWERING,
+    NODE_REBOOTED,
+    PCIE_AER_ERROR,
     RAY_NODES_MISSING,
     ROW_WITHOUT_A_LOG_LINE_BY_ID,
     SERVING_HUNG,
     STALLED,
+    THROTTLE_FIXES,
     UNRECOGNISED,
+    XID_FIXES,
     FailureSignature,
     KnownFailure,
 )
-from cluster.errors import NodeError
+from cluster.diagnosis.xids import xid
+from cluster.errors import NodeError, NodeTimedOut, NodeUnreachable
 from cluster.events import Failed
 from cluster.nodes import ClusterConnection, NodeConnection
+from cluster.nodes.boot import Boot, duration, read_boot
+from cluster.nodes.gpu_clocks import ClocksReading, read_clocks
 from cluster.nodes.interfaces import ipv4_addresses
+from cluster.nodes.kernel_log import KernelLog, XidError, try_read_kernel_log
 from cluster.resources.memory import MemoryWatch, read_memory
 from cluster.serving.ray_status import parse_ray_status
 
@@ -46,7 +63,6 @@ from cluster.serving.ray_status import parse_ray_status
 PROBE_S = 15.0
 COMMAND_S = 5.0
 CLOCK_SKEW_S = 2.0  # nodes further apart than this are reported
-_OOM_LINE = re.compile(r"Out of memory|oom-kill|oom_reaper|Killed process", re.IGNORECASE)
 # Reachability without ping: a TCP connection to the peer's fabric address; a refusal is an
 # answer (the peer is there), a timeout or "no route" is not. The script is constant; the
 # address and port are its arguments.
@@ -62,12 +78,26 @@ _TCP_REACH = (
 
 # The failures that say something died, not why: a probe may find the why.
 _UNEXPLAINED = {UNRECOGNISED.id, STALLED.id, SERVING_HUNG.id, FOLLOW_LOST.id, API_DOWN.id}
-# Which finding explains a death best when several are found, first first.
+# Causes a node's hardware fault can be behind: the rank beside a GPU that fell off the bus
+# sees a CUDA error, the rank across from a node that rebooted an NCCL watchdog timeout.
+_HARDWARE_MAY_BE_BEHIND = {"cuda_runtime", "nccl", "engine_hang", "distributed_init"}
+# ... and rows of other families that say a node went away without saying why
+_NODE_WENT_AWAY = {"ray_node_marked_dead"}
+# Which finding explains a death best when several are found, first first: a reboot explains
+# a link, an engine and a Ray node gone (and resets the kernel's OOM count); a GPU off the bus
+# or a failed PCIe link explains a rank gone.
 _PRIORITY = (
+    NODE_REBOOTED.id,
+    NODE_NOT_ANSWERING.id,
+    GPU_XID.id,
+    PCIE_AER_ERROR.id,
     FABRIC_LINK_DOWN.id,
     NODE_ENGINE_GONE.id,
     FABRIC_UNREACHABLE.id,
     KERNEL_OOM_KILL.id,
+    GPU_APPLICATION_XID.id,
+    GPU_THROTTLED.id,
+    GPU_LOW_CLOCKS.id,
     RAY_NODES_MISSING.id,
 )
 
@@ -85,8 +115,12 @@ class Finding:
 class ProbeReport:
     findings: list[Finding]
 
-    def cause(self) -> Finding | None:
-        explaining = [f for f in self.findings if f.failure is not None]
+    def cause(self, *, hardware_only: bool = False) -> Finding | None:
+        explaining = [
+            f
+            for f in self.findings
+            if f.failure is not None and (f.failure.family == "node_hardware" or not hardware_only)
+        ]
         ranked = sorted(
             explaining,
             key=lambda f: _PRIORITY.index(f.failure.id) if f.failure else len(_PRIORITY),
@@ -97,25 +131,37 @@ class ProbeReport:
         return [f"{f.check}: {f.text}" for f in self.findings]
 
 
+def _row(failed: Failed, table: tuple[FailureSignature, ...]) -> KnownFailure | None:
+    if failed.signature is None:
+        return None
+    row: KnownFailure | None = next((r for r in table if r.id == failed.signature), None)
+    return row or ROW_WITHOUT_A_LOG_LINE_BY_ID.get(failed.signature)
+
+
 def needs_probe(failed: Failed, table: tuple[FailureSignature, ...]) -> bool:
-    """Whether `failed` says only that something died (a symptom, or no signature at all)."""
+    """Whether `failed` says only that something died (a symptom, or no signature at all), or
+    names a cause a node's hardware fault can be behind."""
     if failed.signature in _UNEXPLAINED:
         return True
-    if failed.signature is None:
-        return False
-    row: KnownFailure | None = next((r for r in table if r.id == failed.signature), None)
-    row = row or ROW_WITHOUT_A_LOG_LINE_BY_ID.get(failed.signature)
-    return row is not None and row.role == "symptom"
+    row = _row(failed, table)
+    return row is not None and (
+        row.role == "symptom" or row.family in _HARDWARE_MAY_BE_BEHIND or row.id in _NODE_WENT_AWAY
+    )
 
 
-def amend(failed: Failed, report: ProbeReport) -> Failed:
-    """`failed` with what the probe found: its cause and fix when a finding explains the death,
-    and every finding in the evidence either way."""
+def amend(failed: Failed, report: ProbeReport, table: tuple[FailureSignature, ...] = ()) -> Failed:
+    """`failed` with what the probe found: its cause and fix when a finding explains the death
+    (for a failure whose log named its cause, only a node's hardware finding does), and every
+    finding in the evidence either way."""
     probed = "probed after the failure:\n" + "\n".join(f"  {line}" for line in report.lines())
     # first: the findings are a few lines, the failure's own evidence can be long, and a chat
     # message keeps the start of evidence that does not fit
     evidence = f"{probed}\n{failed.evidence}"
-    found = report.cause()
+    row = _row(failed, table)
+    named = failed.signature not in _UNEXPLAINED and row is not None and row.role == "cause"
+    found = report.cause(hardware_only=named)
+    if named and (found is None or found.failure is None):
+        return failed.model_copy(update={"evidence": evidence})
     if found is None or found.failure is None:
         cleared = "; ".join(report.lines()) or "nothing could be asked"
         return failed.model_copy(
@@ -148,9 +194,11 @@ async def probe(
     connection: ClusterConnection,
     *,
     memory: MemoryWatch | None = None,
+    boots: Mapping[str, Boot | None] | None = None,
     budget_s: float = PROBE_S,
 ) -> ProbeReport:
-    """Ask every node at once; what did not answer within `budget_s` is reported as such."""
+    """Ask every node at once; what did not answer within `budget_s` is reported as such.
+    `boots`: each node's boot as its launch recorded it (cluster.nodes.boot.launch_boots)."""
     nodes = connection.ordered()
     checks: list[Callable[[], Awaitable[list[Finding]]]] = []
     for node in nodes:
@@ -158,6 +206,7 @@ async def probe(
             _bind(_link_and_reach, config, node, nodes),
             _bind(_docker, node),
             _bind(_memory, node, memory),
+            _bind(_hardware, connection, node, (boots or {}).get(node.name)),
         ]
     checks.append(_bind(_clocks, nodes))
     if config.serve.backend == "ray" and config.head.name in connection.nodes:
@@ -290,7 +339,16 @@ async def _memory(node: NodeConnection, watch: MemoryWatch | None) -> list[Findi
     if watch is not None:
         watch.observe(reading)
         kills = watch.oom_kills_since_start(node.name)
-        if kills:
+        if kills is not None and kills < 0:
+            findings.append(
+                Finding(
+                    "kernel OOM",
+                    node.name,
+                    f"the kernel's OOM-kill count on {node.name} went back since the watch "
+                    "began (it counts from boot: the node restarted)",
+                )
+            )
+        elif kills:
             lines = await _oom_lines(node)
             findings.append(
                 Finding(
@@ -309,14 +367,10 @@ async def _memory(node: NodeConnection, watch: MemoryWatch | None) -> list[Findi
 
 async def _oom_lines(node: NodeConnection) -> str:
     """The kernel's last OOM lines, where the SSH user may read the kernel log."""
-    try:
-        result = await node.run(["dmesg"], timeout=COMMAND_S)
-    except NodeError:
-        return ""
-    if not result.ok:
-        return "(the kernel log is not readable by the SSH user)"
-    lines = [line for line in result.stdout.splitlines() if _OOM_LINE.search(line)]
-    return " | ".join(line.strip()[:160] for line in lines[-2:])
+    kernel = await try_read_kernel_log(node, since_s=None, timeout=COMMAND_S)
+    if kernel.unreadable is not None:
+        return f"(the kernel log is not readable by the SSH user: {kernel.unreadable})"
+    return " | ".join(line.strip()[:160] for line in kernel.oom()[-2:])
 
 
 async def _clocks(nodes: list[NodeConnection]) -> list[Finding]:
@@ -367,3 +421,146 @@ async def _ray(config: ClusterConfig, head: NodeConnection, want: int) -> list[F
             {"active_nodes": str(state.active_nodes), "want_nodes": str(want)},
         )
     ]
+
+
+async def _hardware(
+    connection: ClusterConnection, node: NodeConnection, launched: Boot | None
+) -> list[Finding]:
+    """The node's boot against the launch's, its kernel log since then (Xid, AER), and its GPU's
+    clocks: what a node that dropped out for hardware reasons shows. A node whose connection
+    broke (it restarted under it) is opened again once."""
+    try:
+        try:
+            boot: Boot | None = await read_boot(node, timeout=COMMAND_S)
+        except (NodeUnreachable, NodeTimedOut):
+            node = await connection.reopen(node.name)
+            boot = await read_boot(node, timeout=COMMAND_S)
+        problem = ""
+    except (NodeUnreachable, NodeTimedOut) as error:
+        return [
+            Finding(
+                "boot",
+                node.name,
+                f"{node.name} does not answer: {error.problem}",
+                NODE_NOT_ANSWERING,
+                {"node": node.name, "problem": error.problem},
+            )
+        ]
+    except (NodeError, ValueError) as error:
+        boot, problem = None, error.problem if isinstance(error, NodeError) else str(error)
+    rebooted = boot is not None and launched is not None and boot.boot_id != launched.boot_id
+    since = launched.uptime_s if launched is not None and not rebooted else None
+    kernel, clocks = await asyncio.gather(
+        try_read_kernel_log(node, since_s=since, timeout=COMMAND_S),
+        read_clocks(node, timeout=COMMAND_S),
+    )
+    return [
+        _boot_finding(node.name, boot, launched, problem),
+        *_kernel_findings(node.name, kernel, rebooted, since),
+        *_clocks_findings(node.name, clocks),
+    ]
+
+
+def _boot_finding(name: str, boot: Boot | None, launched: Boot | None, problem: str) -> Finding:
+    if boot is None:
+        return Finding("boot", name, f"not read: {problem}")
+    up = duration(boot.uptime_s)
+    if launched is None:
+        return Finding("boot", name, f"up {up} (no boot id recorded at launch to compare with)")
+    if boot.boot_id == launched.boot_id:
+        return Finding("boot", name, f"the same boot as at launch (up {up})")
+    return Finding(
+        "boot",
+        name,
+        f"{name} rebooted: boot id {boot.boot_id} is not the launch's {launched.boot_id}; up {up}",
+        NODE_REBOOTED,
+        {"node": name, "uptime": up},
+    )
+
+
+def _kernel_findings(
+    name: str, kernel: KernelLog, rebooted: bool, since: float | None
+) -> list[Finding]:
+    if kernel.unreadable is not None:
+        return [
+            Finding(
+                "kernel log",
+                name,
+                f"not readable on {name} ({kernel.unreadable}): add the SSH user to the adm "
+                "group (journalctl -k), or let it read dmesg (kernel.dmesg_restrict=0)",
+            )
+        ]
+    span = (
+        "since the reboot" if rebooted else "since the launch" if since is not None else "this boot"
+    )
+    findings = []
+    xids, aer = kernel.xids(), kernel.aer()
+    for found in _worst_xids(xids):
+        entry = xid(found.code)
+        row = GPU_XID if entry.kind == "hardware" else GPU_APPLICATION_XID
+        findings.append(
+            Finding(
+                "kernel log",
+                name,
+                f"{found.line[:200]}",
+                row if entry.kind != "informational" else None,
+                {
+                    "node": name,
+                    "code": str(found.code),
+                    "mnemonic": entry.mnemonic or f"Xid {found.code}",
+                    "description": entry.description,
+                    "resolution": entry.resolution or "not in its catalog",
+                    "xid_fix": XID_FIXES.get(entry.resolution, XID_FIXES[""]).format(node=name),
+                },
+            )
+        )
+    uncorrectable = [a for a in aer if not a.corrected]
+    if uncorrectable:
+        # the device's own line names its driver too; the root port's names only the address
+        first = next((a for a in uncorrectable if "PCIe Bus Error" in a.line), uncorrectable[0])
+        findings.append(
+            Finding(
+                "kernel log",
+                name,
+                first.line[:200],
+                PCIE_AER_ERROR,
+                {"node": name, "severity": first.severity, "device": first.device},
+            )
+        )
+    corrected = len(aer) - len(uncorrectable)
+    summary = f"{kernel.source} {span}: {len(xids)} Xid line(s), {len(aer)} PCIe AER line(s)" + (
+        f" ({corrected} corrected)" if corrected else ""
+    )
+    if not xids and not aer:
+        summary = f"{kernel.source} {span}: no GPU Xid or PCIe AER error"
+    return [Finding("kernel log", name, summary), *findings]
+
+
+def _worst_xids(xids: list[XidError]) -> list[XidError]:
+    """One line per code, hardware codes first (a 79 is behind the 13s and 45s it causes)."""
+    order = {"hardware": 0, "application": 1, "informational": 2}
+    first: dict[int, XidError] = {}
+    for found in xids:
+        first.setdefault(found.code, found)
+    return sorted(first.values(), key=lambda f: order[xid(f.code).kind])[:3]
+
+
+def _clocks_findings(name: str, reading: ClocksReading) -> list[Finding]:
+    if reading.problem is not None:
+        return [Finding("gpu clocks", name, f"not read: {reading.problem}")]
+    findings = []
+    for gpu in reading.gpus:
+        verdict = gpu.verdict()
+        clocks = (
+            f"{gpu.sm_mhz:g} of {gpu.max_sm_mhz:g} MHz" if gpu.sm_mhz and gpu.max_sm_mhz else "?"
+        )
+        values = {
+            "node": name,
+            "clocks": clocks,
+            "reasons": ", ".join(gpu.reason_names()) or "no reason",
+            "kind": {"thermal": "heat", "power": "power"}.get(verdict, verdict),
+            "kind_fix": THROTTLE_FIXES.get(verdict, "").format(node=name),
+        }
+        row = {"thermal": GPU_THROTTLED, "power": GPU_THROTTLED, "low_clocks": GPU_LOW_CLOCKS}
+        findings.append(Finding("gpu clocks", name, gpu.describe(), row.get(verdict), values))
+    return findings or [Finding("gpu clocks", name, "nvidia-smi lists no GPU")]

@@ -34,6 +34,7 @@ from cluster.errors import DockerRefused, NodeError
 from cluster.events import CheckpointPassed, Event, Failed, Progress, Ready
 from cluster.logs.container_stream import ClusterMonitor
 from cluster.nodes import ClusterConnection, NodeConnection
+from cluster.nodes.boot import labels as boot_labels
 from cluster.nodes.interfaces import NodeInterfaces
 from cluster.operations.inventory import remove_container
 from cluster.operations.launch_lease import STALE_S, LaunchLease, LeaseHeld
@@ -136,8 +137,11 @@ class Launch:
                         and needs_probe(event, self._table)
                     ):
                         # A death the lines do not explain (Ray's "subprocesses exited", a
-                        # silent phase): ask the nodes why before reporting it, as watch does.
-                        event = amend(event, await probe(self.config, self.connection))
+                        # silent phase), or one a node's hardware can be behind: ask the nodes
+                        # why before reporting it, as watch does.
+                        boots = {name: f.boot for name, f in self.preflight.facts.items()}
+                        found = await probe(self.config, self.connection, boots=boots)
+                        event = amend(event, found, self._table)
                     if isinstance(event, Failed) and self.started:
                         event = self._saying_what_is_left(event)
                     yield event
@@ -275,6 +279,7 @@ class Launch:
             env.update(self.preflight.model.hub_offline())  # every node has the model
         # the memory before this launch, which the next `up` awaits after a stop (memory_return)
         labels = {LABEL_MEMORY_BEFORE: str(facts.memory.available)} if facts.memory else {}
+        labels.update(boot_labels(facts.boot))  # which boot it runs in: a reboot is known later
         body = create_body(self.config, node.config, role, command, env, facts.home, labels)
         container_id = await node.docker.create_and_start(body, self.config.container.name)
         self._ids[node.name] = container_id  # recorded here: this part is never cancelled

@@ -36,6 +36,7 @@ from cluster.diagnosis.failures import (
 from cluster.errors import DockerRefused, InterfaceProblem, NodeTimedOut
 from cluster.events import CheckpointPassed, Event, Failed, Progress
 from cluster.nodes import ClusterConnection, NodeConnection, fabric_link, fabric_paths, node_home
+from cluster.nodes.boot import Boot, boot_if_linux
 from cluster.nodes.interfaces import (
     NodeInterfaces,
     Unresolved,
@@ -111,6 +112,7 @@ class NodeFacts:
     image_id: str | None = None
     interfaces: NodeInterfaces | None = None
     memory: MemoryBreakdown | None = None  # None: /proc/meminfo is not what Linux writes
+    boot: Boot | None = None  # None: /proc's boot id or uptime is not what Linux writes
     home: str = "/root"
     stale_container: str | None = None
     stale_is_ours: bool = False  # labelled by spark-bot for this cluster
@@ -753,10 +755,11 @@ class Preflight:
         facts = NodeFacts()
         # files and the home directory over SFTP: no process started on the node (each costs
         # a shell's start-up, 0.2-0.7 s on the lab)
-        version, meminfo, home = await asyncio.gather(
+        version, meminfo, home, facts.boot = await asyncio.gather(
             node.docker.version(),
             node.read_file("/proc/meminfo", timeout=config.timeouts.preflight),
             node_home(node, config.timeouts.preflight),
+            boot_if_linux(node, timeout=config.timeouts.preflight),
         )
         facts.docker_version = f"{version.get('Version')} (API {version.get('ApiVersion')})"
         try:

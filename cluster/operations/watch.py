@@ -5,8 +5,10 @@ interval: `/health`, whether the server still serves (`cluster.serving.liveness`
 completion) and each node's memory (`cluster.memory`). A node whose streams break (its Docker
 engine restarted, its SSH dropped) while the API still answers is monitoring lost, not serving
 lost: it is reported as such, saying which part of the node went away, opened again with
-backoff and followed again from its last line. A death that no signature explains is probed
-before it is reported (`cluster.diagnosis.postmortem`).
+backoff and followed again from its last line. A death that no signature explains, or one a
+node's hardware fault can be behind, is probed before it is reported
+(`cluster.diagnosis.postmortem`), against each node's boot as its launch recorded it
+(`cluster.nodes.boot`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from cluster.errors import NodeError
 from cluster.events import Event, Failed, Progress
 from cluster.logs.container_stream import ClusterMonitor, FollowLost, FollowResumed, HealthLost
 from cluster.nodes import ClusterConnection, NodeConnection
+from cluster.nodes.boot import launch_boots
 from cluster.operations.launch import api_base_url
 from cluster.progress.checkpoint_follower import LogFollower, must_see
 from cluster.progress.checkpoints import SERVING
@@ -169,6 +172,10 @@ async def watch(
             monitor.publish(await liveness.run())
 
         table, _ = for_cluster(config)
+        # which boot each node is in, as its launch recorded it: a reboot is known, not guessed
+        boots = await launch_boots(
+            connection.ordered(), config.container.name, timeout=timeouts.docker
+        )
         try:
             monitor.run(probe_health(client))
             monitor.run(serving())
@@ -188,7 +195,8 @@ async def watch(
             ) as failures:
                 async for event in failures:
                     if isinstance(event, Failed) and needs_probe(event, table):
-                        event = amend(event, await probe(config, connection, memory=memory))
+                        found = await probe(config, connection, memory=memory, boots=boots)
+                        event = amend(event, found, table)
                     yield event
         finally:
             await monitor.aclose()

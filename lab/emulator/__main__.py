@@ -11,6 +11,8 @@ TOOLS = (
     "ib_write_bw",
     "mpirun",
     "all_reduce_perf",
+    "dmesg",
+    "journalctl",
 )
 
 
@@ -34,6 +36,10 @@ def main(argv=None):
         from .nccl_tests import mpirun_main as run
     elif tool == "all_reduce_perf":
         from .nccl_tests import all_reduce_perf_main as run
+    elif tool == "dmesg":
+        from .kernel_log import dmesg_main as run
+    elif tool == "journalctl":
+        from .kernel_log import journalctl_main as run
     else:
         from .gpu_tools import ibdev2netdev_main as run
     return run(rest)

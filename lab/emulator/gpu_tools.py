@@ -1,5 +1,6 @@
 """nvidia-smi (a GB10 as it really prints) and ibdev2netdev."""
 
+import json
 import os
 import time
 import uuid
@@ -75,6 +76,19 @@ def _table(n):
     )
 
 
+def _state(field, default):
+    """The node's GPU as the lab set it (`SPARK_LAB_GPU_STATE`, lab/node_boot.py), else idle."""
+    try:
+        with open(os.environ.get("SPARK_LAB_GPU_STATE", "")) as f:
+            return json.load(f).get(field, default)
+    except (OSError, ValueError):
+        return default
+
+
+def _figure(field, default, unit, form="%d"):
+    return lambda i: (form % _state(field, default), unit)
+
+
 # field -> (value, unit); the unit is printed after a value (not after [N/A]) unless `nounits`,
 # and in the CSV header as `[unit]`. A GB10 has unified memory and no fan, power cap or ECC of its own:
 # nvidia-smi answers those with [N/A] (memory.* too, as in the table's `Not Supported`).
@@ -90,7 +104,7 @@ QUERY_FIELDS = {
     "serial": lambda i: (NA, ""),
     "driver_version": lambda i: (DRIVER, ""),
     "vbios_version": lambda i: (NA, ""),
-    "temperature.gpu": lambda i: ("42", ""),
+    "temperature.gpu": _figure("temperature.gpu", 42, ""),
     "utilization.gpu": lambda i: ("0", " %"),
     "utilization.memory": lambda i: (NA, ""),
     "pci.bus_id": lambda i: ("0000000F:01:00.0", ""),
@@ -104,13 +118,15 @@ QUERY_FIELDS = {
     "mig.mode.current": lambda i: (NA, ""),
     "ecc.mode.current": lambda i: (NA, ""),
     "fan.speed": lambda i: (NA, ""),
-    "power.draw": lambda i: ("4.12", " W"),
+    "power.draw": _figure("power.draw", 4.12, " W", "%.2f"),
     "power.limit": lambda i: (NA, " W"),
     "clocks.gr": lambda i: ("208", " MHz"),
-    "clocks.sm": lambda i: ("208", " MHz"),
+    "clocks.sm": _figure("clocks.sm", 208, " MHz"),
     "clocks.mem": lambda i: (NA, " MHz"),
     "clocks.max.gr": lambda i: ("3003", " MHz"),
-    "clocks.max.sm": lambda i: ("3003", " MHz"),
+    "clocks.max.sm": _figure("clocks.max.sm", 3003, " MHz"),
+    # NVML's clock event reasons, the bitmask as nvidia-smi prints it; idle (0x1) at P8
+    "clocks_event_reasons.active": _figure("clocks_event_reasons.active", 0x1, "", "0x%016x"),
 }
 # nvidia-smi's other names for the same fields
 QUERY_ALIASES = {
@@ -124,6 +140,7 @@ QUERY_ALIASES = {
     "clocks.current.sm": "clocks.sm",
     "clocks.current.memory": "clocks.mem",
     "clocks.max.graphics": "clocks.max.gr",
+    "clocks_throttle_reasons.active": "clocks_event_reasons.active",  # its older name
 }
 
 

@@ -13,6 +13,8 @@ from cluster.diagnosis import failures
 from cluster.diagnosis.failures import (
     RANK0_INIT,
     SIGNATURES,
+    THROTTLE_FIXES,
+    XID_FIXES,
     FailureSignature,
     KnownFailure,
     cluster_words,
@@ -207,6 +209,32 @@ CALL_SITE_VALUES: dict[str, dict[str, str]] = {
     "fabric_unreachable": {"node": "spark-a", "peer": "spark-b", "address": "10.0.0.2"},
     "node_engine_gone": {"node": "spark-b", "problem": "the Docker engine does not answer"},
     "ray_nodes_missing": {"active_nodes": "1", "want_nodes": "2"},
+    "node_rebooted": {"node": "spark-b", "uptime": "40 s"},
+    "node_not_answering": {"node": "spark-b", "problem": "connection refused"},
+    **{
+        row: {
+            "node": "spark-b",
+            "code": "79",
+            "mnemonic": "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
+            "description": "GPU has fallen off the bus",
+            "resolution": "RESTART_BM",
+            "xid_fix": XID_FIXES["RESTART_BM"].format(node="spark-b"),
+        }
+        for row in ("gpu_xid", "gpu_application_xid")
+    },
+    "pcie_aer_error": {
+        "node": "spark-b",
+        "severity": "Uncorrectable (Fatal)",
+        "device": "nvidia 000f:01:00.0",
+    },
+    "gpu_throttled": {
+        "node": "spark-b",
+        "clocks": "1100 of 3003 MHz",
+        "reasons": "HW thermal slowdown",
+        "kind": "heat",
+        "kind_fix": THROTTLE_FIXES["thermal"].format(node="spark-b"),
+    },
+    "gpu_low_clocks": {"node": "spark-b", "clocks": "850 of 3003 MHz"},
 }
 
 
