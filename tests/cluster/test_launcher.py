@@ -408,35 +408,44 @@ async def test_a_new_run_prunes_no_ended_run_whose_follower_has_not_read_its_end
         tmp_path, f'echo first\nwhile [ ! -e "{go}" ]; do sleep 0.05; done\necho last\n'
     )
     first = asyncio.Event()
+    started: list[Launcher] = []
     async with head_node(tmp_path, command=[ending]) as (config, node):
-        earlier = Launcher(
-            config,
-            Secrets({}),
-            node,
-            str(tmp_path),
-            on_line=lambda line: first.set() if line == "first" else None,
-        )
-        pgid = await earlier.start()
-        following = asyncio.create_task(earlier.follow())
-        await asyncio.wait_for(first.wait(), 10)  # its follower reads
-        reader = follower_pid(earlier.run)
-        os.kill(reader, signal.SIGSTOP)
         try:
-            go.touch()
-            assert await ended(node, pgid, 10, 10), "the earlier run's wrapper has ended"
-            assert not (Path(earlier.run) / "pgid").exists()
-            later = Launcher(config, Secrets({}), node, str(tmp_path))
-            await later.start()
-            assert Path(earlier.run).is_dir(), "its follower has not read its end yet"
+            earlier = Launcher(
+                config,
+                Secrets({}),
+                node,
+                str(tmp_path),
+                on_line=lambda line: first.set() if line == "first" else None,
+            )
+            pgid = await earlier.start()
+            started.append(earlier)
+            following = asyncio.create_task(earlier.follow())
+            await asyncio.wait_for(first.wait(), 10)  # its follower reads
+            reader = follower_pid(earlier.run)
+            os.kill(reader, signal.SIGSTOP)
+            try:
+                go.touch()
+                assert await ended(node, pgid, 10, 10), "the earlier run's wrapper has ended"
+                assert not (Path(earlier.run) / "pgid").exists()
+                later = Launcher(config, Secrets({}), node, str(tmp_path))
+                await later.start()
+                started.append(later)
+                assert Path(earlier.run).is_dir(), "its follower has not read its end yet"
+            finally:
+                os.kill(reader, signal.SIGCONT)
+            assert await asyncio.wait_for(following, 10) == 0
+            assert list(earlier.lines)[-1] == "last"
+            await later.stop()
+            third = Launcher(config, Secrets({}), node, str(tmp_path))
+            await third.start()
+            started.append(third)
+            await third.stop()
+            assert not Path(earlier.run).exists() and not Path(later.run).exists(), "read: pruned"
         finally:
-            os.kill(reader, signal.SIGCONT)
-        assert await asyncio.wait_for(following, 10) == 0
-        assert list(earlier.lines)[-1] == "last"
-        await later.stop()
-        third = Launcher(config, Secrets({}), node, str(tmp_path))
-        await third.start()
-        await third.stop()
-        assert not Path(earlier.run).exists() and not Path(later.run).exists(), "read: pruned"
+            go.touch()  # a run still waiting ends: nothing outlives the test
+            for launcher in started:
+                await launcher.stop()
 
 
 async def test_a_removal_that_fails_is_said_as_failed_and_down_exits_1(tmp_path, capsys):
