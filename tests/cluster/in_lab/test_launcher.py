@@ -339,10 +339,11 @@ async def test_a_launcher_that_stops_its_own_containers_then_fails_is_its_failur
     assert "containers" in passed(events), "it failed after its containers started"
 
 
-async def test_ctrl_c_of_a_launcher_up_prints_a_summary_and_leaves_nothing(
-    clean_launcher, tmp_path
-):
-    config = config_file(clean_launcher, tmp_path)
+async def up_until_its_ray_cluster(
+    config: str, stderr: int
+) -> tuple[asyncio.subprocess.Process, list]:
+    """`spark-bot up --json` of the launcher's recipe, its events read until its Ray cluster
+    formed (the launcher's script is then running on the head)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -354,16 +355,24 @@ async def test_ctrl_c_of_a_launcher_up_prints_a_summary_and_leaves_nothing(
         "--config",
         config,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stderr=stderr,
     )
     assert process.stdout is not None
-    seen = []
+    seen: list = []
     while not (
         seen and isinstance(seen[-1], CheckpointPassed) and seen[-1].checkpoint == "ray_cluster"
     ):
         line = await asyncio.wait_for(process.stdout.readline(), 60)
         assert line, f"up ended before its Ray cluster formed: {seen[-1:]}"
         seen.append(parse_event(line.decode()))
+    return process, seen
+
+
+async def test_ctrl_c_of_a_launcher_up_prints_a_summary_and_leaves_nothing(
+    clean_launcher, tmp_path
+):
+    config = config_file(clean_launcher, tmp_path)
+    process, seen = await up_until_its_ray_cluster(config, asyncio.subprocess.PIPE)
     process.send_signal(signal.SIGINT)
     ssh = passed(seen)["ssh"]
     slowest_ms = max(int(ms) for ms in re.findall(r"connected in (\d+) ms", ssh.evidence))
@@ -482,27 +491,7 @@ async def test_kill_9_of_the_cli_mid_launch_then_up_replace_gives_the_new_run_st
         *pair.launcher.command[1:],
     )
     config = config_file(clean_launcher, tmp_path, launched=lagging)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot.cli",
-        "up",
-        "--recipe",
-        RECIPE,
-        "--json",
-        "--config",
-        config,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    seen = []
-    while not (
-        seen and isinstance(seen[-1], CheckpointPassed) and seen[-1].checkpoint == "ray_cluster"
-    ):
-        line = await asyncio.wait_for(process.stdout.readline(), 60)
-        assert line, f"up ended before its Ray cluster formed: {seen[-1:]}"
-        seen.append(parse_event(line.decode()))
+    process, seen = await up_until_its_ray_cluster(config, asyncio.subprocess.DEVNULL)
     process.kill()  # SIGKILL: nothing of it runs on, no cleanup
     assert await process.wait() == -signal.SIGKILL
     old_pgid, old_run = pgid_of(seen), run_of(seen)
