@@ -462,10 +462,15 @@ GROUP_ENDED = (
 # in turn): once its server has ended (its container removed), it ends only when the cluster's
 # container runs again (the next run's): left alone, the old run would end while the next one
 # runs (and drive its containers until then).
+# waits for a container other than its own (the next run's), then ends as a failure: its own
+# may still run when launch-pair.sh returns, so its ID is told apart
 ENDS_AFTER_THE_NEXT_RUN_STARTS = """#!/bin/bash
 ./launch-pair.sh "$@"
+first=$(docker inspect -f '{{.Id}}' vllm_node 2>/dev/null)
 echo "Stopping cluster..."
-until [ "$(docker inspect -f '{{.State.Running}}' vllm_node 2>/dev/null)" = true ]; do
+while :; do
+    now=$(docker inspect -f '{{.State.Running}} {{.Id}}' vllm_node 2>/dev/null)
+    [ "${now%% *}" = true ] && [ "${now#* }" != "$first" ] && break
     sleep 0.2
 done
 echo "Cluster stopped."
