@@ -737,6 +737,17 @@ def test_clean_line():
         ),
         ('(APIServer pid=1)   File "x.py", line 3, in f', '  File "x.py", line 3, in f'),
         ("(not a prefix) hello", "(not a prefix) hello"),
+        # Docker Compose's `<name padded> | ` (docker/compose cmd/formatter/logs.go)
+        ("backend-vllm-openai-1  | RuntimeError: boom", "RuntimeError: boom"),
+        (
+            "vllm-1 | (RayWorkerWrapper pid=643) ERROR 06-14 07:04:12 worker_base.py:148] hello",
+            "hello",
+        ),
+        (
+            "vllm-1  |     prop = get_device_properties(device)",
+            "    prop = get_device_properties(device)",
+        ),
+        ("INFO 11-30 05:42:03 [x.py:1] a | b", "a | b"),
         ("Detected IB_IF: rocep1s0f1", "Detected IB_IF: rocep1s0f1"),
     ],
 )
