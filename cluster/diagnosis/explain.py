@@ -133,9 +133,7 @@ def proofs(
 def last_answer(lines: Sequence[str], since: int) -> int:
     """The number of the last line after line `since` that shows a request answered with
     success (`since` when none does)."""
-    return next(
-        (n for n in range(len(lines), since, -1) if _ANSWERED.search(lines[n - 1])), since
-    )
+    return next((n for n in range(len(lines), since, -1) if _ANSWERED.search(lines[n - 1])), since)
 
 
 def raised_after(lines: Sequence[str], ready: int) -> Diagnosis | None:

@@ -11,10 +11,10 @@ import pytest
 
 from tests.cluster.diagnosis.corpus import CASES, load_cases, score, table
 
-# Measured on 2026-12-04 with 198 cases (133 development, 65 held-out): right family 129/133
-# and 53/65. Shares, so that new cases do not trip them by their number alone.
-FLOOR = {"development": 0.96, "held-out": 0.81}
-# The goal on the held-out part is 0.90; not met yet (0.82), so not asserted: raise
+# Measured on 2026-12-04 with 270 cases (182 development, 88 held-out): right family 181/182
+# and 73/88 (rounded down). Shares, so that new cases do not trip them by their number alone.
+FLOOR = {"development": 0.99, "held-out": 0.82}
+# The goal on the held-out part is 0.90; not met yet (0.83), so not asserted: raise
 # FLOOR["held-out"] to it once it is.
 # healthy logs with every checkpoint-like line recognised (27/27 and 9/9 when measured)
 CHECKPOINTS_FLOOR = {"development": 1.0, "held-out": 1.0}
@@ -34,6 +34,12 @@ def test_the_development_part_calls_no_failure_healthy_and_no_healthy_start_up_f
     development = scores["development"]
     assert development.failures_called_healthy == 0, table(scores)
     assert development.healthy_called_failed == 0, table(scores)
+
+
+def test_the_held_out_part_calls_no_healthy_start_up_failed(scores):
+    # an aggregate count only (0 since the rule that a request answered after an exception proves
+    # the server survived it); its failures called healthy (1 when measured) are not asserted yet
+    assert scores["held-out"].healthy_called_failed == 0, table(scores)
 
 
 @pytest.mark.parametrize("part", ["development", "held-out"])
