@@ -734,8 +734,9 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "this architecture's lowering lacks).",
         fix="Use another attention backend or dtype (e.g. --dtype float16 on GPUs without "
             "bfloat16), or an image whose Triton supports this GPU's architecture.",
-        source="Triton python/triton/compiler (`pm.run(mod)` raises `RuntimeError: "
-               "PassManager::run failed`); corpus d-002",
+        source="Triton's backend compiler (triton/backends/nvidia/compiler.py make_ttgir / "
+               "make_llir run the MLIR pass pipeline: `RuntimeError: PassManager::run failed`, "
+               "after `Pipeline failed while executing [<pass>]`); corpus d-002",
     ),
     FailureSignature(
         id="jit_kernel_build_failed", family="gpu_arch", role="cause", fatal=True,
@@ -759,9 +760,9 @@ SIGNATURES: tuple[FailureSignature, ...] = (
               "the image.",
         fix="Use an image (or venv) with the Python the package requires, or a release of the "
             "package that supports this Python.",
-        source="CPython: builtin types became subscriptable in releases after the one installed "
-               "(PEP 585 in 3.9; array.array in 3.12), `TypeError: type 'X' is not "
-               "subscriptable` before; corpus d-016",
+        source="CPython: builtin types became subscriptable release by release (PEP 585 in "
+               "3.9; array.array in 3.12, gh-98658; memoryview in 3.14, gh-126012), `TypeError: "
+               "type 'X' is not subscriptable` before; corpus d-016",
     ),
     FailureSignature(
         id="torch_extension_not_loaded", family="package_version", role="cause", fatal=True,
@@ -775,8 +776,9 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix="Install the torch build the extension was compiled against (or rebuild the "
             "extension for this torch); use an image whose vLLM and torch come together.",
         source="torch/_ops.py _OpNamespace.__getattr__ (`'_OpNamespace' 'ns' object has no "
-               "attribute 'op'`), torch/_classes.py (`Tried to instantiate class 'ns.Cls', but "
-               "it does not exist! Ensure that it is registered via torch::class_`); corpus "
+               "attribute 'op'`), torch's custom-class lookup through torch/_classes.py (`Tried "
+               "to instantiate class 'ns.Cls', but it does not exist! Ensure that it is "
+               "registered via torch::class_`); corpus "
                "d-004, d-062",
     ),
     FailureSignature(
@@ -803,6 +805,24 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         fix="Use a vLLM release that supports the model (for Llama 3.1: 0.5.3.post1 or later).",
         source="vLLM's rope handling before 0.5.3.post1 (the source line `rope_scaling[\"type\"]` "
                "of the traceback); Llama 3.1's config.json (`rope_type: llama3`); corpus a-021",
+    ),
+    FailureSignature(
+        id="cuda_device_assert", family="cuda_runtime", role="cause", fatal=True,
+        pattern=_re(r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion "
+                    r"`(?P<assertion>[^`]{1,160})` failed"),
+        title="A GPU kernel's assertion failed (device-side assert)",
+        cause="A kernel checked a condition on the GPU and it failed (`{assertion}`): the CUDA "
+              "context is lost and the engine dies. `index out of bounds: 0 <= ... < N` is an "
+              "index past a table of N entries: positions past the model's position table "
+              "(--max-model-len forced beyond max_position_embeddings with "
+              "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1), or token ids past the vocabulary.",
+        fix="Keep --max-model-len within the model's limit (unset VLLM_ALLOW_LONG_MAX_MODEL_LEN) "
+            "and check that the tokenizer is the model's; rerun with CUDA_LAUNCH_BLOCKING=1 to "
+            "name the kernel.",
+        source="CUDA's device-side assert output (`file:line: fn: block: [x,y,z], thread: "
+               "[x,y,z] Assertion `cond` failed.`), torch inductor's generated bounds checks "
+               "(`tl.device_assert(..., \"index out of bounds: 0 <= tmp < N\")`); torch then "
+               "raises `CUDA error: device-side assert triggered`; corpus a-052",
     ),
     # --- end of the corpus rows (diag-dev) -------------------------------------------------------------
     # --- engine death (symptoms: the cause is earlier) -------------------------------------------------

@@ -297,6 +297,9 @@ SAMPLES: dict[str, str | list[str]] = {
     "'_OpNamespace' '_C_ascend' object has no attribute 'weak_ref_tensor'",
     "harmony_vocab_invalid": "(APIServer pid=21) openai_harmony.HarmonyError: invalid tiktoken "
     "vocab file: expected token and rank, could not split on ' ' at line 1",
+    "cuda_device_assert": "/venv/lib/python3.12/site-packages/torch/_inductor/runtime/"
+    "compile_tasks.py:45: <module>: block: [337,0,0], thread: [112,0,0] Assertion `index out of "
+    "bounds: 0 <= tl.broadcast_to(tmp10, [XBLOCK]) < 4096` failed.",
     "rope_scaling_key_unknown": [
         '    if rope_scaling["type"] == "yarn":',
         "       ~~~~~~~~~~~~^^^^^^^^",
