@@ -36,6 +36,12 @@ from cluster.logs.logtext import clean_line, rank_of, ray_repeats, strip_prefixe
 from cluster.progress.checkpoints import CHECKPOINTS, Checkpoint, Spelling, spellings_for
 
 # "incomplete": no failure shown, but no end of start-up either: not proven healthy.
+# A request the API server answered with success (uvicorn's access log, uvicorn/logging.py
+# AccessFormatter: `<client> - "<method> <path> HTTP/<v>" <status> <phrase>`): the server was
+# serving at that line, so an exception logged before it did not stop it. vLLM's request handlers
+# catch and log per-request errors (serving_chat.py: `logger.exception("Error in preprocessing
+# prompt inputs")`, then `create_error_response`, a 400), and the server goes on.
+_ANSWERED = re.compile(r'"[A-Z]+ \S+ HTTP/[\d.]+" 2\d\d\b')
 _QUIET = re.compile(r"(?:^|[\s)\]])(?:DEBUG|INFO)\b")
 
 Verdict = Literal["failed", "healthy", "stopped", "incomplete"]
@@ -134,9 +140,17 @@ def proofs(
     return found, missing, unknown
 
 
+def last_answer(lines: Sequence[str], since: int) -> int:
+    """The number of the last line after line `since` that shows a request answered with
+    success (`since` when none does)."""
+    return next((n for n in range(len(lines), since, -1) if _ANSWERED.search(lines[n - 1])), since)
+
+
 def raised_after(lines: Sequence[str], ready: int) -> Diagnosis | None:
-    """An exception raised after the end of start-up (the line `ready`), as an unrecognised
-    failure; None when none was (or only ERROR lines came)."""
+    """An exception raised after the end of start-up (the line `ready`) that the server did not
+    survive (no request answered with success after it), as an unrecognised failure; None when
+    none was (or only ERROR lines came)."""
+    ready = last_answer(lines, ready)
     after = lines[ready:]
     found = first_error(after)
     if found is None or raised_exception(strip_prefixes(found[1])) is None:

@@ -664,6 +664,192 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "the holder), or choose another --port (or --master-port), then relaunch.",
         source="the OS's bind() (`[Errno 98] Address already in use`), uvicorn / torch TCPStore",
     ),
+    # --- rows from the corpus of real logs, by family (diag-dev, issue 23) ---------------------------
+    # Each row is a kind of message, not one log: the wording of the project that raises it, as
+    # its source says it. Kept in one block so that the parallel work on the engine merges apart.
+    FailureSignature(
+        id="ray_gcs_lost", family="ray_cluster", role="cause", fatal=True,
+        pattern=_re(r"Failed to connect to GCS within (?P<seconds>\d+) seconds"),
+        title="The process lost Ray's GCS (no answer for {seconds} s)",
+        cause="The Ray GCS (the cluster's control store on the head) stopped answering for "
+              "{seconds} s: it was stopped (`ray stop`, the head's container gone), was killed "
+              "(its memory, the node's), or became unreachable; Ray then ends the process.",
+        fix="Read the head's gcs_server.out (Ray's session logs) for why the GCS ended; check "
+            "that the head's container still runs and that the node reaches it over the fabric; "
+            "relaunch the cluster.",
+        source="Ray src/ray/rpc/gcs/gcs_rpc_client.h (rpc_client.h in later releases): "
+               "`Failed to connect to GCS within N seconds. GCS may have been killed.` "
+               "(gcs_rpc_server_reconnect_timeout_s); corpus d-050",
+    ),
+    FailureSignature(
+        id="ray_oom_killer_summary", family="memory_host", role="cause", fatal=True,
+        pattern=_re(r"(?P<count>\d+) Workers \(tasks\s*/\s*actors\) killed due to memory pressure"
+                    r"|killed due to memory pressure \(OOM\)"),
+        title="Ray's memory monitor killed workers (host memory pressure)",
+        cause="The node's host memory went above Ray's usage threshold, and Ray's memory "
+              "monitor killed workers to save the node: host RAM, not the GPU's memory.",
+        fix="Lower what the workers hold in host memory (--max-model-len, --max-num-seqs, "
+            "--swap-space, --cpu-offload-gb); free the node's memory; RAY_memory_usage_threshold "
+            "raises the threshold, RAY_memory_monitor_refresh_ms=0 turns the monitor off (then "
+            "the kernel's OOM killer decides).",
+        source="Ray src/ray/raylet/node_manager.cc, the memory monitor's periodic summary "
+               "(`N Workers (tasks / actors) killed due to memory pressure (OOM)`; Ray docs, "
+               "ray-core/scheduling/ray-oom-prevention); corpus d-027",
+    ),
+    FailureSignature(
+        id="kv_cache_one_request", family="kv_cache", role="cause", fatal=True,
+        pattern=_re(r"To serve at least one request with the models?'s? max seq len "
+                    r"\((?P<max_len>\d+)\)"),
+        title="KV cache too small for one request of --max-model-len {max_len}",
+        cause="The KV cache that fits in memory cannot hold one sequence of --max-model-len "
+              "({max_len}) tokens.",
+        fix="Raise --gpu-memory-utilization or lower --max-model-len (the message's end names "
+            "the largest length that fits).",
+        source="vLLM v1/core/kv_cache_utils.py check_enough_kv_cache_memory (`To serve at least "
+               "one request with the models's max seq len (N), (X GiB KV cache is needed, ...`; "
+               "the opening stays whole when a log wraps the line); corpus d-028",
+    ),
+    FailureSignature(
+        id="max_model_len_over_device_limit", family="context_length", role="cause", fatal=True,
+        pattern=_re(r"(?:do(?:es)? not support|not supported|cannot (?:use|serve)|not allowed)"
+                    r"\b[^.]{0,60}?\bmax_model_len\b[^.]{0,40}?\b(?:greater|larger|more|longer) "
+                    r"than (?P<limit>\d+)"),
+        title="--max-model-len above the limit of {limit} tokens",
+        cause="--max-model-len is larger than what the model (or this model on this device) "
+              "supports: {limit} tokens.",
+        fix="Lower --max-model-len to {limit} or less.",
+        source="vLLM platform and model checks that refuse a max_model_len (`... do not support "
+               "max_model_len greater than N ...`, the TT platform's; config's `is greater "
+               "than the derived max_model_len` is its own row above); corpus d-068",
+    ),
+    FailureSignature(
+        id="no_quant_kernel_for_gpu", family="gpu_arch", role="cause", fatal=True,
+        pattern=_re(r"Failed to find a kernel that can implement the (?P<layer>[\w ]+?) linear "
+                    r"layer"),
+        title="No {layer} kernel for this GPU (quantized linear layer)",
+        cause="vLLM has no kernel for the model's quantized {layer} linear layers on {gpu}: "
+              "each candidate kernel needs another compute capability (the `Reasons:` lines "
+              "after it name each one's minimum).",
+        fix="Use a quantization this GPU has a kernel for (another checkpoint, or none), or a "
+            "GPU of the compute capability the reasons name.",
+        source="vLLM model_executor/layers/quantization/kernels (choose_scaled_mm_linear_kernel, "
+               "choose_mp_linear_kernel: `Failed to find a kernel that can implement the "
+               "ScaledMM / WNA16 linear layer. Reasons:`); corpus d-039",
+    ),
+    FailureSignature(
+        id="flashinfer_smem_dispatch", family="gpu_arch", role="cause", fatal=True,
+        pattern=_re(r"Unsupported max_mma_kv: 0|Invalid configuration NUM_MMA_KV=\d+"),
+        title="FlashInfer has no attention tile that fits this GPU's shared memory",
+        cause="FlashInfer's prefill kernel found no tile for this head size and KV-cache dtype "
+              "that fits the shared memory per SM of {gpu} (consumer and workstation GPUs have "
+              "less of it than the data-centre ones).",
+        fix="Use another attention backend (--attention-backend TRITON_ATTN or FLASH_ATTN), a "
+            "2-byte KV cache (--kv-cache-dtype auto), or a FlashInfer release that supports "
+            "this head size on this GPU.",
+        source="FlashInfer include/flashinfer/attention/prefill.cuh, the paged-prefill dispatch "
+               "(`Unsupported max_mma_kv: 0`, `Invalid configuration NUM_MMA_KV=... "
+               "NUM_WARPS_Q=...`); corpus b-032",
+    ),
+    FailureSignature(
+        id="triton_compile_failed", family="gpu_arch", role="cause", fatal=True,
+        pattern=_re(r"PassManager::run failed"),
+        title="Triton could not compile a kernel for this GPU",
+        cause="Triton's compiler (its MLIR pass pipeline) failed on a kernel vLLM needs, on "
+              "{gpu}: the lines before it name the pass (`ConvertTritonGPUToLLVM`: an operation "
+              "this architecture's lowering lacks).",
+        fix="Use another attention backend or dtype (e.g. --dtype float16 on GPUs without "
+            "bfloat16), or an image whose Triton supports this GPU's architecture.",
+        source="Triton's backend compiler (triton/backends/nvidia/compiler.py make_ttgir / "
+               "make_llir run the MLIR pass pipeline: `RuntimeError: PassManager::run failed`, "
+               "after `Pipeline failed while executing [<pass>]`); corpus d-002",
+    ),
+    FailureSignature(
+        id="jit_kernel_build_failed", family="gpu_arch", role="cause", fatal=True,
+        pattern=_re(r"Ninja build failed|Error building extension '"),
+        title="A kernel's just-in-time build failed",
+        cause="A kernel built at start-up for {gpu} (FlashInfer's JIT, a torch extension) did not "
+              "compile: nvcc's errors in the ninja output say why (a CUDA toolkit or kernel "
+              "source that does not support this architecture, a missing nvcc).",
+        fix="Use an image with the kernels prebuilt for this GPU's compute capability (or a "
+            "FlashInfer / CUDA toolkit that supports it), or another attention backend.",
+        source="FlashInfer flashinfer/jit/cpp_ext.py run_ninja (`RuntimeError: Ninja build "
+               "failed. Ninja output:`), torch utils/cpp_extension.py (`Error building extension "
+               "'name'`); corpus d-071",
+    ),
+    FailureSignature(
+        id="python_too_old", family="package_version", role="cause", fatal=True,
+        pattern=_re(r"^TypeError: type '[\w.]+' is not subscriptable"),
+        title="A package needs a newer Python than the image's",
+        cause="Code of a package subscripts a builtin type at import (`array.array[int]`, "
+              "generics of newer Pythons): it was written for a newer Python than the one in "
+              "the image.",
+        fix="Use an image (or venv) with the Python the package requires, or a release of the "
+            "package that supports this Python.",
+        source="CPython: builtin types became subscriptable release by release (PEP 585 in "
+               "3.9; array.array in 3.12, gh-98658; memoryview in 3.14, gh-126012), `TypeError: "
+               "type 'X' is not subscriptable` before; corpus d-016",
+    ),
+    FailureSignature(
+        id="torch_extension_not_loaded", family="package_version", role="cause", fatal=True,
+        pattern=_re(r"'_OpNamespace' '\w+' object has no attribute"
+                    r"|Tried to instantiate class '[\w.]+', but it does not exist"),
+        title="A compiled extension's operators are missing from torch",
+        cause="An operator or class of a compiled extension (vLLM's _C, a plugin's) is not "
+              "registered in torch: the extension did not load (built against another torch, "
+              "CUDA or ROCm; an earlier `Failed to import` warning names the library) or was "
+              "built without it.",
+        fix="Install the torch build the extension was compiled against (or rebuild the "
+            "extension for this torch); use an image whose vLLM and torch come together.",
+        source="torch/_ops.py _OpNamespace.__getattr__ (`'_OpNamespace' 'ns' object has no "
+               "attribute 'op'`), torch's custom-class lookup through torch/_classes.py (`Tried "
+               "to instantiate class 'ns.Cls', but it does not exist! Ensure that it is "
+               "registered via torch::class_`); corpus "
+               "d-004, d-062",
+    ),
+    FailureSignature(
+        id="harmony_vocab_invalid", family="tokenizer", role="cause", fatal=True,
+        pattern=_re(r"HarmonyError: |invalid tiktoken vocab file"),
+        title="The Harmony encoding's tiktoken vocabulary could not be loaded",
+        cause="openai_harmony could not load the tiktoken vocabulary of the encoding (gpt-oss): "
+              "the file it read is not a vocabulary (an HTML or error page cached in its place, "
+              "a partial download).",
+        fix="Remove the cached vocabulary file (TIKTOKEN_ENCODINGS_BASE / the tiktoken cache) "
+            "and let it download again, or point TIKTOKEN_ENCODINGS_BASE at a directory with "
+            "the real files when offline.",
+        source="openai/harmony (`HarmonyError: invalid tiktoken vocab file: expected token and "
+               "rank`), loaded by vLLM entrypoints/openai/parser/harmony_utils.py; corpus d-044",
+    ),
+    FailureSignature(
+        id="rope_scaling_key_unknown", family="model_arch", role="cause", fatal=True,
+        pattern=_re(r"^KeyError: '\w+'"),
+        after=_re(r"rope_scaling\["), window=3,
+        title="This vLLM does not know the model's rope_scaling format",
+        cause="vLLM read a key of the model's `rope_scaling` config that the model does not "
+              "have: the model's config uses a newer format (Llama 3.1's `rope_type`) than this "
+              "vLLM knows.",
+        fix="Use a vLLM release that supports the model (for Llama 3.1: 0.5.3.post1 or later).",
+        source="vLLM's rope handling before 0.5.3.post1 (the source line `rope_scaling[\"type\"]` "
+               "of the traceback); Llama 3.1's config.json (`rope_type: llama3`); corpus a-021",
+    ),
+    FailureSignature(
+        id="cuda_device_assert", family="cuda_runtime", role="cause", fatal=True,
+        pattern=_re(r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion "
+                    r"`(?P<assertion>[^`]{1,160})` failed"),
+        title="A GPU kernel's assertion failed (device-side assert)",
+        cause="A kernel checked a condition on the GPU and it failed (`{assertion}`): the CUDA "
+              "context is lost and the engine dies. `index out of bounds: 0 <= ... < N` is an "
+              "index past a table of N entries: positions past the model's position table "
+              "(--max-model-len forced beyond max_position_embeddings with "
+              "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1), or token ids past the vocabulary.",
+        fix="Keep --max-model-len within the model's limit (unset VLLM_ALLOW_LONG_MAX_MODEL_LEN) "
+            "and check that the tokenizer is the model's; rerun with CUDA_LAUNCH_BLOCKING=1 to "
+            "name the kernel.",
+        source="CUDA's device-side assert output (`file:line: fn: block: [x,y,z], thread: "
+               "[x,y,z] Assertion `cond` failed.`), torch inductor's generated bounds checks "
+               "(`tl.device_assert(..., \"index out of bounds: 0 <= tmp < N\")`); torch then "
+               "raises `CUDA error: device-side assert triggered`; corpus a-052",
+    ),
+    # --- end of the corpus rows (diag-dev) -------------------------------------------------------------
     # --- engine death (symptoms: the cause is earlier) -------------------------------------------------
     FailureSignature(
         id="shm_broadcast_timeout", family="engine_hang", role="symptom", fatal=True,
@@ -769,10 +955,10 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     ),
     FailureSignature(
         id="cuda_sticky_error", family="cuda_runtime", role="cause", fatal=True,
+        # the device's own assert line is cuda_device_assert's
         pattern=_re(r"an illegal memory access was encountered|device-side assert triggered|"
                     r"unspecified launch failure|misaligned address|an illegal instruction was "
-                    r"encountered|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion "
-                    r"`.*` failed"),
+                    r"encountered"),
         title="A CUDA kernel failed on the GPU ({gpu})",
         cause="A kernel hit an error that leaves the process's CUDA context unusable (an illegal "
               "memory access, a device-side assert, a launch failure): the process cannot go on.",
@@ -782,8 +968,7 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "traceback.",
         source="CUDA Runtime API cudaError_t: 700 cudaErrorIllegalAddress, 710 cudaErrorAssert, "
                "715 cudaErrorIllegalInstruction, 716 cudaErrorMisalignedAddress, 719 "
-               "cudaErrorLaunchFailure (`the process must be terminated and relaunched`); the "
-               "device's assert line (`block: [..], thread: [..] Assertion ... failed.`)",
+               "cudaErrorLaunchFailure (`the process must be terminated and relaunched`)",
     ),
     FailureSignature(
         id="process_killed", family="memory_host", role="cause", fatal=True,

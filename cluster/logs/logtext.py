@@ -72,6 +72,11 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     # docker/compose@9798ea4a cmd/formatter/logs.go); compose v2 names end in -N, v1's in _N
     re.compile(r"^[\w.-]+[-_]\d+ +\| "),
 )
+# Docker Compose's service prefix (`docker compose up` / `logs`): the container's name padded to
+# the longest name + 1, then `| ` (docker/compose cmd/formatter/logs.go, presenter.setPrefix:
+# `fmt.Sprintf("%-"+strconv.Itoa(width)+"s | ", p.name)`, at 13d70b1c11). Only at the very start
+# of a line: it wraps everything else, and a message may hold ` | ` itself.
+_COMPOSE_PREFIX = re.compile(r"^[A-Za-z0-9][\w.-]* +\| ")
 # One search for the first of them (in order) that matches: what the loop over each would find.
 _ANY_PREFIX = re.compile("|".join(f"(?:{prefix.pattern})" for prefix in _PREFIXES))
 # Ray's log deduplication suffix.
@@ -109,6 +114,8 @@ def strip_prefixes(line: str) -> str:
     Leading whitespace is kept apart from the prefixes (so traceback indentation survives
     when there is no prefix)."""
     msg = _RAY_REPEAT.sub("", line) if "[repeated " in line else line
+    if " | " in msg:
+        msg = _COMPOSE_PREFIX.sub("", msg, count=1)
     while (m := _ANY_PREFIX.match(msg)) and m.end() > 0:
         msg = msg[m.end() :]
     return msg

@@ -231,7 +231,7 @@ def test_a_device_side_assert_fails_the_log_at_once():
     )
     ld = LogDiagnoser()
     found = ld.feed(line)
-    assert found is not None and found.signature_id == "cuda_sticky_error"
+    assert found is not None and found.signature_id == "cuda_device_assert"
     assert found.family == "cuda_runtime"
 
 

@@ -142,3 +142,30 @@ def test_ranks_of_one_log_and_rays_repeats_count():
     assert weights.done  # 2 distinct ranks + a line Ray says one more rank printed
     assert rank_of("[rank1]:[E1130 05:42:03.1 ProcessGroupNCCL.cpp:632] x") == "rank 1"
     assert rank_of("INFO:     Application startup complete.") is None
+
+
+# vLLM 0.10.0's serving_chat.py logs a request it rejects (`logger.exception`), answers it 400,
+# and goes on serving (the lines as a real 0.10.0 server printed them).
+REJECTED_REQUEST = [
+    "ERROR 08-18 19:58:43 [serving_chat.py:203] Error in preprocessing prompt inputs",
+    "ERROR 08-18 19:58:43 [serving_chat.py:203] Traceback (most recent call last):",
+    'ERROR 08-18 19:58:43 [serving_chat.py:203]   File "/x/vllm/entrypoints/openai/'
+    'serving_engine.py", line 626, in _validate_input',
+    "ERROR 08-18 19:58:43 [serving_chat.py:203]     raise ValueError(",
+    "ERROR 08-18 19:58:43 [serving_chat.py:203] ValueError: This model's maximum context "
+    "length is 2048 tokens. However, you requested 5418 tokens.",
+    'INFO:     127.0.0.1:59064 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request',
+]
+ANSWERED = 'INFO:     127.0.0.1:52196 - "GET /health HTTP/1.1" 200 OK'
+
+
+def test_an_exception_the_server_answered_requests_after_is_no_failure():
+    explained = explain(with_lines(READY + 1, *REJECTED_REQUEST, ANSWERED))
+    assert explained.verdict == "healthy", explained.why
+
+
+def test_an_exception_after_the_end_of_start_up_with_no_answer_after_it_is_a_failure():
+    explained = explain([*HEALTHY[: READY + 1], ANSWERED, *REJECTED_REQUEST])
+    assert explained.verdict == "failed", explained.why
+    assert explained.diagnosis is not None
+    assert "maximum context length" in explained.diagnosis.evidence

@@ -312,6 +312,45 @@ SAMPLES: dict[str, str | list[str]] = {
         "Error ignored in is_in_the_same_node: [Errno 2] No such file or directory: '/psm_4f1c2a'",
         "parallel_state.py:2630",
     ),
+    # the corpus rows (cluster/diagnosis/failures.py, the block from the real logs)
+    "ray_gcs_lost": "[2025-12-19 15:55:39,521 E 3044 30260] gcs_rpc_client.h:552: Failed to "
+    "connect to GCS within 60 seconds. GCS may have been killed. It's either GCS is terminated "
+    "by `ray stop` or is killed unexpectedly.",
+    "ray_oom_killer_summary": "(raylet) [2023-04-09 07:23:59,445 E 395 395] (raylet) "
+    "node_manager.cc:3049: 10 Workers (tasks / actors) killed due to memory pressure (OOM), 0 "
+    "Workers crashed due to other reasons at node (ID: e5d953ef, IP: 10.0.62.231) over the "
+    "last time period.",
+    "kv_cache_one_request": [
+        ENGINE + "    raise ValueError(",
+        ENGINE + "ValueError: To serve at least one request with the model's max seq len "
+        "(100000), (4.26 GiB KV cach",
+    ],
+    "max_model_len_over_device_limit": "ValueError: TT-LLama8B and TT-Llama11B do not support "
+    "max_model_len greater than 32768 on N150 (received 65536). Set --max_model_len to 32768 "
+    "or lower in vLLM.",
+    "no_quant_kernel_for_gpu": ENGINE + "ERROR 08-14 08:00:55 [core.py:1330] ValueError: Failed "
+    "to find a kernel that can implement the ScaledMM linear layer. Reasons:",
+    "flashinfer_smem_dispatch": ENGINE + "RuntimeError: Error in function "
+    "'BatchPrefillWithPagedKVCacheDispatched' at /usr/local/lib/python3.12/dist-packages/"
+    "flashinfer/data/include/flashinfer/attention/prefill.cuh:2964: Unsupported max_mma_kv: 0",
+    "triton_compile_failed": ENGINE + "ERROR 07-31 15:57:54 [core.py:710] RuntimeError: "
+    "PassManager::run failed",
+    "jit_kernel_build_failed": ENGINE + "ERROR 06-13 11:28:14 [core.py:1199] RuntimeError: "
+    "Ninja build failed. Ninja output:",
+    "python_too_old": ENGINE + "ERROR 08-12 04:47:25 [core.py:1349] TypeError: type "
+    "'array.array' is not subscriptable",
+    "torch_extension_not_loaded": ENGINE + "ERROR 09-18 10:34:29 [core.py:718] AttributeError: "
+    "'_OpNamespace' '_C_ascend' object has no attribute 'weak_ref_tensor'",
+    "harmony_vocab_invalid": "(APIServer pid=21) openai_harmony.HarmonyError: invalid tiktoken "
+    "vocab file: expected token and rank, could not split on ' ' at line 1",
+    "cuda_device_assert": "/venv/lib/python3.12/site-packages/torch/_inductor/runtime/"
+    "compile_tasks.py:45: <module>: block: [337,0,0], thread: [112,0,0] Assertion `index out of "
+    "bounds: 0 <= tl.broadcast_to(tmp10, [XBLOCK]) < 4096` failed.",
+    "rope_scaling_key_unknown": [
+        '    if rope_scaling["type"] == "yarn":',
+        "       ~~~~~~~~~~~~^^^^^^^^",
+        "KeyError: 'type'",
+    ],
 }
 
 # Further spellings a signature must also recognise: (signature id, line).
@@ -794,6 +833,17 @@ def test_clean_line():
         ),
         ('(APIServer pid=1)   File "x.py", line 3, in f', '  File "x.py", line 3, in f'),
         ("(not a prefix) hello", "(not a prefix) hello"),
+        # Docker Compose's `<name padded> | ` (docker/compose cmd/formatter/logs.go)
+        ("backend-vllm-openai-1  | RuntimeError: boom", "RuntimeError: boom"),
+        (
+            "vllm-1 | (RayWorkerWrapper pid=643) ERROR 06-14 07:04:12 worker_base.py:148] hello",
+            "hello",
+        ),
+        (
+            "vllm-1  |     prop = get_device_properties(device)",
+            "    prop = get_device_properties(device)",
+        ),
+        ("INFO 11-30 05:42:03 [x.py:1] a | b", "a | b"),
         ("Detected IB_IF: rocep1s0f1", "Detected IB_IF: rocep1s0f1"),
     ],
 )
