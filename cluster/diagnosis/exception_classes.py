@@ -311,7 +311,8 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"/vllm/transformers_utils/tokenizer|/vllm/tokenizers/|/openai_harmony/")),
     ExceptionClass("nccl", "vllm_more", frame=_re(
         r"/vllm/distributed/device_communicators/pynccl")),
-    ExceptionClass("model_arch", "vllm_more", frame=_re(r"/vllm/model_executor/models/registry\.py")),
+    ExceptionClass("model_arch", "vllm_more",
+                   frame=_re(r"/vllm/model_executor/models/registry\.py")),
     ExceptionClass("config_invalid", "vllm_more", frame=_re(
         r"/vllm/model_executor/layers/quantization/")),
     ExceptionClass("config_invalid", "vllm", message=_re(
