@@ -66,7 +66,43 @@ SOURCES: dict[str, str] = {
     "zip reader for a cut .bin (`PytorchStreamReader failed reading zip archive`, libtorch 2.13)",
     "triton": "triton-lang/triton@0b057fca1b99 python/triton/runtime/errors.py (OutOfResources "
     "`out of resource: shared memory, Required: N, Hardware limit: M`, PTXASError), ptxas; "
-    "runtime/build.py (`Failed to find C compiler`: no compiler in the image)",
+    "runtime/build.py (`Failed to find C compiler`: no compiler in the image); "
+    "triton-lang/triton@053af4e9f8f0 python/triton/compiler/errors.py (CompilationError, printed "
+    "`at L:C:` with the kernel's source and its cause, e.g. language/semantic.py's `type fp8e4nv "
+    "not supported in this architecture`); runtime/driver.py _create_driver (`0 active drivers "
+    "([]). There should only be one.`: no GPU the driver can see)",
+    "ray_more": "ray 2.60.0 (PyPI) python/ray/_private/utils.py check_version_info (`Version "
+    "mismatch: The cluster was started with:`), _private/services.py (`Could not find any "
+    "running Ray instance`), autoscaler/_private/autoscaler.py (`No available node types can "
+    "fulfill resource request`)",
+    "vllm_more": "vllm 0.32.0 (PyPI): v1/core/kv_cache_utils.py (`To serve at least one request "
+    "with the model's max seq len`), model_executor/kernels/linear/__init__.py (`Failed to find a "
+    "kernel that can implement the ScaledMM linear layer`: no kernel for this platform and "
+    "compute capability), model_executor/layers/quantization/ (246 of its 294 raise texts are "
+    "ValueErrors of a checkpoint's or flag's quantization scheme against the kernels: the "
+    "configuration), model_executor/models/registry.py, distributed/device_communicators/"
+    "pynccl*.py",
+    "torch_more": "torch 2.13.0 (PyPI) torch/cuda/__init__.py (`Torch not compiled with CUDA "
+    "enabled`: a CPU wheel), torch/_ops.py _OpNamespace.__getattr__ (`'_OpNamespace' 'X' object "
+    "has no attribute 'op'`: an extension's op not registered), torch/_classes.py and "
+    "torch/csrc/jit's custom classes (`Tried to instantiate class 'X', but it does not exist! "
+    "Ensure that it is registered via torch::class_`); pytorch/pytorch@0007e752d518 "
+    "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (`Watchdog caught collective operation "
+    "timeout: WorkNCCL(...)`, `Some NCCL operations have failed or timed out`); "
+    "pytorch/pytorch@8cf1b8e39425 torch/csrc/distributed/c10d/socket.cpp (`The client socket "
+    "has failed to connect to any network address`, `The server socket has failed to listen on "
+    "any local network address` with errno 98 / EADDRINUSE)",
+    "hf_more": "huggingface_hub 2.4.0 (PyPI) utils/_validators.py (HFValidationError `Repo id "
+    "must be in the form 'repo_name' or 'namespace/repo_name'`: a path that is not there), "
+    "utils/_http.py hf_raise_for_status (`Repository Not Found for url`, `Revision Not Found for "
+    "url`, `Entry Not Found for url`), errors.py (RevisionNotFoundError, DisabledRepoError, "
+    "OfflineModeIsEnabled, RemoteEntryNotFoundError); transformers 5.19.0 "
+    "configuration_utils.py (`is not a valid JSON file`); oss_harmony 0.0.11 openai_harmony/"
+    "__init__.py (HarmonyError from load_harmony_encoding: the tiktoken vocabulary)",
+    "cpython": "CPython's Objects/abstract.c (`type 'X' is not subscriptable`, 3.9+, and "
+    "`'type' object is not subscriptable` before: a generic written for a newer Python) and "
+    "Objects/typeobject.c (`unsupported operand type(s) for |: 'type' and ...`: PEP 604 unions "
+    "before 3.10)",
 }
 
 
@@ -97,7 +133,15 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"\bMemoryError\b|Bus error|Cannot allocate memory|Out of memory: Killed process|"
         r"\boom-kill\b|/dev/shm\S*.*No space left on device|--shm-size|--ipc=host|std::bad_alloc|"
         r"Not enough space in the data buffer")),
+    # a port already taken, whoever reports it (torch's TCPStore `errno: 98 - Address already in
+    # use` / `EADDRINUSE`, Ray's GCS, the API server): before the torch.distributed, Ray and NCCL
+    # classes, whose types and frames would take it
+    ExceptionClass("port_in_use", "python", message=_re(
+        r"address already in use|EADDRINUSE|Errno 98|errno: 98\b|code: -98\b|"
+        r"Could not find open port", re.I)),
     # the KV cache against --max-model-len, then --max-model-len against the model
+    ExceptionClass("kv_cache", "vllm_more", message=_re(
+        r"To serve at least one request with the model's max seq len")),
     ExceptionClass("kv_cache", "vllm", message=_re(
         r"maximum number of tokens that can be stored in KV cache|"
         r"KV cache is needed, which is larger than the available KV cache memory|"
@@ -129,6 +173,15 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
     ExceptionClass("gpu_arch", "triton", message=_re(
         r"PTXAS|ptxas|PTXASError|OutOfResources|out of resource: \w+, Required: \d+, "
         r"Hardware limit")),
+    # no GPU the driver sees, as Triton says it (before its compiler's class)
+    ExceptionClass("cuda_runtime", "triton", message=_re(
+        r"\b0 active drivers \(\[\]\)\. There should only be one")),
+    # Triton's compiler failing on a kernel (its message is `at L:C:`, the cause printed under
+    # the kernel's source: a dtype or instruction this architecture lacks)
+    ExceptionClass("gpu_arch", "triton", message=_re(
+        r"^triton\.compiler\.errors\.\w+|not supported in this architecture")),
+    ExceptionClass("gpu_arch", "vllm_more", message=_re(
+        r"Failed to find a kernel that can implement")),
     # a kernel's own dispatch check (`prefill.cuh:2964: Unsupported max_mma_kv: 0`)
     ExceptionClass("gpu_arch", "cuda", message=_re(r"\.cuh?:\d+\S*:? .*(?:[Uu]nsupported|"
                                                    r"not supported|not implemented)")),
@@ -171,6 +224,12 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"couldn't connect to 'https?://[^']*huggingface|gated repo|"
         r"host='huggingface\.co'|huggingface\.co\S*.*(?:Max retries exceeded|Temporary failure "
         r"in name resolution|Name or service not known)")),
+    ExceptionClass("model_access", "hf_more", message=_re(
+        r"\bHFValidationError\b|Repo id must (?:be in the form|use alphanumeric)|"
+        r"Repository Not Found for url|Revision Not Found for url|\bRevisionNotFoundError\b|"
+        r"\bDisabledRepoError\b|\bOfflineModeIsEnabled\b")),
+    ExceptionClass("model_files", "hf_more", message=_re(
+        r"Entry Not Found for url|\bRemoteEntryNotFoundError\b|is not a valid JSON file")),
     ExceptionClass("model_files", "safetensors", message=_re(
         r"SafetensorError|HeaderTooLarge|incomplete metadata|safetensors_rust|"
         r"Error while deserializing header|does not appear to have a file named|"
@@ -179,6 +238,7 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"\bno file named \S+|Unable to load weights from")),
     ExceptionClass("tokenizer", "transformers", message=_re(
         r"\btokenizer\b|chat.?template|\bprocessor\b|sentencepiece", re.I)),
+    ExceptionClass("tokenizer", "hf_more", message=_re(r"\bHarmonyError\b|\btiktoken\b")),
     ExceptionClass("package_version", "python", message=_re(
         r"(?:^|\.)(?:ImportError|ModuleNotFoundError|PackageNotFoundError)\b|undefined symbol|"
         r"^AttributeError: module '[\w.]+' has no attribute|cannot open shared object file|"
@@ -191,6 +251,15 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"compiled with different CUDA (?:major )?versions|(?:built|compiled) (?:for|against) "
         r"(?:PyTorch|torch)\b|Failed to find C compiler"),
         frame=_re(r"transformers/models/auto/")),
+    # torch built without what the image needs: a CPU wheel, an extension whose ops or classes
+    # this torch did not register (built against another torch)
+    ExceptionClass("package_version", "torch_more", message=_re(
+        r"Torch not compiled with CUDA enabled|'_OpNamespace' '\w+' object has no attribute|"
+        r"Tried to instantiate class '[^']*', but it does not exist")),
+    # a Python older than the package needs (a generic alias or a `X | Y` union at import)
+    ExceptionClass("package_version", "cpython", message=_re(
+        r"^TypeError: (?:type '[\w.]+' is not subscriptable|'type' object is not subscriptable|"
+        r"unsupported operand type\(s\) for \|: 'type')")),
     # NCCL's own error strings, then torch's and vLLM's wrappers
     ExceptionClass("nccl", "nccl", message=_re(
         r"\bnccl\w*Error\b|\bDistBackendError\b|NCCL error|NCCL WARN|"
@@ -199,23 +268,27 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"remote process exited or there was a network error|"
         r"Failed to load (?:the )?NCCL library|NCCL GIN|\bNCCL communicator\b",
         re.I)),
+    ExceptionClass("nccl", "torch_more", message=_re(
+        r"Watchdog caught collective operation timeout|\bWorkNCCL\(|"
+        r"Some NCCL operations have failed or timed out")),
     ExceptionClass("distributed_init", "torch", message=_re(
         r"DistStoreError|DistNetworkError|^torch\.distributed\.|Gloo|gloo|TCPStore|\bc10d\b|"
-        r"Failed to (?:broadcast|signal) barrier|bound to a local interface"),
+        r"Failed to (?:broadcast|signal) barrier|bound to a local interface|"
+        r"client socket has (?:failed to connect|timed out)"),
         frame=_re(r"torch/distributed/")),
     ExceptionClass("ray_cluster", "ray", message=_re(
         r"^ray\.|\bRay(?:System|Task|Actor)?Error\b|placement group|"
         r"\b(?:LocalRayletDied|WorkerCrashed|OwnerDied|ObjectLost)Error\b|raylet died|"
         r"is not schedulable|does not support ray|Ray does not detect any GPUs|\bGCS\b|"
-        r"\braylet\b|have not registered within the timeout"),
+        r"\braylet\b|have not registered within the timeout|"
+        r"Version mismatch: The cluster was started with|Could not find any running Ray instance|"
+        r"No available node types can fulfill"),
         frame=_re(r"/ray/|ray_utils\.py|ray_(?:distributed_)?executor")),
     # the network between the ranks (after Ray's and the hub's, which name their peer): the
     # OS's errno and getaddrinfo texts
     ExceptionClass("distributed_init", "python", message=_re(
         r"Connection refused|No route to host|Network is unreachable|Name or service not known|"
         r"Temporary failure in name resolution|\[Errno 1(?:01|1[013])\]")),
-    ExceptionClass("port_in_use", "python", message=_re(
-        r"address already in use|EADDRINUSE|Errno 98|Could not find open port", re.I)),
     ExceptionClass("engine_hang", "vllm", message=_re(r"^TimeoutError\b|timed out|Timeout", re.I),
                    frame=_re(r"shm_broadcast\.py.* in (?:dequeue|acquire_read)|"
                              r"multiproc_executor\.py.* in (?:get_response|collective_rpc)")),
@@ -224,6 +297,24 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
     ExceptionClass("config_invalid", "python", all_of=True, message=_re(r"^AssertionError\b"),
                    code=_re(r"%\s*(?:self\.)?[\w.]*(?:tp_size|tensor_parallel_size|world_size|"
                             r"pp_size|pipeline_parallel_size)\b")),
+    # The raising module, when no text above named the error: the area of the package whose file
+    # raised it (the innermost frame) says what was being done
+    ExceptionClass("gpu_arch", "triton", frame=_re(
+        r"/triton/(?:compiler|backends|language)/|/flashinfer/jit/")),
+    ExceptionClass("package_version", "torch_more", frame=_re(
+        r"/torch/_ops\.py\", line \d+, in __getattr__|/torch/_classes\.py\"")),
+    ExceptionClass("cuda_runtime", "torch", frame=_re(r"/torch/cuda/")),
+    ExceptionClass("model_access", "hf_hub", frame=_re(r"/huggingface_hub/")),
+    ExceptionClass("model_files", "safetensors", frame=_re(r"/safetensors/")),
+    ExceptionClass("tokenizer", "hf_more", frame=_re(
+        r"/transformers/(?:tokenization_|models/\w+/tokenization_)|/tokenizers/|"
+        r"/vllm/transformers_utils/tokenizer|/vllm/tokenizers/|/openai_harmony/")),
+    ExceptionClass("nccl", "vllm_more", frame=_re(
+        r"/vllm/distributed/device_communicators/pynccl")),
+    ExceptionClass("model_arch", "vllm_more",
+                   frame=_re(r"/vllm/model_executor/models/registry\.py")),
+    ExceptionClass("config_invalid", "vllm_more", frame=_re(
+        r"/vllm/model_executor/layers/quantization/")),
     ExceptionClass("config_invalid", "vllm", message=_re(
         r"ValidationError|^(?:\w+\.)*(?:ValueError|NotImplementedError)\b|^Value error, |"
         r"trust_remote_code=True|must be divisible by"),

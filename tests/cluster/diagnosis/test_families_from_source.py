@@ -380,3 +380,243 @@ def test_a_log_that_ends_with_vllm_waiting_on_its_workers_is_a_hung_engine():
     # the engine answered again after it: healthy by its end
     served = vllm("INFO", "Avg prompt throughput: 12.0 tokens/s", "loggers.py:1")
     assert explain([ready, waiting, served]).verdict == "healthy"
+
+
+# Texts the projects raise at start-up, quoted from the release named beside each (the values they
+# format filled in), that no row of the table names: each class of exception_classes.py that
+# reads them is tested by its source's own words.
+SOURCE_TEXTS = [
+    # ray 2.60.0 python/ray/_private/utils.py check_version_info
+    (
+        "RuntimeError: Version mismatch: The cluster was started with:",
+        "ray_cluster",
+    ),
+    # ray 2.60.0 python/ray/_private/services.py
+    (
+        "ConnectionError: Could not find any running Ray instance. Please specify the one to "
+        "connect to by setting `--address` flag or `RAY_ADDRESS` environment variable.",
+        "ray_cluster",
+    ),
+    # ray 2.60.0 python/ray/autoscaler/_private/autoscaler.py
+    (
+        "Error: No available node types can fulfill resource request {'GPU': 1.0}. Add suitable "
+        "node types to this cluster to resolve this issue.",
+        "ray_cluster",
+    ),
+    # vLLM 0.32.0 v1/core/kv_cache_utils.py (a line cut before its `KV cache is needed`)
+    (
+        "ValueError: To serve at least one request with the model's max seq len (100000), "
+        "(4.26 GiB KV",
+        "kv_cache",
+    ),
+    # vLLM 0.32.0 model_executor/kernels/linear/__init__.py choose_scaled_mm_linear_kernel
+    (
+        "ValueError: Failed to find a kernel that can implement the ScaledMM linear layer. "
+        "Reasons:",
+        "gpu_arch",
+    ),
+    # triton-lang/triton@053af4e9f8f0 python/triton/compiler/errors.py: `at L:C:`, the cause
+    # printed under the kernel's source
+    ("triton.compiler.errors.CompilationError: at 1:0:", "gpu_arch"),
+    # triton python/triton/language/semantic.py, as a message
+    (
+        "ValueError: type fp8e4nv not supported in this architecture. The supported fp8 dtypes "
+        "are ('fp8e4b15', 'fp8e5')",
+        "gpu_arch",
+    ),
+    # triton python/triton/runtime/driver.py _create_driver: no GPU the driver sees
+    ("RuntimeError: 0 active drivers ([]). There should only be one.", "cuda_runtime"),
+    # torch 2.13.0 torch/cuda/__init__.py: a CPU wheel
+    ("AssertionError: Torch not compiled with CUDA enabled", "package_version"),
+    # torch 2.13.0 torch/_ops.py _OpNamespace.__getattr__: an extension's op not registered
+    (
+        "AttributeError: '_OpNamespace' '_C' object has no attribute 'rms_norm'",
+        "package_version",
+    ),
+    # torch's custom classes (torch/_classes.py through torch::class_)
+    (
+        "RuntimeError: Tried to instantiate class '_core_C.ScalarType', but it does not exist! "
+        "Ensure that it is registered via torch::class_",
+        "package_version",
+    ),
+    # CPython Objects/abstract.c (3.9+) and before; Objects/typeobject.c for PEP 604 before 3.10
+    ("TypeError: type 'array.array' is not subscriptable", "package_version"),
+    ("TypeError: 'type' object is not subscriptable", "package_version"),
+    (
+        "TypeError: unsupported operand type(s) for |: 'type' and 'NoneType'",
+        "package_version",
+    ),
+    # oss_harmony 0.0.11 openai_harmony/__init__.py (load_harmony_encoding)
+    (
+        "openai_harmony.HarmonyError: invalid tiktoken vocab file: expected token and rank, "
+        "could not split on ' ' at line 1",
+        "tokenizer",
+    ),
+    # huggingface_hub 2.4.0 utils/_validators.py: a local path that is not there
+    (
+        "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+        "'namespace/repo_name': '/models/Qwen3-8B'. Use `repo_type` argument if needed.",
+        "model_access",
+    ),
+    # huggingface_hub 2.4.0 utils/_http.py hf_raise_for_status
+    (
+        "huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. Revision Not Found for "
+        "url: https://huggingface.co/m/resolve/v2/config.json.",
+        "model_access",
+    ),
+    (
+        "huggingface_hub.errors.RemoteEntryNotFoundError: 404 Client Error. Entry Not Found for "
+        "url: https://huggingface.co/m/resolve/main/tokenizer.json.",
+        "model_files",
+    ),
+    # transformers 5.19.0 configuration_utils.py
+    (
+        "OSError: It looks like the config file at '/models/m/config.json' is not a valid JSON "
+        "file.",
+        "model_files",
+    ),
+    # pytorch/pytorch@0007e752d518 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp
+    (
+        "RuntimeError: [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+        "for 600081 milliseconds before timing out.",
+        "nccl",
+    ),
+    (
+        "RuntimeError: Some NCCL operations have failed or timed out. Due to the asynchronous "
+        "nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete "
+        "data.",
+        "nccl",
+    ),
+    # pytorch/pytorch@8cf1b8e39425 torch/csrc/distributed/c10d/socket.cpp
+    (
+        "RuntimeError: The client socket has failed to connect to any network address of "
+        "(10.0.0.2, 29500).",
+        "distributed_init",
+    ),
+    # the same file's server socket: errno 98 is a port taken, not a rendezvous failure
+    (
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+        "network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: "
+        "address already in use",
+        "port_in_use",
+    ),
+    (
+        "RuntimeError: The server socket has failed to listen on any local network address. The "
+        "server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+        "port_in_use",
+    ),
+]
+
+
+@pytest.mark.parametrize("line,family", SOURCE_TEXTS)
+def test_a_text_the_sources_raise_gets_its_family(line, family):
+    raised = raised_exception(line)
+    assert raised is not None, line
+    assert family_of_exception(raised) == family
+
+
+@pytest.mark.parametrize("line,family", SOURCE_TEXTS)
+def test_a_log_ending_in_a_source_text_is_failed_and_quotes_it(line, family):
+    log = [
+        vllm(
+            "INFO", "Initializing a V1 LLM engine (v0.32.0) with config: model='m'", "core.py:133"
+        ),
+        vllm("ERROR", "EngineCore failed to start.", "core.py:1510"),
+        vllm("ERROR", "Traceback (most recent call last):"),
+        vllm("ERROR", '  File "/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 9'),
+        vllm("ERROR", "    raise X"),
+        vllm("ERROR", line),
+    ]
+    explained = explain(log)
+    assert explained.verdict == "failed"
+    found = explained.diagnosis
+    assert found is not None and found.family == family, explained.why
+    assert found.evidence.endswith(line)
+
+
+SITE = "/usr/local/lib/python3.12/dist-packages"
+# The raising module, for a text no class names: (innermost frame, exception line, family). The
+# areas are the packages' own layout (triton 3.x python/triton/{compiler,backends,language};
+# flashinfer's jit/; torch 2.13 torch/_ops.py, torch/_classes.py, torch/cuda/; huggingface_hub
+# 2.4.0; safetensors 0.8.0; transformers 5.19.0's tokenization files; vLLM 0.32.0's pynccl,
+# model registry and quantization layers).
+RAISING_MODULES = [
+    (f"{SITE}/triton/backends/nvidia/compiler.py", "make_llir", "RuntimeError: boom", "gpu_arch"),
+    (f"{SITE}/flashinfer/jit/core.py", "build", "RuntimeError: boom", "gpu_arch"),
+    (f"{SITE}/torch/_ops.py", "__getattr__", "AttributeError: boom", "package_version"),
+    (f"{SITE}/torch/cuda/__init__.py", "_lazy_init", "RuntimeError: boom", "cuda_runtime"),
+    (
+        f"{SITE}/huggingface_hub/file_download.py",
+        "hf_hub_download",
+        "OSError: boom",
+        "model_access",
+    ),
+    (f"{SITE}/safetensors/torch.py", "load_file", "RuntimeError: boom", "model_files"),
+    (
+        f"{SITE}/transformers/tokenization_utils_base.py",
+        "from_pretrained",
+        "KeyError: 'boom'",
+        "tokenizer",
+    ),
+    (
+        f"{SITE}/vllm/distributed/device_communicators/pynccl.py",
+        "__init__",
+        "RuntimeError: boom",
+        "nccl",
+    ),
+    (
+        f"{SITE}/vllm/model_executor/models/registry.py",
+        "inspect_model_cls",
+        "RuntimeError: boom",
+        "model_arch",
+    ),
+    # vLLM 0.32.0 quantization/utils/marlin_utils_fp8.py: a scheme the kernels do not take
+    (
+        f"{SITE}/vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py",
+        "prepare_fp8_layer_for_marlin",
+        "RuntimeError: Marlin W8A8 is not supported.",
+        "config_invalid",
+    ),
+]
+
+
+@pytest.mark.parametrize("file,function,line,family", RAISING_MODULES)
+def test_the_raising_module_gives_the_family_when_no_text_does(file, function, line, family):
+    log = [
+        "Traceback (most recent call last):",
+        f'  File "{file}", line 42, in {function}',
+        "    do_it()",
+        line,
+    ]
+    found = explain(log).diagnosis
+    assert found is not None and found.family == family, explain(log).why
+    # the same exception raised elsewhere: no text names a family
+    elsewhere = [log[0], '  File "/srv/app/main.py", line 3, in main', log[2], line]
+    found = explain(elsewhere).diagnosis
+    assert found is not None and found.family == "other"
+
+
+def test_a_module_does_not_override_a_text_that_names_its_family():
+    # a CUDA error surfacing in torch/cuda is the GPU's memory when its text says so
+    log = [
+        "Traceback (most recent call last):",
+        f'  File "{SITE}/torch/cuda/memory.py", line 7, in mem_get_info',
+        "    return torch.cuda.cudart().cudaMemGetInfo(device)",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    ]
+    found = explain(log).diagnosis
+    assert found is not None and found.family == "memory_gpu"
+
+
+def test_torchs_warnings_of_a_retried_connect_fail_no_healthy_start_up():
+    # c10d logs a connect it retries at WARNING (`[W...] socket.cpp`), and ProcessGroupNCCL's
+    # exit warning: neither is an error, and the start-up reached its end
+    log = [
+        "[W420 19:27:52.000000000 socket.cpp:764] [c10d] The client socket has failed to connect "
+        "to [node1]:55240 (errno: 111 - Connection refused).",
+        vllm("INFO", "Application startup complete.", "launcher.py:46"),
+        "[rank0]:[W610 10:12:02.613147412 ProcessGroupNCCL.cpp:1575] Warning: WARNING: "
+        "destroy_process_group() was not called before program exit, which can leak resources.",
+    ]
+    assert explain(log).verdict == "healthy", explain(log).why
