@@ -40,8 +40,16 @@ from cluster.progress.checkpoints import CHECKPOINTS, Checkpoint, Spelling, spel
 # AccessFormatter: `<client> - "<method> <path> HTTP/<v>" <status> <phrase>`): the server was
 # serving at that line, so an exception logged before it did not stop it. vLLM's request handlers
 # catch and log per-request errors (serving_chat.py: `logger.exception("Error in preprocessing
-# prompt inputs")`, then `create_error_response`, a 400), and the server goes on.
-_ANSWERED = re.compile(r'"[A-Z]+ \S+ HTTP/[\d.]+" 2\d\d\b')
+# prompt inputs")`, then `create_error_response`, a 400), and the server goes on. Only requests
+# the engine answers prove it: inference, or /health and /ping, which answer 503 once the engine
+# is dead (vLLM 0.32 entrypoints/serve/instrumentator/health.py: `check_health()` raises
+# EngineDeadError when errored); /metrics, /v1/models, /version and /tokenize answer 200 from the
+# API process alone, with the engine dead or hung.
+_ANSWERED = re.compile(
+    r'"(?:POST /\S*(?:completions|embeddings|responses|pooling|score|rerank|classify'
+    r"|transcriptions|translations|generate|invocations)|(?:GET|POST) /(?:health|ping))"
+    r'(?:\?\S*)? HTTP/[\d.]+" 2\d\d\b'
+)
 _QUIET = re.compile(r"(?:^|[\s)\]])(?:DEBUG|INFO)\b")
 
 Verdict = Literal["failed", "healthy", "stopped", "incomplete"]

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cluster.diagnosis.explain import explain
 from cluster.logs.container_stream import LogLine
 from cluster.logs.logtext import rank_of
@@ -162,6 +164,30 @@ ANSWERED = 'INFO:     127.0.0.1:52196 - "GET /health HTTP/1.1" 200 OK'
 def test_an_exception_the_server_answered_requests_after_is_no_failure():
     explained = explain(with_lines(READY + 1, *REJECTED_REQUEST, ANSWERED))
     assert explained.verdict == "healthy", explained.why
+
+
+@pytest.mark.parametrize(
+    "answered",
+    [
+        'INFO:     127.0.0.1:40390 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+        'INFO:     10.0.0.7:40391 - "POST /v1/completions HTTP/1.1" 200 OK',
+        'INFO:     10.0.0.7:40392 - "GET /ping HTTP/1.1" 200 OK',
+    ],
+)
+def test_a_request_the_engine_answered_after_an_exception_proves_it_survived(answered):
+    explained = explain([*HEALTHY[: READY + 1], *REJECTED_REQUEST, answered])
+    assert explained.verdict == "healthy", explained.why
+
+
+def test_what_the_api_process_answers_without_its_engine_proves_nothing():
+    # vLLM's /metrics, /v1/models and /version answer 200 with the engine dead or hung
+    unproven = [
+        'INFO:     127.0.0.1:52200 - "GET /metrics HTTP/1.1" 200 OK',
+        'INFO:     127.0.0.1:52201 - "GET /v1/models HTTP/1.1" 200 OK',
+        'INFO:     127.0.0.1:52202 - "GET /version HTTP/1.1" 200 OK',
+    ]
+    explained = explain([*HEALTHY[: READY + 1], *REJECTED_REQUEST, *unproven])
+    assert explained.verdict == "failed", explained.why
 
 
 def test_an_exception_after_the_end_of_start_up_with_no_answer_after_it_is_a_failure():
