@@ -238,7 +238,7 @@ async def _status(d: CommandContext, command: c.Status, invocation: Invocation) 
     health = {True: "healthy", False: "NOT healthy", None: "not asked"}[report.api_healthy]
     job = d.jobs.claim.lock.job if d.jobs.claim else None
     busy = f"\nRunning: job #{job.id} `/spark {job.command}` by <@{job.user}>" if job else ""
-    watching = "\nWatching: yes" if d.watch.task else ""
+    watching = "\nWatching: yes" if d.watch.watching else ""
     d.audit(invocation.user, invocation.channel, "status", "answered")
     return Message(
         title=f"Status of `{d.cluster.name}`",

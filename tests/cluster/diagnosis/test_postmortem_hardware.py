@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.diagnosis.failures import FABRIC_LINK_DOWN, NODE_REBOOTED, SIGNATURES
+from cluster.diagnosis.failures import (
+    FABRIC_LINK_DOWN,
+    GPU_LOW_CLOCKS,
+    GPU_THROTTLED,
+    NODE_REBOOTED,
+    SIGNATURES,
+)
 from cluster.diagnosis.postmortem import Finding, ProbeReport, amend, needs_probe, probe
 from cluster.nodes import ClusterConnection, CommandResult
 from cluster.nodes.boot import BOOT_ID, UPTIME, Boot
@@ -93,7 +99,7 @@ async def test_a_fatal_aer_error_is_named_and_corrected_ones_alone_are_not():
         "0000:03:00.0\n"
     )
     report = await probed(node(HEAD), node(WORKER, journal=corrected))
-    assert report.cause(hardware_only=True) is None  # (the fake Ray sees 1 node of 2)
+    assert report.cause(faults_only=True) is None  # (the fake Ray sees 1 node of 2)
     assert "1 PCIe AER line(s) (1 corrected)" in "\n".join(report.lines())
     report = await probed(node(HEAD), node(WORKER, journal=f"[ 1501.0] h kernel: {AER_FATAL}\n"))
     cause = report.cause()
@@ -121,7 +127,7 @@ async def test_a_kernel_log_neither_tool_may_read_says_so_and_what_right_it_take
     assert f"kernel log: not readable on {WORKER}" in text
     assert "not seeing messages from other users" in text and "Operation not permitted" in text
     assert "adm group" in text
-    assert report.cause(hardware_only=True) is None, "an unread log is no finding against it"
+    assert report.cause(faults_only=True) is None, "an unread log is no finding against it"
 
 
 @pytest.mark.parametrize(
@@ -135,7 +141,7 @@ async def test_a_gpu_held_back_is_named_and_an_idle_one_is_not(answer, row):
     report = await probed(node(HEAD), node(WORKER, gpu=CommandResult(0, answer, "")))
     cause = report.cause()
     assert cause is not None and cause.failure is not None and cause.failure.id == row
-    assert (await probed(node(HEAD), node(WORKER))).cause(hardware_only=True) is None
+    assert (await probed(node(HEAD), node(WORKER))).cause(faults_only=True) is None
 
 
 async def test_an_older_driver_is_asked_by_the_reasons_old_name():
@@ -197,3 +203,23 @@ def test_a_named_cause_gives_way_to_a_nodes_hardware_finding_only():
         f"{WORKER} rebooted while serving (its boot id changed; up 40 s)"
     )
     assert "(the log showed: c)" in amended.cause
+
+
+def test_a_gpu_held_back_is_evidence_beside_a_named_cause_never_its_replacement():
+    watchdog = failed_with("nccl_watchdog_timeout", "NCCL collective hung (watchdog timeout)")
+    throttled = Finding(
+        "gpu clocks",
+        WORKER,
+        "GPU 0: SM 1100 of 3003 MHz (HW thermal slowdown)",
+        GPU_THROTTLED,
+        {"node": WORKER, "kind": "heat", "reasons": "HW thermal slowdown", "clocks": "1100"},
+    )
+    slow = Finding(
+        "gpu clocks", WORKER, "GPU 0: SM 850 of 3003 MHz", GPU_LOW_CLOCKS, {"node": WORKER}
+    )
+    kept = amend(watchdog, ProbeReport([throttled, slow]), SIGNATURES)
+    assert kept.signature == "nccl_watchdog_timeout" and kept.summary == watchdog.summary
+    assert "HW thermal slowdown" in kept.evidence and "SM 850 of 3003 MHz" in kept.evidence
+    # the same findings do explain a death the log did not explain
+    hung = amend(failed_with("serving_hung"), ProbeReport([slow, throttled]), SIGNATURES)
+    assert hung.signature == "gpu_throttled"
