@@ -685,7 +685,9 @@ SPECS: dict[str, CommandSpec] = {
             summary="measure the fabric's bandwidth between every pair of nodes (perftest's "
             "ib_write_bw, else nccl-tests' all_reduce_perf, whichever the nodes have) against the "
             "link's nominal speed and the last run",
-            level="read",
+            # operate, as bench: it takes the cluster's one-job lock, and loads the RoCE link
+            # (and, with all_reduce_perf, the GPUs) a serving engine's collectives use
+            level="operate",
             arguments="[seconds=N]",
             example="fabric-test seconds=5",
             job=_fabric_test,
