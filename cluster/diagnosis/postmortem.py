@@ -435,12 +435,20 @@ async def _hardware(
 ) -> list[Finding]:
     """The node's boot against the launch's, its kernel log since then (Xid, AER), and its GPU's
     clocks: what a node that dropped out for hardware reasons shows. A node whose connection
-    broke (it restarted under it) is opened again once."""
+    broke (it restarted under it) is opened again once, within a command's time; one whose
+    session went silent is not answering: a host that is off or hung drops packets, and a new
+    connection to it would only wait out the probe's budget."""
     try:
         try:
             boot: Boot | None = await read_boot(node, timeout=COMMAND_S)
-        except (NodeUnreachable, NodeTimedOut):
-            node = await connection.reopen(node.name)
+        except NodeUnreachable:
+            try:
+                async with asyncio.timeout(COMMAND_S):
+                    node = await connection.reopen(node.name)
+            except TimeoutError:
+                raise NodeTimedOut(
+                    node.name, f"no new SSH connection within {COMMAND_S:g} s", "is it up?"
+                ) from None
             boot = await read_boot(node, timeout=COMMAND_S)
         problem = ""
     except (NodeUnreachable, NodeTimedOut) as error:

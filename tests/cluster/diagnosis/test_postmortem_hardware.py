@@ -7,8 +7,11 @@ them), never the OOM killer's or Ray's memory monitor's."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from cluster.diagnosis import postmortem
 from cluster.diagnosis.failures import (
     FABRIC_LINK_DOWN,
     GPU_LOW_CLOCKS,
@@ -17,6 +20,7 @@ from cluster.diagnosis.failures import (
     SIGNATURES,
 )
 from cluster.diagnosis.postmortem import Finding, ProbeReport, amend, needs_probe, probe
+from cluster.errors import NodeTimedOut, NodeUnreachable
 from cluster.nodes import ClusterConnection, CommandResult
 from cluster.nodes.boot import BOOT_ID, UPTIME, Boot
 from cluster.progress.checkpoints import SERVING
@@ -223,3 +227,53 @@ def test_a_gpu_held_back_is_evidence_beside_a_named_cause_never_its_replacement(
     # the same findings do explain a death the log did not explain
     hung = amend(failed_with("serving_hung"), ProbeReport([slow, throttled]), SIGNATURES)
     assert hung.signature == "gpu_throttled"
+
+
+async def test_a_node_whose_session_went_silent_is_not_answering_without_a_reconnect():
+    silent = node(WORKER)
+
+    async def dropped(path, *, timeout, limit=32768):  # a host off or hung drops the packets
+        raise NodeTimedOut(WORKER, f"reading {path} took over {timeout:g} s", "is it up?")
+
+    silent.read_file = dropped
+    connection = ClusterConnection(CONFIG)
+    connection.nodes = {HEAD: node(HEAD), WORKER: silent}
+    reopened: list[str] = []
+
+    async def reopen(name):
+        reopened.append(name)
+        raise AssertionError(
+            "a silent node is not connected to again: it would wait out the budget"
+        )
+
+    connection.reopen = reopen
+    report = await probe(CONFIG, connection, boots={HEAD: LAUNCHED, WORKER: LAUNCHED})
+    cause = report.cause(faults_only=True)
+    assert cause is not None and cause.failure is not None
+    assert cause.failure.id == "node_not_answering" and cause.node == WORKER
+    assert reopened == []
+
+
+async def test_a_node_whose_connection_broke_is_opened_again_within_a_commands_time(
+    monkeypatch,
+):
+    monkeypatch.setattr(postmortem, "COMMAND_S", 0.5)
+    broken = node(WORKER)
+
+    async def refused(path, *, timeout, limit=32768):
+        raise NodeUnreachable(WORKER, "the connection broke", "is it up?")
+
+    broken.read_file = refused
+    connection = ClusterConnection(CONFIG)
+    connection.nodes = {HEAD: node(HEAD), WORKER: broken}
+    hung = asyncio.Event()
+
+    async def reopen(name):
+        await hung.wait()  # a SYN nobody answers: never set
+
+    connection.reopen = reopen
+    report = await probe(CONFIG, connection, boots={HEAD: LAUNCHED, WORKER: LAUNCHED})
+    cause = report.cause(faults_only=True)
+    assert cause is not None and cause.failure is not None
+    assert cause.failure.id == "node_not_answering" and cause.node == WORKER
+    assert "no new SSH connection within 0.5 s" in "\n".join(report.lines())
