@@ -8,7 +8,7 @@ import logging
 import sqlite3
 from typing import Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from handlers.journal import Journal
 from handlers.store import Store
@@ -28,12 +28,19 @@ class StoreHistory(Generic[R]):
         self.model = model
 
     async def previous(self, key: str) -> R | None:
+        """The newest report of this kind under `key`; one of another kind, or of an older
+        format, is passed over (a comparison never costs the job its figures)."""
         try:
-            found = await self.store.previous_bench(key)
+            found = await self.store.recent_reports(key)
         except sqlite3.Error as error:
             log.error("the report of job %s not compared: %s", self.job_id, error)
             return None
-        return self.model.model_validate_json(found) if found else None
+        for report in found:
+            try:
+                return self.model.model_validate_json(report)
+            except ValidationError:
+                continue
+        return None
 
     async def record(self, report: R) -> None:
         await self.journal.write(

@@ -39,6 +39,11 @@ class ServingWatch:
         self.task: asyncio.Task[None] | None = None
         self._restarts: deque[float] = deque()  # when the restart policy relaunched (loop time)
 
+    @property
+    def watching(self) -> bool:
+        """A watch follows the cluster now (its task ends with a failure, a stop or an error)."""
+        return self.task is not None and not self.task.done()
+
     async def start(self, record: JobRecord, view: JobView, journal: Journal | None = None) -> None:
         await (journal or self.jobs.journal).write(
             f"job {record.id}'s watch",

@@ -36,19 +36,20 @@ class AccessLevel(_Model):
 
 
 class AccessConfig(_Model):
-    """read: status, verify, fabric-test, recipes, logs, diag, help. operate: up, down, bench, sync-image,
-    sync-model, drop-caches, cancel (and read).
+    """read: status, verify, recipes, logs, diag, help. operate: up, down, bench, fabric-test,
+    sync-image, sync-model, drop-caches, cancel (and read).
 
     Least privilege by default: anyone may read, but only in the channels the config names;
     nobody may operate until users and channels are listed."""
 
     read: AccessLevel = Field(
         AccessLevel(users=["*"]),
-        description="who may run status, verify, fabric-test, recipes, logs, diag, help, and where",
+        description="who may run status, verify, recipes, logs, diag, help, and where",
     )
     operate: AccessLevel = Field(
         AccessLevel(),
-        description="who may run up, down, bench, sync-image, sync-model, drop-caches, cancel (and read), and where",
+        description="who may run up, down, bench, fabric-test, sync-image, sync-model, drop-caches, "
+        "cancel (and read), and where",
     )
 
 

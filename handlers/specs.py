@@ -238,7 +238,7 @@ async def _status(d: CommandContext, command: c.Status, invocation: Invocation) 
     health = {True: "healthy", False: "NOT healthy", None: "not asked"}[report.api_healthy]
     job = d.jobs.claim.lock.job if d.jobs.claim else None
     busy = f"\nRunning: job #{job.id} `/spark {job.command}` by <@{job.user}>" if job else ""
-    watching = "\nWatching: yes" if d.watch.task else ""
+    watching = "\nWatching: yes" if d.watch.watching else ""
     d.audit(invocation.user, invocation.channel, "status", "answered")
     return Message(
         title=f"Status of `{d.cluster.name}`",
@@ -685,7 +685,9 @@ SPECS: dict[str, CommandSpec] = {
             summary="measure the fabric's bandwidth between every pair of nodes (perftest's "
             "ib_write_bw, else nccl-tests' all_reduce_perf, whichever the nodes have) against the "
             "link's nominal speed and the last run",
-            level="read",
+            # operate, as bench: it takes the cluster's one-job lock, and loads the RoCE link
+            # (and, with all_reduce_perf, the GPUs) a serving engine's collectives use
+            level="operate",
             arguments="[seconds=N]",
             example="fabric-test seconds=5",
             job=_fabric_test,

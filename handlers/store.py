@@ -546,16 +546,17 @@ class Store:
             )
         )
 
-    async def previous_bench(self, setup_key: str) -> str | None:
-        """The report JSON of the last bench of this setup (same fingerprint, prompt, max_tokens)."""
-        row = await self._run(
+    async def recent_reports(self, setup_key: str, limit: int = 20) -> list[str]:
+        """The report JSON of the last `limit` measurements of this setup (same fingerprint,
+        prompt, max_tokens), newest first."""
+        rows = await self._run(
             lambda db: db.execute(
                 "SELECT report_json FROM bench_results WHERE json_extract(report_json, '$.setup_key')=? "
-                "ORDER BY id DESC LIMIT 1",
-                (setup_key,),
-            ).fetchone()
+                "ORDER BY id DESC LIMIT ?",
+                (setup_key, limit),
+            ).fetchall()
         )
-        return row["report_json"] if row else None
+        return [row["report_json"] for row in rows]
 
 
 def _migrate(db: sqlite3.Connection) -> None:

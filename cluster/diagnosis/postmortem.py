@@ -100,6 +100,11 @@ _PRIORITY = (
     GPU_LOW_CLOCKS.id,
     RAY_NODES_MISSING.id,
 )
+# The hardware findings that prove a fault, and so explain a failure whose log named another
+# cause (the rank across from a rebooted node sees an NCCL timeout); a GPU held back by heat,
+# power or low clocks is slow, not broken: it is evidence beside a named cause, never its
+# replacement (an application Xid is the named error's own echo in the kernel log).
+_HARDWARE_FAULTS = {NODE_REBOOTED.id, NODE_NOT_ANSWERING.id, GPU_XID.id, PCIE_AER_ERROR.id}
 
 
 @dataclass(frozen=True)
@@ -115,11 +120,13 @@ class Finding:
 class ProbeReport:
     findings: list[Finding]
 
-    def cause(self, *, hardware_only: bool = False) -> Finding | None:
+    def cause(self, *, faults_only: bool = False) -> Finding | None:
+        """The finding that explains a death best; `faults_only`: only a proven hardware fault
+        (for a failure whose log named its cause)."""
         explaining = [
             f
             for f in self.findings
-            if f.failure is not None and (f.failure.family == "node_hardware" or not hardware_only)
+            if f.failure is not None and (f.failure.id in _HARDWARE_FAULTS or not faults_only)
         ]
         ranked = sorted(
             explaining,
@@ -151,7 +158,7 @@ def needs_probe(failed: Failed, table: tuple[FailureSignature, ...]) -> bool:
 
 def amend(failed: Failed, report: ProbeReport, table: tuple[FailureSignature, ...] = ()) -> Failed:
     """`failed` with what the probe found: its cause and fix when a finding explains the death
-    (for a failure whose log named its cause, only a node's hardware finding does), and every
+    (for a failure whose log named its cause, only a node's proven hardware fault does), and every
     finding in the evidence either way."""
     probed = "probed after the failure:\n" + "\n".join(f"  {line}" for line in report.lines())
     # first: the findings are a few lines, the failure's own evidence can be long, and a chat
@@ -159,7 +166,7 @@ def amend(failed: Failed, report: ProbeReport, table: tuple[FailureSignature, ..
     evidence = f"{probed}\n{failed.evidence}"
     row = _row(failed, table)
     named = failed.signature not in _UNEXPLAINED and row is not None and row.role == "cause"
-    found = report.cause(hardware_only=named)
+    found = report.cause(faults_only=named)
     if named and (found is None or found.failure is None):
         return failed.model_copy(update={"evidence": evidence})
     if found is None or found.failure is None:
@@ -428,12 +435,20 @@ async def _hardware(
 ) -> list[Finding]:
     """The node's boot against the launch's, its kernel log since then (Xid, AER), and its GPU's
     clocks: what a node that dropped out for hardware reasons shows. A node whose connection
-    broke (it restarted under it) is opened again once."""
+    broke (it restarted under it) is opened again once, within a command's time; one whose
+    session went silent is not answering: a host that is off or hung drops packets, and a new
+    connection to it would only wait out the probe's budget."""
     try:
         try:
             boot: Boot | None = await read_boot(node, timeout=COMMAND_S)
-        except (NodeUnreachable, NodeTimedOut):
-            node = await connection.reopen(node.name)
+        except NodeUnreachable:
+            try:
+                async with asyncio.timeout(COMMAND_S):
+                    node = await connection.reopen(node.name)
+            except TimeoutError:
+                raise NodeTimedOut(
+                    node.name, f"no new SSH connection within {COMMAND_S:g} s", "is it up?"
+                ) from None
             boot = await read_boot(node, timeout=COMMAND_S)
         problem = ""
     except (NodeUnreachable, NodeTimedOut) as error:

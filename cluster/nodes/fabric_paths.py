@@ -66,7 +66,8 @@ def _ports(netdevs: tuple[str, ...]) -> set[str]:
 
 
 def missing_path(nodes: Mapping[str, NodeInterfaces | Unresolved]) -> MissingPath | None:
-    """The first subnet some node holds on its Up RoCE ports and another does not; a node whose
+    """The first subnet some node holds on its Up RoCE ports and another does not, on a netdev
+    that shares no other subnet with it (link-local ones aside); a node whose
     interfaces could not be settled counts when its Up ports are not its peer's (the cable in
     the other port: the address its netplan gives is on the port without it)."""
     resolved = {n: i for n, i in nodes.items() if isinstance(i, NodeInterfaces)}
@@ -74,9 +75,13 @@ def missing_path(nodes: Mapping[str, NodeInterfaces | Unresolved]) -> MissingPat
     for peer, peer_subnets in held.items():
         peer_ports = _ports(resolved[peer].up_netdevs)
         for subnet, address in peer_subnets.items():
+            if ipaddress.ip_network(subnet).is_link_local:
+                continue  # an address the kernel or avahi gave itself: no path NCCL is told of
             for name, found in nodes.items():
                 if name == peer or subnet in held.get(name, {}):
                     continue
+                if _shares_another(resolved[peer], address.netdev, held.get(name, {})):
+                    continue  # an extra address beside one both hold: the device has a path
                 ports = _ports(found.up_netdevs)
                 other_port = bool(ports and peer_ports and not ports & peer_ports)
                 if isinstance(found, Unresolved) and not other_port:
@@ -90,6 +95,15 @@ def missing_path(nodes: Mapping[str, NodeInterfaces | Unresolved]) -> MissingPat
                     node_ports=", ".join(found.up_netdevs),
                 )
     return None
+
+
+def _shares_another(peer: NodeInterfaces, netdev: str, node_subnets: Mapping[str, object]) -> bool:
+    """Whether the peer's `netdev` also holds a subnet the other node holds."""
+    return any(
+        network_of(address) in node_subnets
+        for address in peer.addresses
+        if address.netdev == netdev
+    )
 
 
 def unaddressed(interfaces: NodeInterfaces) -> list[FabricAddress]:

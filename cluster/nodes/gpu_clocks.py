@@ -10,10 +10,11 @@ insights/parsers/nvidia.py at 1bd94f74 parses it). Drivers before the rename kno
 Memory is not asked: on a GB10 (unified memory) nvidia-smi answers `[N/A]` for every memory
 field; the node's /proc/meminfo is the truth (cluster.resources.memory).
 
-What is found, per GPU: thermal slowdown (SW or HW thermal bits), power (HW slowdown, HW power
-brake, SW power cap), or low clocks with neither (the SM clock below LOW_CLOCK_SHARE of its
-maximum while the GPU is not idle: a GB10 left at low clocks after a fault). An idle GPU
-(the GpuIdle bit) is not judged: its clocks drop by design.
+What is found, per GPU, only while its SM clock is below LOW_CLOCK_SHARE of its maximum (or the
+clocks are not told): thermal slowdown (SW or HW thermal bits), power (HW slowdown, HW power
+brake, or SW power cap with low clocks: a GPU under load at its cap runs at full speed), or low
+clocks with neither while the GPU is not idle (a GB10 left at low clocks after a fault). An
+idle GPU (the GpuIdle bit) is not judged: its clocks drop by design.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ REASONS: dict[int, tuple[str, str]] = {
     0x100: ("display clock setting", "setting"),
 }
 
+SW_POWER_CAP = 0x4
+POWER_BITS = sum(bit for bit, (_, kind) in REASONS.items() if kind == "power")
+
 Verdict = Literal["thermal", "power", "low_clocks", "ok", "idle", "unknown"]
 
 
@@ -78,23 +82,28 @@ class GpuClocks:
             return []
         return [name for bit, (name, _) in REASONS.items() if self.reasons & bit]
 
+    def clocks_low(self) -> bool | None:
+        """The SM clock below LOW_CLOCK_SHARE of its maximum; None when either is not told."""
+        if self.sm_mhz is None or not self.max_sm_mhz:
+            return None
+        return self.sm_mhz < LOW_CLOCK_SHARE * self.max_sm_mhz
+
     def verdict(self) -> Verdict:
         if self.reasons is None:
             return "unknown"
         kinds = {kind for bit, (_, kind) in REASONS.items() if self.reasons & bit}
+        low = self.clocks_low()
+        # A reason bit is only why the clocks are where they are: a GPU under load near its
+        # power cap shows SW power cap at full speed, which holds nothing back.
+        if low is False:
+            return "ok"
         if "thermal" in kinds:
             return "thermal"
-        if "power" in kinds:
+        if "power" in kinds and (low or self.reasons & ~SW_POWER_CAP & POWER_BITS):
             return "power"
         if self.reasons & GPU_IDLE:
             return "idle"
-        if (
-            self.sm_mhz is not None
-            and self.max_sm_mhz
-            and self.sm_mhz < LOW_CLOCK_SHARE * self.max_sm_mhz
-        ):
-            return "low_clocks"
-        return "ok"
+        return "low_clocks" if low else "ok"
 
     def describe(self) -> str:
         def figure(value: float | None, unit: str) -> str:

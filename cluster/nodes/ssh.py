@@ -73,32 +73,16 @@ class SSHNode(NodeConnection):
         hang_up: bool = False,
         output: Callable[[str], None] | None = None,
     ) -> CommandResult:
-        if output is not None:
-            return await self._run_handing_on(argv, timeout, hang_up, output)
-        with command_errors(self.name, argv, timeout):
-            result = await self.connection.run(
-                shlex.join(argv),
-                check=False,
-                timeout=timeout,
-                term_type="dumb" if hang_up else None,
-            )
-        return CommandResult(
-            result.exit_status if result.exit_status is not None else -1,
-            _text(result.stdout),
-            _text(result.stderr),
-        )
-
-    async def _run_handing_on(
-        self, argv: Sequence[str], timeout: float, hang_up: bool, output: Callable[[str], None]
-    ) -> CommandResult:
         with command_errors(self.name, argv, timeout):
             async with asyncio.timeout(timeout):
                 process = await self.connection.create_process(
                     shlex.join(argv), term_type="dumb" if hang_up else None, errors="replace"
                 )
-                try:  # closing the channel hangs up a command on a terminal
+                # asyncssh's own run() leaves the channel open when it is cancelled or times
+                # out: closing it is what hangs up a command on a terminal (and frees the channel)
+                try:
                     stdout, stderr = await asyncio.gather(
-                        _tail(process.stdout, output), _tail(process.stderr, None)
+                        _output(process.stdout, output), _output(process.stderr, None)
                     )
                     completed = await process.wait()
                 finally:
@@ -244,8 +228,11 @@ def _missing_local_file(config: NodeConfig) -> NodeError | None:
     return None
 
 
-async def _tail(stream: asyncssh.SSHReader[str], output: Callable[[str], None] | None) -> str:
-    """What `stream` says, handed to `output` as it comes; its last OUTPUT_TAIL characters."""
+async def _output(stream: asyncssh.SSHReader[str], output: Callable[[str], None] | None) -> str:
+    """What `stream` says: without `output`, all of it; with it, handed on as it comes, and its
+    last OUTPUT_TAIL characters (as the local driver's)."""
+    if output is None:
+        return await stream.read()
 
     async def texts() -> AsyncGenerator[str, None]:
         while chunk := await stream.read(STREAM_CHUNK):

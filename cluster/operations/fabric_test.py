@@ -309,7 +309,7 @@ async def measure_pair(
             f"{client_name}: mpirun starts the same path on both nodes"
         )})  # fmt: skip
     else:
-        return pair.model_copy(update={"error": NO_TOOL.format(server=server_name)})
+        return pair.model_copy(update={"error": NO_TOOL})
     return await _with_link_facts(measured, (server, client), (first, second), config)
 
 

@@ -14,6 +14,7 @@ node's hardware fault can be behind, is probed before it is reported
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -41,6 +42,7 @@ RECONNECT_FIRST_S = 1.0
 RECONNECT_MAX_S = 30.0
 # While a node is not followed the probe is the only witness: ask the API at least this often.
 LOST_PROBE_S = 5.0
+NCCL_ANSWERS_S = 10.0  # reading what the launch's preflight found of each node's NCCL
 
 
 async def watch(
@@ -59,13 +61,17 @@ async def watch(
         config.container.name, secrets, config.log_tail_lines, matters=must_see(config)
     )
     follower = LogFollower(config, monitor, reporter)
-    # the launch's preflight found the ranks loading different NCCL libraries: a collective
-    # timing out names that first (cluster.resources.nccl_library)
-    mismatch = differ(await launched(config, connection.ordered()))
-    if mismatch is not None:
-        follower.learn(suspect_words(mismatch))
     for node in connection.ordered():
         monitor.follow(node, backlog=config.log_tail_lines)
+    # the launch's preflight found the ranks loading different NCCL libraries: a collective
+    # timing out names that first (cluster.resources.nccl_library). Asked after the logs are
+    # followed, and briefly: a slow node must not hold the watch up (a collective takes
+    # minutes to time out, so the words are in place long before one could)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(NCCL_ANSWERS_S):
+            mismatch = differ(await launched(config, connection.ordered()))
+            if mismatch is not None:
+                follower.learn(suspect_words(mismatch))
     base_url = await api_base_url(config, connection.head)
     head = config.head.name
     reconnecting: set[str] = set()

@@ -3,6 +3,7 @@ ended, and its message's footer and colour follow from that state."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -299,3 +300,27 @@ async def test_a_success_is_recorded_before_its_message_turns_green(tmp_path):
         await dispatcher.idle()
         assert chat.parent().tone == "success"
     assert seen == [("succeeded",)], "ended and the lock released when the message turned green"
+
+
+async def test_status_says_watching_only_while_a_watch_follows_the_cluster():
+    hold = Hold()
+    controllers = ScriptedControllers(
+        up=[*launch_passes(), ready()], watch=[hold, failed("health")]
+    )
+
+    async def status_text(dispatcher, chat) -> str:
+        await dispatcher.command(Invocation(ALICE, CH, "status"))
+        await chat.wait_until(
+            lambda: chat.private and chat.private[-1][1].title.startswith("Status")
+        )
+        return chat.private.pop()[1].text
+
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await hold.reached.wait()
+        assert "Watching: yes" in await status_text(dispatcher, chat)
+        hold.release.set()
+        await chat.wait_until(lambda: chat.thread()[-1].message.title.startswith("✘"))
+        assert dispatcher.watch.task is not None
+        await asyncio.wait_for(dispatcher.watch.task, 10)  # its audit written, it ends
+        assert "Watching" not in await status_text(dispatcher, chat), "the watch ended"

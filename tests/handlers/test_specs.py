@@ -34,7 +34,7 @@ def test_every_command_is_declared_once_with_the_access_level_the_settings_docum
         "up": "operate",
         "verify": "read",
         "bench": "operate",
-        "fabric-test": "read",
+        "fabric-test": "operate",
         "status": "read",
         "recipes": "read",
         "logs": "read",

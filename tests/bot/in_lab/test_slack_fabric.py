@@ -17,7 +17,6 @@ from lab import api as lab_api
 from testkit.lab_cluster import FAST, cluster_for
 from testkit.slack_bot import (
     ALICE,
-    BOB,
     CH,
     attachment_text,
     block_text,
@@ -38,11 +37,11 @@ async def cluster(lab):
     await down(config)
 
 
-async def test_fabric_test_posts_every_pairs_figure_for_a_reader(slack, cluster, tmp_path):
+async def test_fabric_test_posts_every_pairs_figure_for_an_operator(slack, cluster, tmp_path):
     async with slack_bot(slack, cluster, settings(tmp_path)):
         results = []
         for _ in range(2):
-            await slack.send_slash_command(BOB, CH, "fabric-test seconds=1")  # read level
+            await slack.send_slash_command(ALICE, CH, "fabric-test seconds=1")  # operate level
             result = await slack.wait_for(
                 lambda c: (
                     c.method == "chat.postMessage"

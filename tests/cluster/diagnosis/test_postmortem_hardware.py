@@ -7,10 +7,20 @@ them), never the OOM killer's or Ray's memory monitor's."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from cluster.diagnosis.failures import FABRIC_LINK_DOWN, NODE_REBOOTED, SIGNATURES
+from cluster.diagnosis import postmortem
+from cluster.diagnosis.failures import (
+    FABRIC_LINK_DOWN,
+    GPU_LOW_CLOCKS,
+    GPU_THROTTLED,
+    NODE_REBOOTED,
+    SIGNATURES,
+)
 from cluster.diagnosis.postmortem import Finding, ProbeReport, amend, needs_probe, probe
+from cluster.errors import NodeTimedOut, NodeUnreachable
 from cluster.nodes import ClusterConnection, CommandResult
 from cluster.nodes.boot import BOOT_ID, UPTIME, Boot
 from cluster.progress.checkpoints import SERVING
@@ -93,7 +103,7 @@ async def test_a_fatal_aer_error_is_named_and_corrected_ones_alone_are_not():
         "0000:03:00.0\n"
     )
     report = await probed(node(HEAD), node(WORKER, journal=corrected))
-    assert report.cause(hardware_only=True) is None  # (the fake Ray sees 1 node of 2)
+    assert report.cause(faults_only=True) is None  # (the fake Ray sees 1 node of 2)
     assert "1 PCIe AER line(s) (1 corrected)" in "\n".join(report.lines())
     report = await probed(node(HEAD), node(WORKER, journal=f"[ 1501.0] h kernel: {AER_FATAL}\n"))
     cause = report.cause()
@@ -121,7 +131,7 @@ async def test_a_kernel_log_neither_tool_may_read_says_so_and_what_right_it_take
     assert f"kernel log: not readable on {WORKER}" in text
     assert "not seeing messages from other users" in text and "Operation not permitted" in text
     assert "adm group" in text
-    assert report.cause(hardware_only=True) is None, "an unread log is no finding against it"
+    assert report.cause(faults_only=True) is None, "an unread log is no finding against it"
 
 
 @pytest.mark.parametrize(
@@ -135,7 +145,7 @@ async def test_a_gpu_held_back_is_named_and_an_idle_one_is_not(answer, row):
     report = await probed(node(HEAD), node(WORKER, gpu=CommandResult(0, answer, "")))
     cause = report.cause()
     assert cause is not None and cause.failure is not None and cause.failure.id == row
-    assert (await probed(node(HEAD), node(WORKER))).cause(hardware_only=True) is None
+    assert (await probed(node(HEAD), node(WORKER))).cause(faults_only=True) is None
 
 
 async def test_an_older_driver_is_asked_by_the_reasons_old_name():
@@ -197,3 +207,73 @@ def test_a_named_cause_gives_way_to_a_nodes_hardware_finding_only():
         f"{WORKER} rebooted while serving (its boot id changed; up 40 s)"
     )
     assert "(the log showed: c)" in amended.cause
+
+
+def test_a_gpu_held_back_is_evidence_beside_a_named_cause_never_its_replacement():
+    watchdog = failed_with("nccl_watchdog_timeout", "NCCL collective hung (watchdog timeout)")
+    throttled = Finding(
+        "gpu clocks",
+        WORKER,
+        "GPU 0: SM 1100 of 3003 MHz (HW thermal slowdown)",
+        GPU_THROTTLED,
+        {"node": WORKER, "kind": "heat", "reasons": "HW thermal slowdown", "clocks": "1100"},
+    )
+    slow = Finding(
+        "gpu clocks", WORKER, "GPU 0: SM 850 of 3003 MHz", GPU_LOW_CLOCKS, {"node": WORKER}
+    )
+    kept = amend(watchdog, ProbeReport([throttled, slow]), SIGNATURES)
+    assert kept.signature == "nccl_watchdog_timeout" and kept.summary == watchdog.summary
+    assert "HW thermal slowdown" in kept.evidence and "SM 850 of 3003 MHz" in kept.evidence
+    # the same findings do explain a death the log did not explain
+    hung = amend(failed_with("serving_hung"), ProbeReport([slow, throttled]), SIGNATURES)
+    assert hung.signature == "gpu_throttled"
+
+
+async def test_a_node_whose_session_went_silent_is_not_answering_without_a_reconnect():
+    silent = node(WORKER)
+
+    async def dropped(path, *, timeout, limit=32768):  # a host off or hung drops the packets
+        raise NodeTimedOut(WORKER, f"reading {path} took over {timeout:g} s", "is it up?")
+
+    silent.read_file = dropped
+    connection = ClusterConnection(CONFIG)
+    connection.nodes = {HEAD: node(HEAD), WORKER: silent}
+    reopened: list[str] = []
+
+    async def reopen(name):
+        reopened.append(name)
+        raise AssertionError(
+            "a silent node is not connected to again: it would wait out the budget"
+        )
+
+    connection.reopen = reopen
+    report = await probe(CONFIG, connection, boots={HEAD: LAUNCHED, WORKER: LAUNCHED})
+    cause = report.cause(faults_only=True)
+    assert cause is not None and cause.failure is not None
+    assert cause.failure.id == "node_not_answering" and cause.node == WORKER
+    assert reopened == []
+
+
+async def test_a_node_whose_connection_broke_is_opened_again_within_a_commands_time(
+    monkeypatch,
+):
+    monkeypatch.setattr(postmortem, "COMMAND_S", 0.5)
+    broken = node(WORKER)
+
+    async def refused(path, *, timeout, limit=32768):
+        raise NodeUnreachable(WORKER, "the connection broke", "is it up?")
+
+    broken.read_file = refused
+    connection = ClusterConnection(CONFIG)
+    connection.nodes = {HEAD: node(HEAD), WORKER: broken}
+    hung = asyncio.Event()
+
+    async def reopen(name):
+        await hung.wait()  # a SYN nobody answers: never set
+
+    connection.reopen = reopen
+    report = await probe(CONFIG, connection, boots={HEAD: LAUNCHED, WORKER: LAUNCHED})
+    cause = report.cause(faults_only=True)
+    assert cause is not None and cause.failure is not None
+    assert cause.failure.id == "node_not_answering" and cause.node == WORKER
+    assert "no new SSH connection within 0.5 s" in "\n".join(report.lines())

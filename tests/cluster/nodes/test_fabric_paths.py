@@ -79,6 +79,30 @@ def test_a_node_without_the_second_subnet_has_no_path_on_it():
     assert [bare.netdev for bare in unaddressed(one)] == ["enP2p1s0f1np1"]
 
 
+def test_an_extra_address_beside_one_both_hold_is_no_missing_path():
+    # a management address added on one node's fabric netdev, and one the kernel gave itself
+    extra = node(
+        PORT_1_UP,
+        ip_addr(
+            ("enp1s0f1np1", "192.168.100.10/24"),
+            ("enp1s0f1np1", "10.77.0.10/24"),
+            ("enP2p1s0f1np1", "192.168.101.10/24"),
+            ("enP2p1s0f1np1", "169.254.3.7/16"),
+        ),
+        "192.168.100.10",
+    )
+    assert "10.77.0.0/24" in subnets(extra) and "169.254.0.0/16" in subnets(extra)
+    assert missing_path({"spark-a": extra, "spark-b": two_subnets(11)}) is None
+    # the same extra address alone on a netdev is a device with no path to the peer
+    alone = node(
+        PORT_1_UP,
+        ip_addr(("enp1s0f1np1", "192.168.100.10/24"), ("enP2p1s0f1np1", "10.77.0.10/24")),
+        "192.168.100.10",
+    )
+    path = missing_path({"spark-a": alone, "spark-b": two_subnets(11)})
+    assert path is not None and path.subnet == "10.77.0.0/24" and path.node == "spark-b"
+
+
 def test_a_peer_cabled_to_the_other_port_has_no_address_where_its_cable_is():
     # spark-b's netplan addresses port 1 (no carrier: no address assigned); its cable is in port 0
     try:

@@ -109,6 +109,12 @@ def test_xid_table_knows_the_hardware_codes_from_nvidias_catalog():
         ("0, 900, 3003, 0x0000000000000080, 70, 88.00", "power"),
         ("0, 1500, 3003, 0x0000000000000004, 70, 88.00", "power"),
         ("0, 850, 3003, 0x0000000000000000, 55, 18.00", "low_clocks"),
+        # a GPU under load at its power cap, at full clocks: nothing holds it back
+        ("0, 2405, 3003, 0x0000000000000004, 71, 99.80", "ok"),
+        ("0, 2800, 3003, 0x0000000000000020, 85, 60.00", "ok"),
+        # clocks not told: a hardware bit still says it, the routine SW power cap does not
+        ("0, [N/A], [N/A], 0x0000000000000080, 70, 88.00", "power"),
+        ("0, [N/A], [N/A], 0x0000000000000004, 70, 88.00", "ok"),
         ("0, [N/A], [N/A], [N/A], [N/A], [N/A]", "unknown"),
     ],
 )
