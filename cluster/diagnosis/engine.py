@@ -100,6 +100,10 @@ _TRACEBACK_NOISE = re.compile(
 _LOW_LEVEL = re.compile(r"(?:^|[\s)\]])(?:DEBUG|INFO|WARNING|WARN) \d\d-\d\d ")
 _ERROR_LEVEL = re.compile(
     r"(?:^|[\s)\]])(?:ERROR|CRITICAL|FATAL)\b|^\[E\d{4} |\bfatal\s*:|\bNCCL WARN\b"
+    # the error body vLLM's API answers a refused request with, as a client printed it:
+    # `{"object":"error","message":…}` (older releases' protocol.py ErrorResponse) or
+    # `{"error":{"message":…}}` (0.32.0 entrypoints/serve/engine/protocol.py ErrorInfo)
+    r'|(?:"object"\s*:\s*"error"\s*,|"error"\s*:\s*\{)\s*"message"\s*:'
 )
 
 _FIELD = re.compile(r"\{(\w+)\}")

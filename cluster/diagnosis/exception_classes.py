@@ -82,6 +82,10 @@ SOURCES: dict[str, str] = {
     "ValueErrors of a checkpoint's or flag's quantization scheme against the kernels: the "
     "configuration), model_executor/models/registry.py, distributed/device_communicators/"
     "pynccl*.py",
+    "toolkit": "torch 2.13.0 (PyPI) torch/utils/cpp_extension.py _join_cuda_home (`CUDA_HOME "
+    "environment variable is not set. Please set it to your CUDA install root.`); FlashInfer's "
+    "jit/cpp_ext.py get_cuda_path (`Could not find nvcc and default cuda_home='/usr/local/cuda' "
+    "doesn't exist`), as vLLM's FlashInfer sampler and JIT kernels raise it",
     "torch_more": "torch 2.13.0 (PyPI) torch/cuda/__init__.py (`Torch not compiled with CUDA "
     "enabled`: a CPU wheel), torch/_ops.py _OpNamespace.__getattr__ (`'_OpNamespace' 'X' object "
     "has no attribute 'op'`: an extension's op not registered), torch/_classes.py and "
@@ -256,6 +260,10 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
     ExceptionClass("package_version", "torch_more", message=_re(
         r"Torch not compiled with CUDA enabled|'_OpNamespace' '\w+' object has no attribute|"
         r"Tried to instantiate class '[^']*', but it does not exist")),
+    # no CUDA toolkit in the image for a kernel built at run time (the driver alone runs a
+    # prebuilt kernel; a JIT build needs nvcc): the image's contents, not the GPU
+    ExceptionClass("package_version", "toolkit", message=_re(
+        r"Could not find nvcc and default cuda_home|CUDA_HOME environment variable is not set")),
     # a Python older than the package needs (a generic alias or a `X | Y` union at import)
     ExceptionClass("package_version", "cpython", message=_re(
         r"^TypeError: (?:type '[\w.]+' is not subscriptable|'type' object is not subscriptable|"

@@ -995,6 +995,22 @@ SIGNATURES: tuple[FailureSignature, ...] = (
                "instance of`), the shell's job messages for SIGSEGV/SIGABRT/SIGBUS (`(core "
                "dumped)`)",
     ),
+    # before ray_actor_died: the same line, a worker's exit that says why
+    FailureSignature(
+        id="ray_worker_exited_unexpectedly", family="memory_host", role="symptom", fatal=True,
+        pattern=_re(r"Worker unexpectedly exits with a connection error code"),
+        title="A Ray worker process was killed (most often by the kernel's OOM killer)",
+        cause="The raylet lost its worker's connection without an exit: the process was "
+              "killed. Ray's own first suspect is the kernel's OOM killer (host memory), then "
+              "`ray stop --force`, then a crash (SIGSEGV).",
+        fix="Run `dmesg -T | grep -i -E 'killed process|out of memory'` on the worker's node "
+            "(its `ip=` prefix); if the OOM killer took it, lower what each worker loads into "
+            "host memory (--swap-space, fewer ranks per node) or add memory.",
+        source="Ray 2.60.0 raylet (`Worker unexpectedly exits with a connection error code %d. "
+               "Some common causes include: (1) the process was killed by the OOM killer due to "
+               "high memory usage…`); Ray 2.x before: `There are some potential root causes. (1) "
+               "The process is killed by SIGKILL by OOM killer due to high memory usage.`",
+    ),
     FailureSignature(
         id="ray_actor_died", family="ray_cluster", role="symptom", fatal=True,
         pattern=_re(r"\bActorDiedError\b|The actor died unexpectedly"),
@@ -1098,6 +1114,19 @@ SIGNATURES: tuple[FailureSignature, ...] = (
             "match.",
         source="vLLM 0.32.0 model_executor/layers/fused_moe/config.py and oracle/mxfp4.py "
                "(`logger.error` in an except that goes on)",
+    ),
+    FailureSignature(
+        id="flashinfer_allreduce_workspace_failed", family="gpu_arch", role="cause",
+        fatal=False, survived=True,
+        pattern=_re(r"^Failed to initialize FlashInfer All ?[Rr]educe (?:norm (?:quantization )?"
+                    r"fusion )?workspace"),
+        title="FlashInfer's all-reduce fusion is off (its workspace could not be set up)",
+        cause="vLLM could not set up FlashInfer's all-reduce workspace (its JIT build failed, "
+              "or the GPUs have no NVSwitch multicast) and goes on with the plain all-reduce.",
+        fix="Nothing to do unless the fused all-reduce matters: the start-up goes on without "
+            "it (its reason is on the same line).",
+        source="vLLM 0.32.0 distributed/device_communicators/flashinfer_all_reduce.py "
+               "(`logger.warning_once` / `logger.error_once`, then `return None`)",
     ),
     FailureSignature(
         id="same_node_check_failed", family="distributed_init", role="cause", fatal=False,

@@ -312,6 +312,20 @@ SAMPLES: dict[str, str | list[str]] = {
         "Error ignored in is_in_the_same_node: [Errno 2] No such file or directory: '/psm_4f1c2a'",
         "parallel_state.py:2630",
     ),
+    # vLLM 0.32.0 flashinfer_all_reduce.py: logger.warning_once, then `return None`
+    "flashinfer_allreduce_workspace_failed": "(Worker_TP0 pid=3438584) "
+    + vllm(
+        "WARNING",
+        "Failed to initialize FlashInfer All Reduce workspace: Ninja build failed. Ninja output:",
+        "flashinfer_all_reduce.py:72",
+    ),
+    # Ray 2.60.0's raylet (the actor's death as the driver reports it)
+    "ray_worker_exited_unexpectedly": RAY + "ray.exceptions.ActorDiedError: The actor died "
+    "because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+    "Worker unexpectedly exits with a connection error code 2. End of file. Some common causes "
+    "include: (1) the process was killed by the OOM killer due to high memory usage, (2) ray "
+    "stop --force was called, or (3) the worker crashed unexpectedly due to SIGSEGV or another "
+    "unexpected error.",
     # the corpus rows (cluster/diagnosis/failures.py, the block from the real logs)
     "ray_gcs_lost": "[2025-12-19 15:55:39,521 E 3044 30260] gcs_rpc_client.h:552: Failed to "
     "connect to GCS within 60 seconds. GCS may have been killed. It's either GCS is terminated "

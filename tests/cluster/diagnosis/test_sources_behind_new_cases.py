@@ -1,0 +1,92 @@
+"""Kinds of text the corpus's fifth gathering (e- cases, development part) showed the table
+lacked, each as its project's source writes it: a refused request's error body as a client
+prints it, a JIT build with no CUDA toolkit in the image, FlashInfer's all-reduce workspace
+that vLLM goes on without, and Ray's worker killed under it."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.diagnosis.explain import explain
+from cluster.diagnosis.families import family_of_exception
+from cluster.diagnosis.tracebacks import raised_exception
+from tests.cluster.diagnosis.test_families_from_source import vllm
+from tests.cluster.diagnosis.test_healthy_end_and_ranks import HEALTHY, READY
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # older releases' protocol.py ErrorResponse (`object: "error"` beside its fields)
+        '{"object":"error","message":"Cannot use chat template functions because '
+        "tokenizer.chat_template is not set and no template argument was passed! For "
+        "information about writing templates and setting the tokenizer.chat_template "
+        'attribute, please see the documentation","type":"BadRequestError","param":null,'
+        '"code":400}',
+        # vLLM 0.32.0 entrypoints/serve/engine/protocol.py ErrorResponse(error=ErrorInfo(...))
+        '{"error":{"message":"Cannot use chat template functions because '
+        'tokenizer.chat_template is not set and no template argument was passed!",'
+        '"type":"BadRequestError","param":null,"code":400}}',
+    ],
+)
+def test_the_error_body_a_client_printed_is_the_first_error_and_its_text_the_family(body):
+    # transformers 5.19.0 tokenization_utils_base.py get_chat_template raises the message
+    explained = explain(
+        [
+            body,
+            vllm("ERROR", "Error in preprocessing prompt inputs", "serving_chat.py:222"),
+            vllm("ERROR", "Traceback (most recent call last):", "serving_chat.py:222"),
+        ]
+    )
+    assert explained.verdict == "failed"
+    assert explained.diagnosis is not None and explained.diagnosis.family == "tokenizer"
+    assert explained.diagnosis.evidence == body
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # FlashInfer jit/cpp_ext.py get_cuda_path, as vLLM's FlashInfer sampler raises it
+        "RuntimeError: Could not find nvcc and default cuda_home='/usr/local/cuda' doesn't exist",
+        # torch 2.13.0 torch/utils/cpp_extension.py _join_cuda_home
+        "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install "
+        "root.",
+    ],
+)
+def test_a_jit_build_with_no_cuda_toolkit_in_the_image_is_the_images_packages(line):
+    raised = raised_exception(line)
+    assert raised is not None and family_of_exception(raised) == "package_version"
+
+
+def test_flashinfers_all_reduce_workspace_vllm_goes_on_without_fails_nothing():
+    # vLLM 0.32.0 flashinfer_all_reduce.py: logger.warning_once(...), then `return None`; the
+    # record's further lines are the JIT build's output
+    worker = "(Worker_TP0 pid=3438584) "
+    record = [
+        worker
+        + vllm(
+            "WARNING",
+            "Failed to initialize FlashInfer All Reduce workspace: Ninja build failed. Ninja "
+            "output:",
+            "flashinfer_all_reduce.py:72",
+        ),
+        worker + "FAILED: trtllm_allreduce.cuda.o",
+        worker + "ninja: build stopped: subcommand failed.",
+    ]
+    explained = explain([*HEALTHY[:READY], *record, *HEALTHY[READY:]])
+    assert explained.verdict == "healthy", explained.why
+    assert any(m.row == "flashinfer_allreduce_workspace_failed" for m in explained.matches)
+
+
+def test_a_ray_worker_killed_under_its_actor_is_host_memory_first():
+    line = (
+        "ray.exceptions.ActorDiedError: The actor died because its worker process has died. "
+        "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a "
+        "connection error code 2. End of file. There are some potential root causes. (1) The "
+        "process is killed by SIGKILL by OOM killer due to high memory usage."
+    )
+    explained = explain([vllm("INFO", "Loading model weights"), line])
+    assert explained.verdict == "failed"
+    found = explained.diagnosis
+    assert found is not None and found.family == "memory_host"
+    assert "dmesg" in found.fix
