@@ -103,6 +103,42 @@ SOURCES: dict[str, str] = {
     "OfflineModeIsEnabled, RemoteEntryNotFoundError); transformers 5.19.0 "
     "configuration_utils.py (`is not a valid JSON file`); oss_harmony 0.0.11 openai_harmony/"
     "__init__.py (HarmonyError from load_harmony_encoding: the tiktoken vocabulary)",
+    "vllm_old": "vLLM's PyPI sdists 0.6.3.post1, 0.6.6.post1, 0.7.3, 0.8.5, 0.9.2, 0.10.2 and "
+    "0.11.0 (the V0 layout): executor/ray_gpu_executor.py (0.6: `Every node should have a "
+    "unique IP address`, `Ray version X is required, but found Y`), executor/"
+    "ray_distributed_executor.py (0.7-0.10), executor/ray_utils.py (`Current node has no GPU "
+    "available`, `Ray is not initialized although distributed-executor-backend is ray.`, "
+    "`Placement group bundle cannot have more than 1 GPU.`), executor/multiproc_gpu_executor.py "
+    "(0.6) and executor/mp_distributed_executor.py (0.7-0.10) (`please set tensor_parallel_size "
+    "(N) to less than max local gpu count (M)`), distributed/parallel_state.py (`world_size (N) "
+    "is not equal to tensor_model_parallel_size (N) x pipeline_model_parallel_size (M)`), "
+    "v1/executor/multiproc_executor.py (0.9: `world_size (N) must be equal to the "
+    "tensor_parallel_size`), platforms/cuda.py (0.6: `CUDA_VISIBLE_DEVICES is set to empty "
+    "string`; 0.11: `Set VLLM_USE_V1=1`), distributed/device_communicators/cuda_wrapper.py "
+    "(`libcudart is not loaded in the current process`), all2all.py (0.9: `pplx_kernels not "
+    "found. Please follow ... to install`), utils.py (0.6.6: `cuda platform needs torch>=2.4`), "
+    "model_executor/model_loader/loader.py (`No model weights found in:`, `does not support "
+    "BitsAndBytes quantization yet`), entrypoints/openai/api_server.py (`invalid tool call "
+    "parser:`, `invalid reasoning parser:`)",
+    "transformers_old": "transformers 4.45.2 and 4.51.3 (PyPI wheels): configuration_utils.py "
+    "(`Can't load the configuration of 'X'`), modeling_utils.py (`Can't load the model for`, "
+    "`Unable to locate the file X which is necessary to load this pretrained model`, `Can't find "
+    "a checkpoint index`, `does not contain the valid metadata`, `The state dictionary of the "
+    "model you are trying to load is corrupted`), utils/hub.py (`is not a valid git identifier "
+    "(branch name, tag name or commit id)`, `We couldn't connect to 'URL'`, `There was a specific "
+    "connection error when trying to load`, `Incorrect path_or_model_id`, `is not a local folder "
+    "or a valid repository name on`, `Could not locate X inside Y.`), utils/import_utils.py "
+    "(`Failed to import X because of the following error (look up to see its traceback)`)",
+    "ray_old": "ray 2.40.0 (PyPI wheel) python/ray/_private/node.py (`A ray instance hasn't "
+    "started. Did you do `ray start` or `ray.init` on this host?`), _private/services.py "
+    "(`Found multiple active Ray instances`, `Unable to connect to Redis at`, `Failed to bind to "
+    "H:P because it's already occupied`, `The requested object store memory size is greater than "
+    "the total available memory.`), _private/resource_spec.py (`the amount of memory on this "
+    "node available for tasks and actors (N GB) is less than M% of total`), _private/worker.py "
+    "(`Maybe you called ray.init twice by accident?`)",
+    "torch_old": "pytorch/pytorch@0007e752d518 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp "
+    "(the constructor's TORCH_CHECK_WITH(ValueError, at::cuda::getNumGPUs() != 0, "
+    "`ProcessGroupNCCL is only supported with GPUs, no GPUs found!`): no GPU visible",
     "cpython": "CPython's Objects/abstract.c (`type 'X' is not subscriptable`, 3.9+, and "
     "`'type' object is not subscriptable` before: a generic written for a newer Python) and "
     "Objects/typeobject.c (`unsupported operand type(s) for |: 'type' and ...`: PEP 604 unions "
@@ -137,12 +173,17 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"\bMemoryError\b|Bus error|Cannot allocate memory|Out of memory: Killed process|"
         r"\boom-kill\b|/dev/shm\S*.*No space left on device|--shm-size|--ipc=host|std::bad_alloc|"
         r"Not enough space in the data buffer")),
+    ExceptionClass("memory_host", "ray_old", message=_re(
+        r"requested object store memory size is greater than the total available memory|"
+        r"memory on this node available for tasks and actors \(.*\) is less than")),
     # a port already taken, whoever reports it (torch's TCPStore `errno: 98 - Address already in
     # use` / `EADDRINUSE`, Ray's GCS, the API server): before the torch.distributed, Ray and NCCL
     # classes, whose types and frames would take it
     ExceptionClass("port_in_use", "python", message=_re(
         r"address already in use|EADDRINUSE|Errno 98|errno: 98\b|code: -98\b|"
         r"Could not find open port", re.I)),
+    ExceptionClass("port_in_use", "ray_old", message=_re(
+        r"Failed to bind to \S+ because it's already occupied")),
     # the KV cache against --max-model-len, then --max-model-len against the model
     ExceptionClass("kv_cache", "vllm_more", message=_re(
         r"To serve at least one request with the model's max seq len")),
@@ -207,6 +248,11 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"testing peer-to-peer access|cuDNN error|CUDNN_STATUS_\w+|"
         r"CUBLAS_STATUS_(?:NOT_INITIALIZED|EXECUTION_FAILED|INTERNAL_ERROR)|"
         r"Failed to infer device type|No platform detected", re.I)),
+    ExceptionClass("cuda_runtime", "vllm_old", message=_re(
+        r"CUDA_VISIBLE_DEVICES is set to empty string|"
+        r"libcudart is not loaded in the current process")),
+    ExceptionClass("cuda_runtime", "torch_old", message=_re(
+        r"ProcessGroupNCCL is only supported with GPUs, no GPUs found")),
     # the model's architecture against this vLLM: a name it does not know, or a config this
     # release's model code cannot read (a newer model's rope_scaling, a field it never had)
     ExceptionClass("model_arch", "vllm", message=_re(
@@ -232,6 +278,11 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"\bHFValidationError\b|Repo id must (?:be in the form|use alphanumeric)|"
         r"Repository Not Found for url|Revision Not Found for url|\bRevisionNotFoundError\b|"
         r"\bDisabledRepoError\b|\bOfflineModeIsEnabled\b")),
+    ExceptionClass("model_access", "transformers_old", message=_re(
+        r"Can't load the (?:configuration of|model for) '|"
+        r"is not a valid git identifier \(branch name, tag name or commit id\)|"
+        r"We couldn't connect to '|There was a specific connection error when trying to load|"
+        r"Incorrect path_or_model_id: |is not a local folder or a valid repository name on")),
     ExceptionClass("model_files", "hf_more", message=_re(
         r"Entry Not Found for url|\bRemoteEntryNotFoundError\b|is not a valid JSON file")),
     ExceptionClass("model_files", "safetensors", message=_re(
@@ -240,6 +291,11 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"Cannot find any (?:safetensors )?model weights|Weight files referenced in index but "
         r"missing|Cannot find the config file for|PytorchStreamReader failed|"
         r"\bno file named \S+|Unable to load weights from")),
+    ExceptionClass("model_files", "transformers_old", message=_re(
+        r"Could not locate \S+ inside \S+|Unable to locate the file \S+ which is necessary to "
+        r"load|Can't find a checkpoint index|does not contain the valid metadata|"
+        r"The state dictionary of the model you are trying to load is corrupted")),
+    ExceptionClass("model_files", "vllm_old", message=_re(r"No model weights found in: ")),
     ExceptionClass("tokenizer", "transformers", message=_re(
         r"\btokenizer\b|chat.?template|\bprocessor\b|sentencepiece", re.I)),
     ExceptionClass("tokenizer", "hf_more", message=_re(r"\bHarmonyError\b|\btiktoken\b")),
@@ -268,6 +324,18 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
     ExceptionClass("package_version", "cpython", message=_re(
         r"^TypeError: (?:type '[\w.]+' is not subscriptable|'type' object is not subscriptable|"
         r"unsupported operand type\(s\) for \|: 'type')")),
+    ExceptionClass("package_version", "vllm_old", message=_re(
+        r"needs torch\s*>=|kernels not found\. Please follow \S+ to install|"
+        r"Ray version \S+ is required, but found")),
+    ExceptionClass("package_version", "transformers_old", message=_re(
+        r"Failed to import \S+ because of the following error")),
+    # the parallel sizes against the GPUs one node has (the mp executor), the V0/V1 engine
+    # switch, a quantization or parser the model or server does not take
+    ExceptionClass("config_invalid", "vllm_old", message=_re(
+        r"to less than max local gpu count|is less than than max local gpu count|"
+        r"world_size \(\d+\) (?:is not equal to|must be equal to the) "
+        r"tensor_(?:model_)?parallel_size|Set VLLM_USE_V1=1|"
+        r"does not support BitsAndBytes quantization|invalid (?:tool call|reasoning) parser: ")),
     # NCCL's own error strings, then torch's and vLLM's wrappers
     ExceptionClass("nccl", "nccl", message=_re(
         r"\bnccl\w*Error\b|\bDistBackendError\b|NCCL error|NCCL WARN|"
@@ -292,6 +360,13 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"Version mismatch: The cluster was started with|Could not find any running Ray instance|"
         r"No available node types can fulfill"),
         frame=_re(r"/ray/|ray_utils\.py|ray_(?:distributed_)?executor")),
+    ExceptionClass("ray_cluster", "vllm_old", message=_re(
+        r"Every node should have a unique IP address|Current node has no \w+ available|"
+        r"Ray is not initialized although|Placement group bundle cannot have"),
+        frame=_re(r"ray_gpu_executor\.py")),
+    ExceptionClass("ray_cluster", "ray_old", message=_re(
+        r"A ray instance hasn't started|Found multiple active Ray instances|"
+        r"Maybe you called ray\.init twice|Unable to connect to Redis at")),
     # the network between the ranks (after Ray's and the hub's, which name their peer): the
     # OS's errno and getaddrinfo texts
     ExceptionClass("distributed_init", "python", message=_re(

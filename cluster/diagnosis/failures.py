@@ -1044,7 +1044,8 @@ SIGNATURES: tuple[FailureSignature, ...] = (
     FailureSignature(
         id="executor_worker_died", family="other", role="symptom", fatal=True,
         pattern=_re(r"(?:Worker|Engine core) proc(?:ess)? \S+ died unexpectedly|"
-                    r"RayWorkerProc rank=\S+ died unexpectedly"),
+                    r"RayWorkerProc rank=\S+ died unexpectedly|"
+                    r"\bWorker \S+ pid \d+ died, exit code: -?[1-9]"),
         title="A vLLM worker process died",
         cause="A worker (or the engine core) process died; the cause is in the lines before "
               "(an exit code -9 is SIGKILL: the OOM killer, or a kill).",
@@ -1053,7 +1054,9 @@ SIGNATURES: tuple[FailureSignature, ...] = (
         source="vLLM 0.32.0 v1/executor/multiproc_executor.py (`Worker proc %s died "
                "unexpectedly (exit code: %s), shutting down executor.`), "
                "v1/executor/ray_executor_v2.py, v1/utils.py (`Engine core process ... died "
-               "unexpectedly.`)",
+               "unexpectedly.`); vLLM 0.6.3.post1-0.10.2 (PyPI sdists) "
+               "executor/multiproc_worker_utils.py WorkerMonitor (`Worker %s pid %s died, exit "
+               "code: %s`, logged for a non-zero exit code)",
     ),
     FailureSignature(
         id="engine_dead", family="other", role="symptom", fatal=True,

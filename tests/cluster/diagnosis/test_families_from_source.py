@@ -620,3 +620,247 @@ def test_torchs_warnings_of_a_retried_connect_fail_no_healthy_start_up():
         "destroy_process_group() was not called before program exit, which can leak resources.",
     ]
     assert explain(log).verdict == "healthy", explain(log).why
+
+
+# Texts older releases raise at start-up (vLLM 0.6 to 0.11 in the V0 layout, transformers 4.45 /
+# 4.51, Ray 2.40, torch's ProcessGroupNCCL of its time), quoted from the release and file named
+# beside each (read from their PyPI sdists and wheels), the values they format filled in.
+OLD_RELEASE_TEXTS = [
+    # vLLM 0.6.3.post1 vllm/executor/ray_gpu_executor.py (0.7-0.10: ray_distributed_executor.py)
+    (
+        "RuntimeError: Every node should have a unique IP address. Got 2 nodes with node ids "
+        "['a1', 'b2'] and 1 unique IP addresses ['10.0.0.1']. Please check your network "
+        "configuration. If you set `VLLM_HOST_IP` or `HOST_IP` environment variable, make sure "
+        "it is unique for each node.",
+        "ray_cluster",
+    ),
+    # vLLM 0.6.3.post1 vllm/executor/ray_utils.py _verify_bundles / initialize_ray_cluster
+    (
+        "ValueError: Current node has no GPU available. current_node_resource={'CPU': 20.0}. "
+        "vLLM engine cannot start without GPU. Make sure you have at least 1 GPU available in a "
+        "node current_node_id='a1' current_ip='10.0.0.1'.",
+        "ray_cluster",
+    ),
+    (
+        "AssertionError: Ray is not initialized although distributed-executor-backend is ray.",
+        "ray_cluster",
+    ),
+    ("ValueError: Placement group bundle cannot have more than 1 GPU.", "ray_cluster"),
+    # vLLM 0.6.3.post1 vllm/executor/ray_gpu_executor.py (the compiled DAG's pinned Ray)
+    ("ValueError: Ray version 2.35 is required, but found 2.40.0", "package_version"),
+    # vLLM 0.6.3.post1 vllm/executor/multiproc_gpu_executor.py (an assert) and 0.7.3
+    # vllm/executor/mp_distributed_executor.py (a RuntimeError): more ranks than this node's GPUs
+    (
+        "AssertionError: please set tensor_parallel_size (2) to less than max local gpu count (1)",
+        "config_invalid",
+    ),
+    (
+        "RuntimeError: please ensure that world_size (2) is less than than max local gpu count (1)",
+        "config_invalid",
+    ),
+    # vLLM 0.6.3.post1 vllm/distributed/parallel_state.py initialize_model_parallel
+    (
+        "RuntimeError: world_size (1) is not equal to tensor_model_parallel_size (2) x "
+        "pipeline_model_parallel_size (1)",
+        "config_invalid",
+    ),
+    # vLLM 0.9.2 vllm/v1/executor/multiproc_executor.py
+    (
+        "AssertionError: world_size (2) must be equal to the tensor_parallel_size (2) x "
+        "pipeline_parallel_size (2).",  # the source ends in a space, which the log strips
+        "config_invalid",
+    ),
+    # vLLM 0.11.0 vllm/platforms/cuda.py get_attn_backend_cls
+    (
+        "RuntimeError: V0 attention backends have been removed. Set VLLM_USE_V1=1 to select a "
+        "supported backend.",
+        "config_invalid",
+    ),
+    # vLLM 0.6.3.post1 vllm/model_executor/model_loader/loader.py BitsAndBytesModelLoader
+    (
+        "AttributeError: Model Gemma2ForCausalLM does not support BitsAndBytes quantization yet.",
+        "config_invalid",
+    ),
+    # vLLM 0.7.3 vllm/entrypoints/openai/api_server.py validate_api_server_args (a KeyError)
+    (
+        "KeyError: 'invalid tool call parser: hermes2 (chose from { hermes,mistral })'",
+        "config_invalid",
+    ),
+    # vLLM 0.6.3.post1 vllm/platforms/cuda.py device_id_to_physical_device_id
+    (
+        "RuntimeError: CUDA_VISIBLE_DEVICES is set to empty string, which means GPU support is "
+        "disabled.",
+        "cuda_runtime",
+    ),
+    # vLLM 0.7.3 vllm/distributed/device_communicators/cuda_wrapper.py
+    (
+        "AssertionError: libcudart is not loaded in the current process, try setting "
+        "VLLM_CUDART_SO_PATH",
+        "cuda_runtime",
+    ),
+    # pytorch/pytorch@0007e752d518 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (a ValueError)
+    (
+        "ValueError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!",
+        "cuda_runtime",
+    ),
+    # vLLM 0.6.6.post1 vllm/utils.py direct_register_custom_op
+    (
+        "AssertionError: cuda platform needs torch>=2.4 to support custom op, chances are you "
+        "are using an old version of pytorch or a custom build of pytorch. It is recommended to "
+        "use vLLM in a fresh new environment and let it install the required dependencies.",
+        "package_version",
+    ),
+    # vLLM 0.9.2 vllm/distributed/device_communicators/all2all.py
+    (
+        "AssertionError: pplx_kernels not found. Please follow https://github.com/vllm-project/"
+        "vllm/blob/main/tools/ep_kernels/README.md to install pplx_kernels.",
+        "package_version",
+    ),
+    # vLLM 0.6.3.post1 vllm/model_executor/model_loader/loader.py _prepare_weights
+    ("RuntimeError: No model weights found in: `/models/m`", "model_files"),
+    # transformers 4.45.2 configuration_utils.py _get_config_dict
+    (
+        "OSError: Can't load the configuration of 'org/m'. If you were trying to load it from "
+        "'https://huggingface.co/models', make sure you don't have a local directory with the "
+        "same name. Otherwise, make sure 'org/m' is the correct path to a directory containing a "
+        "config.json file",
+        "model_access",
+    ),
+    # transformers 4.45.2 utils/hub.py cached_file
+    (
+        "OSError: v9 is not a valid git identifier (branch name, tag name or commit id) that "
+        "exists for this model name. Check the model page at 'https://huggingface.co/org/m' for "
+        "available revisions.",
+        "model_access",
+    ),
+    ("OSError: There was a specific connection error when trying to load org/m:", "model_access"),
+    (
+        "OSError: Incorrect path_or_model_id: '/models/m'. Please provide either the path to a "
+        "local folder or the repo_id of a model on the Hub.",
+        "model_access",
+    ),
+    ("OSError: Could not locate model-00002-of-00004.safetensors inside /models/m.", "model_files"),
+    # transformers 4.51.3 utils/hub.py cached_files (the endpoint a mirror, HF_ENDPOINT)
+    (
+        "OSError: We couldn't connect to 'https://hf-mirror.com' to load the files, and couldn't "
+        "find them in the cached files.",
+        "model_access",
+    ),
+    # transformers 4.45.2 modeling_utils.py load_state_dict
+    (
+        "OSError: The safetensors archive passed at /models/m/model.safetensors does not contain "
+        "the valid metadata. Make sure you save your model with the `save_pretrained` method.",
+        "model_files",
+    ),
+    # transformers 4.45.2 utils/import_utils.py _LazyModule._get_module
+    (
+        "RuntimeError: Failed to import transformers.models.qwen2.modeling_qwen2 because of the "
+        "following error (look up to see its traceback):",
+        "package_version",
+    ),
+    # ray 2.40.0 python/ray/_private/node.py _wait_and_get_for_node_address
+    (
+        "ValueError: Can't find a `node_ip_address.json` file from /tmp/ray/session_1. for 60 "
+        "seconds. A ray instance hasn't started. Did you do `ray start` or `ray.init` on this "
+        "host?",
+        "ray_cluster",
+    ),
+    # ray 2.40.0 python/ray/_private/services.py, _private/worker.py
+    (
+        "ConnectionError: Found multiple active Ray instances: {'10.0.0.1:6379', "
+        "'10.0.0.2:6379'}. Please specify the one to connect to by setting the `--address` flag "
+        "or `RAY_ADDRESS` environment variable.",
+        "ray_cluster",
+    ),
+    (
+        "RuntimeError: Maybe you called ray.init twice by accident? This error can be suppressed "
+        "by passing in 'ignore_reinit_error=True' or by calling 'ray.shutdown()' prior to "
+        "'ray.init()'.",
+        "ray_cluster",
+    ),
+    (
+        "ValueError: Failed to bind to 0.0.0.0:8265 because it's already occupied. You can use "
+        "`ray start --dashboard-port ...` or `ray.init(dashboard_port=...)` to select a "
+        "different port.",
+        "port_in_use",
+    ),
+    # ray 2.40.0 python/ray/_private/services.py, _private/resource_spec.py: the host's memory
+    (
+        "ValueError: The requested object store memory size is greater than the total available "
+        "memory.",
+        "memory_host",
+    ),
+    (
+        "ValueError: After taking into account object store and redis memory usage, the amount "
+        "of memory on this node available for tasks and actors (0.05 GB) is less than 1% of "
+        "total. You can adjust these settings with ray.init(memory=<bytes>, "
+        "object_store_memory=<bytes>).",
+        "memory_host",
+    ),
+]
+
+
+def v0(level: str, msg: str, file: str = "llm_engine.py:237") -> str:
+    """A line as vLLM 0.6's logger printed it (no process prefix, the V0 engine)."""
+    return f"{level} 10-16 05:42:03 {file}] {msg}"
+
+
+@pytest.mark.parametrize("line,family", OLD_RELEASE_TEXTS)
+def test_a_text_an_older_release_raises_gets_its_family(line, family):
+    raised = raised_exception(line)
+    assert raised is not None, line
+    assert family_of_exception(raised) == family
+
+
+@pytest.mark.parametrize("line,family", OLD_RELEASE_TEXTS)
+def test_a_v0_log_ending_in_an_older_releases_text_is_failed_and_quotes_it(line, family):
+    log = [
+        v0("INFO", "Initializing an LLM engine (v0.6.3.post1) with config: model='m'"),
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/engine/llm_engine.py", line 9',
+        "    raise X",
+        line,
+    ]
+    explained = explain(log)
+    assert explained.verdict == "failed"
+    found = explained.diagnosis
+    assert found is not None and found.family == family, explained.why
+    assert found.evidence.endswith(line) and found.line_number == 5
+
+
+def test_the_v0_ray_executor_is_ray_when_no_text_names_the_error():
+    # vLLM 0.6.3.post1 vllm/executor/ray_gpu_executor.py (before ray_distributed_executor.py)
+    log = [
+        "Traceback (most recent call last):",
+        f'  File "{SITE}/vllm/executor/ray_gpu_executor.py", line 42, in _init_workers_ray',
+        "    ray.get(worker.get_node_ip.remote())",
+        "RuntimeError: boom",
+    ]
+    found = explain(log).diagnosis
+    assert found is not None and found.family == "ray_cluster", explain(log).why
+
+
+def test_the_v0_worker_monitors_death_line_is_the_worker_died_symptom():
+    # vLLM 0.6.3.post1-0.10.2 vllm/executor/multiproc_worker_utils.py WorkerMonitor.run:
+    # `Worker %s pid %s died, exit code: %s`, logged only for a non-zero exit code; the root is
+    # the traceback before it
+    died = v0(
+        "ERROR",
+        "Worker VllmWorkerProcess pid 1234 died, exit code: -9",
+        "multiproc_worker_utils.py:116",
+    )
+    ld = LogDiagnoser()
+    found = ld.feed(died)
+    assert found is not None and found.signature_id == "executor_worker_died"
+    log = [
+        "Traceback (most recent call last):",
+        f'  File "{SITE}/vllm/platforms/cuda.py", line 95, in device_id_to_physical_device_id',
+        "    raise RuntimeError(",
+        "RuntimeError: CUDA_VISIBLE_DEVICES is set to empty string, which means GPU support is "
+        "disabled.",
+        died,
+    ]
+    found = explain(log).diagnosis
+    assert found is not None and found.family == "cuda_runtime" and found.line_number == 4
+    # an exit code 0 is never logged by it; a line with one is no death
+    assert LogDiagnoser().feed(died.replace("-9", "0")) is None
