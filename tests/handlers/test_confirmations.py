@@ -12,7 +12,7 @@ import pytest
 from handlers.command_context import Invocation
 from handlers.dispatch import Action
 from handlers.job_state import JobState
-from handlers.messages import CONFIRM_ACTION, REPLACE_ACTION, Message
+from handlers.messages import CONFIRM_ACTION, KEEP_ACTION, REPLACE_ACTION, Message
 from handlers.store import Store
 from testkit.doubles import (
     ALICE,
@@ -200,3 +200,19 @@ async def test_replace_names_a_container_spark_bot_did_not_start_and_a_yes_is_th
     assert asked is not None and (asked.replace_foreign, asked.used_by) == ((worker,), ALICE), (
         "the yes consents to the node the question named"
     )
+
+
+async def test_a_question_in_the_thread_is_answered_once_and_then_shows_who_answered_what():
+    controllers = ScriptedControllers(up=[AskReplace.running(), *launch_passes(), ready()])
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        question = await ask_in_thread(dispatcher, chat, "up")
+        nonce = question.message.buttons[0].value
+        assert [b.value for b in question.message.buttons] == [nonce, nonce]
+        first = await click(dispatcher, nonce, action=REPLACE_ACTION)
+        second = await click(dispatcher, nonce, action=KEEP_ACTION)
+        assert (await dispatcher.store.job(1)).state == JobState.SUCCEEDED
+    assert first is None
+    assert second is not None and second.title == "This confirmation is no longer valid"
+    assert f"already answered by <@{ALICE}>" in second.text and "Nothing was done" in second.text
+    answered = chat.latest[question.ts]
+    assert answered.buttons == [] and answered.footer == f"→ *Replace*, answered by <@{ALICE}>"
