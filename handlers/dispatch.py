@@ -33,13 +33,11 @@ from handlers.messages import (
     CONFIRM_ACTION,
     KEEP_ACTION,
     REPLACE_ACTION,
-    Button,
-    Confirm,
     Message,
     escape,
 )
 from handlers.metrics import BotMetrics
-from handlers.question import Consent, Question
+from handlers.question import Consent, Question, yes_button
 from handlers.reconcile import reconcile_within
 from handlers.render import Delivery
 from handlers.serving_watch import ServingWatch
@@ -550,20 +548,9 @@ def problem_message(title: str, error: BaseException, *, done: str = "") -> Mess
 
 
 def _confirm(nonce: str, question: Question) -> Message:
-    label = question.label
     return Message(
         title="Confirm",
         text=question.text,
         tone="warning",
-        buttons=[
-            Button(
-                label=label,
-                action=CONFIRM_ACTION,
-                value=nonce,
-                style="danger",
-                confirm=Confirm(
-                    title=f"{label}?", text=question.consequence, confirm=label, deny="Keep it"
-                ),
-            )
-        ],
+        buttons=[yes_button(question, CONFIRM_ACTION, nonce, deny="Keep it")],
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from handlers.messages import Button, Confirm
+
 
 @dataclass(frozen=True)
 class Consent:
@@ -25,3 +27,16 @@ class Question:
     label: str
     consequence: str
     consent: Consent = Consent()
+
+
+def yes_button(question: Question, action: str, nonce: str, *, deny: str) -> Button:
+    """The button that says yes to `question` (its nonce its value), behind a dialog that says
+    what a yes does; `deny` closes the dialog."""
+    label = question.label
+    return Button(
+        label=label,
+        action=action,
+        value=nonce,
+        style="danger",
+        confirm=Confirm(title=f"{label}?", text=question.consequence, confirm=label, deny=deny),
+    )

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from handlers import commands as c
 from handlers.chat import Chat, Posted
 from handlers.journal import retried
-from handlers.messages import KEEP_ACTION, REPLACE_ACTION, Button, Confirm, Message
+from handlers.messages import KEEP_ACTION, REPLACE_ACTION, Button, Message
 from handlers.outbox import Deliveries
-from handlers.question import Question
+from handlers.question import Question, yes_button
 from handlers.render import Delivery, JobView
 from handlers.store import Store
 
@@ -114,7 +114,6 @@ class ThreadQuestions:
                 self.deliveries.start(self.deliver(what, self.chat.update(posted, closed)), what)
 
     def _asking(self, requester: str, question: Question, nonce: str) -> Message:
-        label = question.label
         return Message(
             title="Confirm",
             tone="warning",
@@ -122,15 +121,7 @@ class ThreadQuestions:
             text=f"<@{requester}> {question.text}\n(the buttons are yours for "
             f"{self.within / 60:g} min; no answer leaves it as it is)",
             buttons=[
-                Button(
-                    label=label,
-                    action=REPLACE_ACTION,
-                    value=nonce,
-                    style="danger",
-                    confirm=Confirm(
-                        title=f"{label}?", text=question.consequence, confirm=label, deny="Back"
-                    ),
-                ),
+                yes_button(question, REPLACE_ACTION, nonce, deny="Back"),
                 Button(label="Keep it", action=KEEP_ACTION, value=nonce),
             ],
         )

@@ -161,9 +161,9 @@ def answers(message: dict) -> list[str]:
 
 
 async def asked(slack: SlackStandIn, job: str) -> dict:
-    """The question in the job's thread, once it is there."""
+    """The question in the job's thread, once it is there (with its buttons, or already answered)."""
     return await slack.wait_until(
-        lambda: next((r for r in slack.thread(CH, job) if REPLACE_ACTION in answers(r)), None), 20
+        lambda: next((r for r in slack.thread(CH, job) if header(r) == "Confirm"), None), 20
     )
 
 
@@ -175,6 +175,17 @@ async def answered(slack: SlackStandIn, question: dict, said: str) -> dict:
         return now if now and said in attachment_text(now) and not answers(now) else None
 
     return await slack.wait_until(edited, 20)
+
+
+async def asking_over_ours(
+    slack: SlackStandIn, config: ClusterConfig
+) -> tuple[dict[str, str | None], str, dict]:
+    """A leftover of ours on the worker, then `/spark up`: the containers before, the job's
+    message and its question."""
+    await leftover(config, ours=True)
+    before = await container_ids(config)
+    job = await up(slack)
+    return before, job, await asked(slack, job)
 
 
 async def test_up_over_a_running_cluster_is_replaced_over_one_connection_per_node(
@@ -227,19 +238,16 @@ async def test_no_answer_within_the_confirmations_time_ends_the_job_with_nothing
 ):
     bot_settings = settings(tmp_path)
     # (below the config's least, 10 s: this test does not wait that long)
-    commands = bot_settings.commands.model_copy(update={"confirm_within": 0.5})
+    commands = bot_settings.commands.model_copy(update={"confirm_within": 1.0})
     bot_settings = bot_settings.model_copy(update={"commands": commands})
     async with bot_on(slack, tmp_path, bot_settings) as (bot, cluster):
-        await leftover(cluster.config, ours=True)
-        before = await container_ids(cluster.config)
-        job = await up(slack)
-        question = await asked(slack, job)
+        before, job, question = await asking_over_ours(slack, cluster.config)
         unanswered = await ended(slack, job, NEUTRAL)
         await answered(slack, question, "not answered: no answer in")
         record = await bot.dispatcher.store.job(1)
         assert await bot.dispatcher.store.locks() == []
         assert await container_ids(cluster.config) == before, "the cluster untouched"
-    why = f"no answer in {0.5 / 60:g} min"
+    why = f"no answer in {1 / 60:g} min"
     assert (record.state, record.outcome) == (
         JobState.UNCONFIRMED,
         f"not replaced: {why}; nothing was changed",
@@ -284,10 +292,7 @@ async def test_a_container_spark_bot_did_not_start_is_named_and_removed_only_by_
 
 async def test_cancel_while_the_question_waits_ends_the_job_and_changes_nothing(slack, tmp_path):
     async with bot_on(slack, tmp_path) as (bot, cluster):
-        await leftover(cluster.config, ours=True)
-        before = await container_ids(cluster.config)
-        job = await up(slack)
-        question = await asked(slack, job)
+        before, job, question = await asking_over_ours(slack, cluster.config)
         await slack.click_button(ALICE, CH, job, CANCEL_ACTION)
         cancelled = await ended(slack, job, WARNING)
         assert attachment_text(cancelled).startswith(f"✋ Cancelled by <@{ALICE}>")
@@ -300,10 +305,7 @@ async def test_cancel_while_the_question_waits_ends_the_job_and_changes_nothing(
 
 async def test_only_the_requester_at_operate_level_answers(slack, tmp_path):
     async with bot_on(slack, tmp_path) as (bot, cluster):
-        await leftover(cluster.config, ours=True)
-        before = await container_ids(cluster.config)
-        job = await up(slack)
-        question = await asked(slack, job)
+        before, job, question = await asking_over_ours(slack, cluster.config)
         await slack.click_button(BOB, CH, question["ts"], REPLACE_ACTION)
         refusal = await slack.wait_for_response()
         assert "Not allowed" in refusal.text and "operate" in str(refusal.body), refusal.body
