@@ -1,5 +1,6 @@
 """The console adapter: the same handlers in a terminal. Type `/spark up`; parent messages,
-their edits and thread replies are printed; a confirmation is a y/N prompt (or `--yes`)."""
+their edits and thread replies are printed; a confirmation (before a job, or a job's question in
+its thread) is a y/N prompt (or `--yes`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,15 @@ from bot.slack_blocks import ICONS
 from handlers.chat import Posted
 from handlers.command_context import Invocation
 from handlers.dispatch import Action, Dispatcher
-from handlers.messages import CONFIRM_ACTION, Attachment, Message, unescape
+from handlers.messages import (
+    CONFIRM_ACTION,
+    KEEP_ACTION,
+    REPLACE_ACTION,
+    Attachment,
+    Button,
+    Message,
+    unescape,
+)
 
 CONSOLE_USER = "console"
 CONSOLE_CHANNEL = "console"
@@ -75,6 +84,8 @@ class ConsoleChat:
         else:
             loud = " (also in the channel)" if broadcast else ""
             self._print(render_message(message, prefix=f"  #{thread} ↳ ") + loud)
+            if any(b.action == REPLACE_ACTION for b in message.buttons):  # a job's question
+                await self.pending_confirmations.put(message)
         return Posted(channel, ts)
 
     async def update(self, posted: Posted, message: Message) -> None:
@@ -156,6 +167,7 @@ class Console:
         self.dispatcher = dispatcher
         self.chat = chat
         self.assume_yes = assume_yes
+        self._waits: set[asyncio.Future[None]] = set()
 
     async def run(self, lines: AsyncIterator[str]) -> None:
         self.chat._print("spark-bot console: type `/spark help`, `/spark up`, … (Ctrl-D quits)")
@@ -178,23 +190,45 @@ class Console:
             await self.dispatcher.stop()
 
     async def _settle(self, lines: AsyncIterator[str]) -> None:
-        """Wait for the command's work; answer confirmations it asks for."""
-        while True:
-            await self.dispatcher.idle()
-            if self.chat.pending_confirmations.empty():
-                return
-            question = self.chat.pending_confirmations.get_nowait()
-            button = next(b for b in question.buttons if b.action == CONFIRM_ACTION)
+        """Wait for the command's work; answer the confirmations it asks for: before its job
+        (a Confirm button), or from inside it (a job's question in its thread, which it waits on)."""
+        while (question := await self._next_question()) is not None:
+            yes, no = _answers(question)
             if self.assume_yes:
                 answer = "y"
             else:
-                self.chat._print(f"{button.label}? [y/N] ")
+                self.chat._print(f"{yes.label}? [y/N] ")
                 answer = (await anext(lines, "")).strip().lower()
-            if answer in {"y", "yes"}:
-                reply = await self.dispatcher.action(
-                    Action(CONSOLE_USER, CONSOLE_CHANNEL, CONFIRM_ACTION, button.value)
-                )
-                if reply is not None:
-                    self.chat._print(render_message(reply))
-            else:
+            button = yes if answer in {"y", "yes"} else no
+            if button is None:
                 self.chat._print("Not confirmed: nothing was done.")
+                continue
+            reply = await self.dispatcher.action(
+                Action(CONSOLE_USER, CONSOLE_CHANNEL, button.action, button.value)
+            )
+            if reply is not None:
+                self.chat._print(render_message(reply))
+
+    async def _next_question(self) -> Message | None:
+        """The next question asked; None once the command's work is done without one."""
+        pending = self.chat.pending_confirmations
+        if pending.empty():
+            # not cancelled when a question comes first: idle() gathers the jobs, and a cancelled
+            # gather cancels what it gathers; it ends with them
+            idle = asyncio.ensure_future(self.dispatcher.idle())
+            self._waits.add(idle)
+            idle.add_done_callback(self._waits.discard)
+            asked = asyncio.ensure_future(pending.get())
+            await asyncio.wait({idle, asked}, return_when=asyncio.FIRST_COMPLETED)
+            if asked.done():
+                return asked.result()
+            asked.cancel()  # (a cancelled get leaves the queue as it was)
+            await asyncio.gather(asked, return_exceptions=True)
+        return None if pending.empty() else pending.get_nowait()
+
+
+def _answers(question: Message) -> tuple[Button, Button | None]:
+    """A question's yes button, and its "keep it" one (a Confirm button has none: not clicking
+    it is the no)."""
+    yes = next(b for b in question.buttons if b.action in {CONFIRM_ACTION, REPLACE_ACTION})
+    return yes, next((b for b in question.buttons if b.action == KEEP_ACTION), None)

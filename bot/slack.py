@@ -36,7 +36,14 @@ from handlers.chat import ConversationKind, Posted
 from handlers.command_context import Invocation
 from handlers.dispatch import Action, Dispatcher
 from handlers.errors import ChatError, ChatRefused, ChatUnavailable, RateLimited
-from handlers.messages import CANCEL_ACTION, CONFIRM_ACTION, Attachment, Message
+from handlers.messages import (
+    CANCEL_ACTION,
+    CONFIRM_ACTION,
+    KEEP_ACTION,
+    REPLACE_ACTION,
+    Attachment,
+    Message,
+)
 from handlers.metrics import BotMetrics
 
 log = logging.getLogger(__name__)
@@ -366,8 +373,8 @@ def build_app(
                 replace_original=in_place,
             )
 
-    app.action(CANCEL_ACTION)(on_action)
-    app.action(CONFIRM_ACTION)(on_action)
+    for action_id in (CANCEL_ACTION, CONFIRM_ACTION, REPLACE_ACTION, KEEP_ACTION):
+        app.action(action_id)(on_action)
     return app
 
 

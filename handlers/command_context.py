@@ -1,8 +1,9 @@
 """What a command's code may use, and the command as typed.
 
 The dispatcher builds one `CommandContext` and hands it to every command (handlers/specs.py):
-the bot's cluster and settings, its chat, store, jobs and watch, the controller, the audit trail;
-never the dispatcher itself, so the commands and the dispatcher do not import each other.
+the bot's cluster and settings, its chat, store, jobs and watch, the controller, the audit trail,
+the questions jobs ask in their threads; never the dispatcher itself, so the commands and the
+dispatcher do not import each other.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from handlers.jobs import ControllerFactory, JobManager
 from handlers.serving_watch import ServingWatch
 from handlers.settings import BotSettings
 from handlers.store import Store
+from handlers.thread_questions import ThreadQuestions
 
 
 @dataclass(frozen=True)
@@ -53,3 +55,4 @@ class CommandContext:
     watch: ServingWatch
     controller_for: ControllerFactory
     audit: Audit
+    questions: ThreadQuestions  # what a running job asks in its thread

@@ -31,18 +31,20 @@ from handlers.log_context import for_this_task
 from handlers.messages import (
     CANCEL_ACTION,
     CONFIRM_ACTION,
-    Button,
-    Confirm,
+    KEEP_ACTION,
+    REPLACE_ACTION,
     Message,
     escape,
 )
 from handlers.metrics import BotMetrics
+from handlers.question import Consent, Question, yes_button
 from handlers.reconcile import reconcile_within
 from handlers.render import Delivery
 from handlers.serving_watch import ServingWatch
 from handlers.settings import BotSettings
-from handlers.specs import CommandSpec, Consent, Question, chat_usage, parse_command, spec_for
+from handlers.specs import CommandSpec, chat_usage, parse_command, spec_for
 from handlers.store import ConfirmationRecord, JobRecord, Store
+from handlers.thread_questions import Answer, ThreadQuestions
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +85,21 @@ class Dispatcher:
             cluster, settings, chat, store, controller_for, self.metrics.cluster(cluster.name)
         )
         self.watch = ServingWatch(self.jobs)
+        self.questions = ThreadQuestions(
+            cluster.name, store, chat, self.jobs.deliveries, settings.commands.confirm_within
+        )
         self.controller_for = controller_for
         self.deliver = Delivery(chat)
         self.context = CommandContext(
-            cluster, settings, chat, store, self.jobs, self.watch, controller_for, self.audit
+            cluster,
+            settings,
+            chat,
+            store,
+            self.jobs,
+            self.watch,
+            controller_for,
+            self.audit,
+            self.questions,
         )
 
     async def start(self) -> None:
@@ -139,6 +152,8 @@ class Dispatcher:
             return None
         if action.action == CONFIRM_ACTION:
             return await self._confirmed(action)
+        if action.action in {REPLACE_ACTION, KEEP_ACTION}:
+            return await self._answered(action)
         log.warning("unknown action %s", action.action)
         return None
 
@@ -163,9 +178,10 @@ class Dispatcher:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    async def _confirmed(self, action: Action) -> Message:
-        """A Confirm button: its value is the nonce of a question asked; what runs is the command
-        stored with it, once, for the user it was asked of, in that channel, before it expires."""
+    async def _taken(self, action: Action) -> ConfirmationRecord | Message:
+        """The question whose nonce the button carries, marked answered by this click if it was
+        asked of this user, in this channel, about this cluster, is not answered yet and has not
+        expired; else why not (or that it cannot be checked now), for the clicker."""
         try:
             record, taken = await retried(
                 lambda: self.store.answer(
@@ -183,6 +199,38 @@ class Dispatcher:
         if not taken:
             return self._refuse(action, record, self._why_not(record, action))
         assert record is not None
+        return record
+
+    async def _answered(self, action: Action) -> Message | None:
+        """A button of a question a running job asks in its thread: taken as a Confirm button is
+        (the requester's, once, where asked, before it expires), their access checked again
+        first; the job that waits gets the answer and edits the question (None: nothing to say)."""
+        command = self.questions.command(action.value)
+        if command is not None:
+            denied = self._denied(command, action.user, action.channel, action.kind)
+            if denied:
+                return denied
+        record = await self._taken(action)
+        if isinstance(record, Message):
+            return record
+        yes = action.action == REPLACE_ACTION
+        if not self.questions.answer(action.value, Answer(yes, action.user)):
+            return self._refuse(action, record, "The job that asked it has ended.")
+        self.audit(
+            action.user,
+            action.channel,
+            f"answer {record.command}",
+            "replace" if yes else "keep it",
+            self.jobs.claim.lock.job.id if self.jobs.claim else None,
+        )
+        return None
+
+    async def _confirmed(self, action: Action) -> Message:
+        """A Confirm button: its value is the nonce of a question asked; what runs is the command
+        stored with it, once, for the user it was asked of, in that channel, before it expires."""
+        record = await self._taken(action)
+        if isinstance(record, Message):
+            return record
         try:
             command = parse_command(record.command, self.cluster, self.settings.commands)
         except CommandError as error:  # the config changed since it was asked
@@ -500,20 +548,9 @@ def problem_message(title: str, error: BaseException, *, done: str = "") -> Mess
 
 
 def _confirm(nonce: str, question: Question) -> Message:
-    label = question.label
     return Message(
         title="Confirm",
         text=question.text,
         tone="warning",
-        buttons=[
-            Button(
-                label=label,
-                action=CONFIRM_ACTION,
-                value=nonce,
-                style="danger",
-                confirm=Confirm(
-                    title=f"{label}?", text=question.consequence, confirm=label, deny="Keep it"
-                ),
-            )
-        ],
+        buttons=[yes_button(question, CONFIRM_ACTION, nonce, deny="Keep it")],
     )

@@ -18,7 +18,9 @@ class JobState(StrEnum):
     CRASHED = "crashed"  # an exception the controller did not turn into a failure
     INTERRUPTED = "interrupted"  # the bot died during the job: closed when it started again
     REFUSED = "refused"  # another job held the lock
-    UNCONFIRMED = "unconfirmed"  # the user was asked to confirm: the confirmed command is a new job
+    # the user was asked to confirm: before a job, the confirmed command is a new job; in a job's
+    # thread (`up` over what runs), "keep it" or no answer ended it with nothing changed
+    UNCONFIRMED = "unconfirmed"
 
     @property
     def ended(self) -> bool:

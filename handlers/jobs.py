@@ -69,6 +69,16 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Ending:
+    """How a job ends that stopped short of its goal without failing (`up` whose question was
+    answered "keep it", or not in time)."""
+
+    state: JobState
+    outcome: str  # for the store and the audit trail
+    footer: str  # the parent message's last line (markup)
+
+
+@dataclass(frozen=True)
 class JobPlan:
     """What a job shows and follows, built before it runs (handlers/specs.py), run by `JobManager.run`."""
 
@@ -77,6 +87,10 @@ class JobPlan:
     events: AsyncGenerator[Event, None]
     on_event: Callable[[Job, Event], Awaitable[None]] | None = None
     success_footer: Callable[[Job], str] = lambda job: "Done"
+    # told the job once its message is shown, before its events run (a question in its thread)
+    on_start: Callable[[Job], None] | None = None
+    # after its events ended without a failure: None when it succeeded, else how it ended instead
+    ending: Callable[[Job], Ending | None] = lambda job: None
 
 
 class JobManager:
@@ -325,6 +339,8 @@ class JobManager:
                 job.end(JobState.REFUSED, f"refused: {self._not_shown(view)}")
                 await self._tell_not_shown(record, view)
                 return job
+            if plan.on_start is not None:
+                plan.on_start(job)
             # aclosing: a cancel that lands while the view records an event (the generator suspended
             # at a yield) must still run the controller's cleanup, now rather than at garbage collection
             async with aclosing(events):
@@ -338,14 +354,19 @@ class JobManager:
                         self.metrics.failed(event.signature)
                         job.end(JobState.FAILED, f"failed: {event.title}: {event.summary}")
             if job.state is JobState.RUNNING:
-                job.end(JobState.SUCCEEDED, "succeeded")
+                ending = plan.ending(job) or Ending(
+                    JobState.SUCCEEDED,
+                    "succeeded",
+                    f"✔ {plan.success_footer(job)} in {_took(started)}",
+                )
+                job.end(ending.state, ending.outcome)
                 # Recorded before the message turns green: a bot killed in between must not find
                 # the success "interrupted" at its next start and say so over the green message.
                 await finish_uncancelled(
                     self._record_end(record, job.state, job.outcome, view.link, journal)
                 )
                 recorded = True
-                await view.finish(job.state, f"✔ {plan.success_footer(job)} in {_took(started)}")
+                await view.finish(job.state, ending.footer)
         except asyncio.CancelledError:
             who = claim.cancelled_by
             if (

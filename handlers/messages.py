@@ -23,6 +23,9 @@ ItemState = Literal["pending", "running", "done", "failed", "skipped", "not_chec
 
 CONFIRM_ACTION = "spark_confirm"
 CANCEL_ACTION = "spark_cancel"
+# the answers to a question a running job asks in its thread (handlers/thread_questions.py)
+REPLACE_ACTION = "spark_replace"
+KEEP_ACTION = "spark_keep"
 
 
 def escape(text: object) -> str:

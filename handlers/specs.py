@@ -50,9 +50,11 @@ from handlers import commands as c
 from handlers.bench_history import StoreHistory
 from handlers.command_context import CommandContext, Invocation
 from handlers.errors import ChatError, CommandError
-from handlers.jobs import Job, JobPlan, describe_state
+from handlers.jobs import Job, JobPlan
 from handlers.messages import Attachment, Message, escape
+from handlers.question import Consent, Question
 from handlers.render import INLINE_CHARS
+from handlers.replace_running import ReplaceRunning
 from handlers.settings import CommandsConfig, Level
 from handlers.store import JobRecord
 
@@ -75,24 +77,6 @@ R = TypeVar("R")
 
 
 @dataclass(frozen=True)
-class Consent:
-    """What a user confirmed beyond the command itself: the nodes whose same-named container
-    spark-bot did not start, named in the question (a replace removes those too)."""
-
-    replace_foreign: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Question:
-    """A confirmation: the question, the button's label, what a yes does, and what it consents to."""
-
-    text: str
-    label: str
-    consequence: str
-    consent: Consent = Consent()
-
-
-@dataclass(frozen=True)
 class Confirmation:
     when: str  # for the help: when the command asks first
     ask: Ask  # None: no need to ask this time
@@ -109,6 +93,7 @@ class CommandSpec:
     answer: Answer | None = None
     job: BuildJob | None = None
     confirmation: Confirmation | None = None
+    asks_in_thread: str = ""  # for the help: when its job asks in its thread (its own code asks)
 
     def __post_init__(self) -> None:
         if sum(kind is not None for kind in (self.reply, self.answer, self.job)) != 1:
@@ -129,7 +114,8 @@ class CommandSpec:
     def usage(self) -> str:
         """Its line of `/spark help`."""
         arguments = f" {self.arguments}" if self.arguments else ""
-        asks = f" ({self.confirmation.when})" if self.confirmation else ""
+        when = self.confirmation.when if self.confirmation else self.asks_in_thread
+        asks = f" ({when})" if when else ""
         return f"`/spark {self.name}{arguments}` {self.summary}{asks}, e.g. `/spark {self.sample}`"
 
 
@@ -160,9 +146,11 @@ def declare(
     job: Callable[[CommandContext, C, JobRecord, Consent | None], Awaitable[JobPlan]] | None = None,
     asks: str = "",
     ask: Callable[[CommandContext, C], Awaitable[Question | None]] | None = None,
+    asks_in_thread: str = "",
 ) -> CommandSpec:
     """A command's spec, its code typed for its own command: `asks` (for the help: when it asks
-    first) with `ask` (the question, or None when there is no need to ask this time)."""
+    first) with `ask` (the question, or None when there is no need to ask this time), or
+    `asks_in_thread` (for the help: when its running job asks in its thread)."""
     if (ask is None) != (not asks):
         raise TypeError(f"`{model.name}`: give both asks and ask, or neither")
     return CommandSpec(
@@ -175,6 +163,7 @@ def declare(
         answer=narrowed(model, answer) if answer else None,
         job=narrowed(model, job) if job else None,
         confirmation=Confirmation(asks, narrowed(model, ask)) if ask else None,
+        asks_in_thread=asks_in_thread,
     )
 
 
@@ -400,39 +389,13 @@ async def _diag(d: CommandContext, command: c.Diag, invocation: Invocation) -> M
 # -- jobs -------------------------------------------------------------------------------------
 
 
-async def _ask_replace(d: CommandContext, command: c.Up) -> Question | None:
-    report = await status_report(d.controller_for(d.cluster))
-    if not any(x.present for x in report.containers):
-        return None
-    foreign = [x for x in report.containers if x.present and x.owner != d.cluster.name]
-    if not foreign:
-        return Question(
-            f"`{d.cluster.name}` is already running ({describe_state(report)}). Replace it?",
-            "Replace",
-            "The running server is removed and launched again.",
-        )
-    # a container spark-bot did not start is removed only when the question names it
-    named = ", ".join(
-        f"`{escape(x.container)}` on `{escape(x.node)}` ({escape(x.status)})" for x in foreign
-    )
-    it, was = ("it", "was") if len(foreign) == 1 else ("them", "were")
-    return Question(
-        f"{named} {was} NOT started by spark-bot for `{d.cluster.name}`. Replace removes {it} "
-        f"(`docker rm -f {escape(d.cluster.container.name)}`) and launches `{d.cluster.name}` in its place. "
-        f"Cluster now: {describe_state(report)}. Remove {it} and replace?",
-        "Remove and replace",
-        f"{named}: not started by spark-bot; removed for good, with whatever {it} runs.",
-        Consent(replace_foreign=tuple(x.node for x in foreign)),
-    )
-
-
 async def _up(
     d: CommandContext, command: c.Up, record: JobRecord, consent: Consent | None
 ) -> JobPlan:
-    await d.watch.stop()
-    await d.jobs.clear_launch()  # what runs now is no longer that launch
     config = command.apply(d.cluster, d.settings.commands)
     applied = command.settings(d.settings.commands)
+    # what runs is asked about by the launch itself, in the job's thread; the watch ends there
+    running = ReplaceRunning(d, command, config)
 
     async def launched(job: Job, event: Event) -> None:
         if isinstance(event, Ready):
@@ -446,11 +409,11 @@ async def _up(
         title=f"🚀 Launch on `{d.cluster.name}`"
         + (f": recipe `{escape(config.recipe)}`" if config.recipe else ""),
         checkpoints=launch_plan(config),
-        events=d.controller_for(config).up(
-            replace=consent is not None, replace_foreign=consent.replace_foreign if consent else ()
-        ),
+        events=running.events(d.controller_for(config).up(confirm_replace=running.confirm)),
         on_event=launched,
         success_footer=_up_footer,
+        on_start=running.started,
+        ending=running.ending,
     )
 
 
@@ -662,8 +625,7 @@ SPECS: dict[str, CommandSpec] = {
             arguments="[RECIPE] [PRESET] [max_model_len=N] [gpu_memory_utilization=F] [max_num_seqs=N]",
             example="up max_model_len=32768",
             job=_up,
-            asks="asks before replacing a running cluster",
-            ask=_ask_replace,
+            asks_in_thread="asks in the thread when something is already running",
         ),
         declare(
             c.Verify,

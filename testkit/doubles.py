@@ -35,6 +35,7 @@ from cluster.events import (
     Ready,
     StatusReport,
 )
+from cluster.operations.preflight import NOT_OURS, Leftover
 from cluster.progress.checkpoints import launch_plan
 from handlers.chat import Posted
 from handlers.dispatch import Dispatcher
@@ -234,7 +235,30 @@ class Hold:
     release: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-Step = Event | Hold | BaseException
+@dataclass(frozen=True)
+class AskReplace:
+    """A launch's preflight finding leftovers (`Leftover`s): it asks the operation's
+    `confirm_replace`, and a no ends the launch with the no_stale_container failure."""
+
+    leftovers: tuple[Leftover, ...]
+
+    @classmethod
+    def running(cls, *, owners: dict[str, str | None] | None = None) -> AskReplace:
+        """Our container running on every node; `owners` as in `status_report()`."""
+        owners = owners or {}
+        return cls(
+            tuple(
+                Leftover(
+                    n.name,
+                    "running" if owners.get(n.name, CLUSTER.name) else f"running{NOT_OURS}",
+                    ours=owners.get(n.name, CLUSTER.name) is not None,
+                )
+                for n in CLUSTER.nodes
+            )
+        )
+
+
+Step = Event | Hold | AskReplace | BaseException
 
 
 @dataclass(frozen=True)
@@ -276,6 +300,10 @@ class ScriptedControllers:
                 if isinstance(step, Hold):
                     step.reached.set()
                     await step.release.wait()
+                elif isinstance(step, AskReplace):
+                    if not await options["confirm_replace"](step.leftovers):
+                        yield failed("no_stale_container")
+                        break
                 elif isinstance(step, BaseException):
                     raise step
                 else:

@@ -118,6 +118,9 @@ class NodeFacts:
     stale_is_ours: bool = False  # labelled by spark-bot for this cluster
 
 
+NOT_OURS = ", not started by spark-bot"  # said after the state of a container that is not ours
+
+
 @dataclass(frozen=True)
 class Leftover:
     """A container under the launch's name found on a node: its state, and whether spark-bot
@@ -126,6 +129,11 @@ class Leftover:
     node: str
     state: str  # "running", or "exited, not started by spark-bot"
     ours: bool
+
+    @property
+    def status(self) -> str:
+        """Docker's word for its state: "running", "exited", …"""
+        return self.state.removesuffix(NOT_OURS)
 
 
 # Asked, inside the launch (its lease held, its connections open), when leftovers would stop
@@ -774,7 +782,7 @@ class Preflight:
             # the operator's launcher's container: its recipe names it, that is the say-so
             facts.stale_is_ours = labelled or config.launcher is not None
             facts.stale_container = info["State"]["Status"] + (
-                "" if facts.stale_is_ours else ", not started by spark-bot"
+                "" if facts.stale_is_ours else NOT_OURS
             )
         return facts
 

@@ -53,12 +53,12 @@ async def test_a_job_waits_for_its_parent_message_and_nothing_runs_before_the_ch
     async with running_dispatcher(controllers, chat=chat, time=VirtualTime()) as (dispatcher, _):
         await dispatcher.command(Invocation(ALICE, CH, "up"))
         await chat.held.wait()  # the parent's post, waiting at the gate
-        assert [call.operation for call in controllers.calls] == ["status", "status"], (
-            "only the confirmation's look at the nodes: `up` waits for its message"
+        assert [call.operation for call in controllers.calls] == ["status"], (
+            "only the start-up's look at the nodes: `up` waits for its message"
         )
         chat.gate.set()
         await job_ended(dispatcher)
-        assert controllers.cleaned_up == ["status", "status", "up"]
+        assert controllers.cleaned_up == ["status", "up"]
     assert chat.parent().footer.startswith(READY_FOOTER)
 
 
@@ -68,9 +68,7 @@ async def test_once_its_parent_is_posted_a_job_runs_to_its_end_while_the_chat_ho
     async with running_dispatcher(controllers, chat=chat, time=VirtualTime()) as (dispatcher, _):
         await dispatcher.command(Invocation(ALICE, CH, "up"))
         await job_ended(dispatcher)
-        assert (
-            controllers.cleaned_up == ["status", "status", "up"] and not controllers.stopped_early
-        )
+        assert controllers.cleaned_up == ["status", "up"] and not controllers.stopped_early
         assert [sent.message.title for sent in chat.posts] == ["🚀 Launch on `lab`"], (
             "the job did not wait for a single message after its parent"
         )

@@ -1,27 +1,32 @@
 """A confirmation is bound to the question actually asked: its button carries a nonce, and a click
-runs the command stored with it, once, for the user asked, in that channel, before it expires.
-Anything else (an old button, a second click, a crafted value) runs nothing and takes no lock."""
+runs the command stored with it (or, for a question a job asks in its thread, answers it), once,
+for the user asked, in that channel, before it expires. Anything else (an old button, a second
+click, a crafted value) runs nothing and takes no lock."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
 from handlers.command_context import Invocation
 from handlers.dispatch import Action
-from handlers.messages import CONFIRM_ACTION, Message
+from handlers.job_state import JobState
+from handlers.messages import CONFIRM_ACTION, KEEP_ACTION, REPLACE_ACTION, Message
 from handlers.store import Store
 from testkit.doubles import (
     ALICE,
     BOB,
     CH,
     CLUSTER,
+    AskReplace,
     Clock,
     ScriptedControllers,
+    Sent,
     launch_passes,
     ready,
     running_dispatcher,
     settings,
-    status_report,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -41,8 +46,10 @@ async def ask(dispatcher, chat, text: str, user: str = ALICE) -> Message:
     return question
 
 
-async def click(dispatcher, value: str, user: str = ALICE, channel: str = CH) -> Message | None:
-    reply = await dispatcher.action(Action(user, channel, CONFIRM_ACTION, value))
+async def click(
+    dispatcher, value: str, user: str = ALICE, channel: str = CH, action: str = CONFIRM_ACTION
+) -> Message | None:
+    reply = await dispatcher.action(Action(user, channel, action, value))
     await dispatcher.idle()
     return reply
 
@@ -61,46 +68,57 @@ async def test_the_button_carries_a_nonce_and_runs_the_asked_command_once(tmp_pa
     assert operations(controllers) == ["down"], "the second click ran nothing"
 
 
+async def ask_in_thread(dispatcher, chat, text: str, user: str = ALICE) -> Sent:
+    """`text` run as a job that asks in its thread: the question, once it is there."""
+    await dispatcher.command(Invocation(user, CH, text))
+    await asyncio.wait_for(chat.wait_until(lambda: bool(questions(chat))), 10)
+    [question] = questions(chat)
+    return question
+
+
+def questions(chat) -> list[Sent]:
+    return [p for p in chat.posts if any(b.action == REPLACE_ACTION for b in p.message.buttons)]
+
+
 async def test_an_old_replace_button_has_expired(tmp_path):
     clock = Clock()
     bot_settings = settings(tmp_path)
-    controllers = ScriptedControllers(
-        status=[status_report(running=True)], up=[*launch_passes(), ready()]
-    )
+    controllers = ScriptedControllers(up=[AskReplace.running(), *launch_passes(), ready()])
     async with running_dispatcher(
         controllers, bot_settings, store=Store(bot_settings.store.path, clock=clock)
     ) as (dispatcher, chat):
-        [button] = (await ask(dispatcher, chat, "up max_model_len=8192")).buttons
+        question = await ask_in_thread(dispatcher, chat, "up max_model_len=8192")
         clock.advance(bot_settings.commands.confirm_within + 1)
-        reply = await click(dispatcher, button.value)
+        reply = await dispatcher.action(
+            Action(ALICE, CH, REPLACE_ACTION, question.message.buttons[0].value)
+        )
         assert reply is not None and reply.title == "This confirmation is no longer valid"
         assert "It expired at 09:10:00 UTC, 600 s after it was asked." in reply.text
+        await dispatcher.command(Invocation(ALICE, CH, "cancel"))  # the job still waits
+        await dispatcher.idle()
         assert await dispatcher.store.locks() == []
         trail = await dispatcher.store.audit_trail()
-    assert operations(controllers) == [], "no launch, no replace"
-    assert (trail[-1]["command"], trail[-1]["outcome"].split(":")[0]) == (
-        "confirm up max_model_len=8192",
-        "refused",
-    )
+    assert controllers.stopped_early == ["up"], "the launch never went past its question"
+    assert ("confirm up max_model_len=8192", "refused") in [
+        (a["command"], a["outcome"].split(":")[0]) for a in trail
+    ]
 
 
 async def test_a_question_can_be_answered_within_its_time(tmp_path):
     clock = Clock()
     bot_settings = settings(tmp_path)
-    controllers = ScriptedControllers(
-        status=[status_report(running=True)], up=[*launch_passes(), ready()]
-    )
+    controllers = ScriptedControllers(up=[AskReplace.running(), *launch_passes(), ready()])
     async with running_dispatcher(
         controllers, bot_settings, store=Store(bot_settings.store.path, clock=clock)
     ) as (dispatcher, chat):
-        [button] = (await ask(dispatcher, chat, "up max_model_len=8192")).buttons
+        question = await ask_in_thread(dispatcher, chat, "up max_model_len=8192")
         clock.advance(bot_settings.commands.confirm_within - 1)
-        reply = await click(dispatcher, button.value)
-    assert reply is not None and reply.title == "Confirmed: `/spark up max_model_len=8192`"
+        reply = await click(dispatcher, question.message.buttons[0].value, action=REPLACE_ACTION)
+        assert (await dispatcher.store.job(1)).state == JobState.SUCCEEDED
+    assert reply is None, "answered in the thread: the question says who answered"
+    assert chat.latest[question.ts].footer == f"→ *Replace*, answered by <@{ALICE}>"
     [up] = [call for call in controllers.calls if call.operation == "up"]
-    assert up.config.serve.max_model_len == 8192 and up.options["replace"] is True, (
-        "exactly the command asked"
-    )
+    assert up.config.serve.max_model_len == 8192, "exactly the command asked"
 
 
 @pytest.mark.parametrize(
@@ -163,19 +181,38 @@ async def test_a_stored_question_for_a_command_that_never_asks_is_refused():
     assert operations(controllers) == []
 
 
-async def test_replace_names_a_container_spark_bot_did_not_start_and_a_yes_consents_to_that_node_only():
+async def test_replace_names_a_container_spark_bot_did_not_start_and_a_yes_is_the_consent():
     worker = CLUSTER.nodes[1].name
     controllers = ScriptedControllers(
-        status=[status_report(running=True, owners={worker: None})], up=[ready()]
+        up=[AskReplace.running(owners={worker: None}), *launch_passes(), ready()]
     )
     async with running_dispatcher(controllers) as (dispatcher, chat):
-        question = await ask(dispatcher, chat, "up")
-        await click(dispatcher, question.buttons[0].value)
+        question = (await ask_in_thread(dispatcher, chat, "up")).message
+        await click(dispatcher, question.buttons[0].value, action=REPLACE_ACTION)
+        assert (await dispatcher.store.job(1)).state == JobState.SUCCEEDED
+        asked, _ = await dispatcher.store.answer(question.buttons[0].value, CLUSTER.name, ALICE, CH)
     name = CLUSTER.container.name
     assert question.text.startswith(
-        f"`{name}` on `{worker}` (running) was NOT started by spark-bot for "
+        f"<@{ALICE}> `{name}` on `{worker}` (running) was NOT started by spark-bot for "
         f"`{CLUSTER.name}`. Replace removes it (`docker rm -f {name}`)"
     )
     assert question.buttons[0].label == "Remove and replace"
-    [up] = [call for call in controllers.calls if call.operation == "up"]
-    assert up.options == {"replace": True, "replace_foreign": (worker,)}
+    assert asked is not None and (asked.replace_foreign, asked.used_by) == ((worker,), ALICE), (
+        "the yes consents to the node the question named"
+    )
+
+
+async def test_a_question_in_the_thread_is_answered_once_and_then_shows_who_answered_what():
+    controllers = ScriptedControllers(up=[AskReplace.running(), *launch_passes(), ready()])
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        question = await ask_in_thread(dispatcher, chat, "up")
+        nonce = question.message.buttons[0].value
+        assert [b.value for b in question.message.buttons] == [nonce, nonce]
+        first = await click(dispatcher, nonce, action=REPLACE_ACTION)
+        second = await click(dispatcher, nonce, action=KEEP_ACTION)
+        assert (await dispatcher.store.job(1)).state == JobState.SUCCEEDED
+    assert first is None
+    assert second is not None and second.title == "This confirmation is no longer valid"
+    assert f"already answered by <@{ALICE}>" in second.text and "Nothing was done" in second.text
+    answered = chat.latest[question.ts]
+    assert answered.buttons == [] and answered.footer == f"→ *Replace*, answered by <@{ALICE}>"

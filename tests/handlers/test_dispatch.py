@@ -68,7 +68,7 @@ def real_controller(config: ClusterConfig) -> Controller:
     return Controller(config, Secrets({}))
 
 
-async def test_a_failure_before_the_job_runs_frees_the_lock_and_tells_the_asker(
+async def test_a_launch_on_broken_nodes_fails_in_its_thread_and_frees_the_lock(
     broken_engine, tmp_path
 ):
     cluster = broken_cluster(broken_engine, tmp_path)
@@ -81,17 +81,17 @@ async def test_a_failure_before_the_job_runs_frees_the_lock_and_tells_the_asker(
             await asyncio.wait_for(dispatcher.idle(), 20)
         cancel = await dispatcher.command(Invocation(ALICE, CH, "cancel"))
     assert cancel is not None and cancel.title == "Nothing to cancel"
-    replies = [message for _, message in chat.private]
-    assert [reply.title for reply in replies] == ["✘ `/spark up` did not start"] * 2
-    for reply in replies:
-        assert "no space left on device" in reply.text and "*Try:*" in reply.text
-        assert "the cluster is free" in reply.text
+    failures = [p.message for p in chat.posts if p.thread and p.message.tone == "failure"]
+    assert len(failures) == 2, [p.message.title for p in chat.posts]
+    for failure in failures:
+        assert f"<@{ALICE}>" in failure.text and "spark-b" in failure.text
+        assert "does not answer" in failure.text and "*Fix:*" in failure.text, failure.text
     assert db_rows(tmp_path, "SELECT * FROM locks") == []
     assert [state for (state,) in db_rows(tmp_path, "SELECT state FROM jobs")] == [
         "failed",
         "failed",
     ]
-    assert not chat.posts, "no job message: nothing started"
+    assert chat.private == [], "the launch itself met the nodes: no look at them before it"
 
 
 async def test_status_and_logs_errors_reach_the_asker_with_node_problem_and_fix(

@@ -4,23 +4,24 @@ ended, and its message's footer and colour follow from that state."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
 
-from cluster.errors import NodeError
 from cluster.events import Progress
 from handlers.command_context import Invocation
 from handlers.dispatch import Action, Dispatcher
 from handlers.job_state import JobState
-from handlers.messages import CONFIRM_ACTION, Message, Tone
+from handlers.messages import CONFIRM_ACTION, KEEP_ACTION, REPLACE_ACTION, Message, Tone
 from handlers.store import Store
 from testkit.doubles import (
     ALICE,
     BOB,
     CH,
     CLUSTER,
+    AskReplace,
     Hold,
     RecordingChat,
     ScriptedControllers,
@@ -31,7 +32,6 @@ from testkit.doubles import (
     ready,
     running_dispatcher,
     settings,
-    status_report,
 )
 from tests.handlers.test_dispatch import db_rows
 
@@ -195,44 +195,86 @@ async def test_down_asks_first_and_runs_once_confirmed():
     assert chat.parent().footer.startswith("✔ Removed 0 container(s)")
 
 
-async def test_up_asks_before_replacing_a_running_cluster_and_replaces_once_confirmed():
-    controllers = ScriptedControllers(
-        status=[status_report(running=True)], up=[*launch_passes(), ready()]
-    )
+async def asked_in_thread(dispatcher: Dispatcher, chat: RecordingChat) -> Message:
+    """`up`'s question in its thread, once it is there."""
+
+    def asked() -> list[Message]:
+        return [p.message for p in chat.posts if p.thread and p.message.buttons]
+
+    await dispatcher.command(Invocation(ALICE, CH, "up"))
+    await asyncio.wait_for(chat.wait_until(lambda: bool(asked())), 10)
+    [question] = asked()
+    return question
+
+
+async def test_up_asks_in_its_thread_before_replacing_a_running_cluster_and_replaces_once_confirmed():
+    controllers = ScriptedControllers(up=[passed("ssh"), AskReplace.running(), ready()])
     async with running_dispatcher(controllers) as (dispatcher, chat):
-        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        question = await asked_in_thread(dispatcher, chat)
+        assert "is already running" in question.text and question.mention == ALICE
+        assert [(b.label, b.action) for b in question.buttons] == [
+            ("Replace", REPLACE_ACTION),
+            ("Keep it", KEEP_ACTION),
+        ]
+        await dispatcher.action(Action(ALICE, CH, REPLACE_ACTION, question.buttons[0].value))
         await dispatcher.idle()
-        [(_, question)] = chat.private
-        assert "is already running" in question.text and question.buttons[0].label == "Replace"
-        await dispatcher.action(Action(ALICE, CH, CONFIRM_ACTION, question.buttons[0].value))
+        assert (await dispatcher.store.job(1)).state == JobState.SUCCEEDED
+    assert controllers.cleaned_up.count("status") == 1, "only the start-up's look at the nodes"
+    assert chat.parent().footer.startswith("✔ Ready")
+
+
+async def test_up_whose_question_keeps_what_runs_ends_unconfirmed_and_changes_nothing():
+    controllers = ScriptedControllers(up=[passed("ssh"), AskReplace.running(), ready()])
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        question = await asked_in_thread(dispatcher, chat)
+        await dispatcher.action(Action(ALICE, CH, KEEP_ACTION, question.buttons[0].value))
         await dispatcher.idle()
-    [up] = [call for call in controllers.calls if call.operation == "up"]
-    assert up.options == {"replace": True, "replace_foreign": ()}
+        assert await dispatcher.store.locks() == [], "the lock is released"
+        record = await dispatcher.store.job(1)
+        outcome = f"not replaced: kept by {ALICE}; the cluster was left as it was"
+        assert (record.state, record.outcome) == (JobState.UNCONFIRMED, outcome)
+        [audit] = [a for a in await dispatcher.store.audit_trail() if a["command"] == "up"]
+        assert audit["outcome"] == outcome
+    job_message = chat.parent()
+    assert job_message.footer == (
+        f"✋ Not replaced: <@{ALICE}> kept it; `{CLUSTER.name}` was left as it was"
+    )
+    assert job_message.tone == "neutral" and job_message.buttons == []
+    assert not [p for p in chat.posts if p.message.tone == "failure"], "no failure said"
 
 
 async def test_a_job_that_cannot_start_frees_the_lock_and_tells_the_asker_what_to_try():
-    unreachable = NodeError(CLUSTER.head.name, "the Docker engine does not answer", "start dockerd")
-    async with running_dispatcher(ScriptedControllers(status=[unreachable])) as (dispatcher, chat):
-        await dispatcher.command(Invocation(ALICE, CH, "up"))
+    async with running_dispatcher(ScriptedControllers(verify=[])) as (dispatcher, chat):
+
+        async def locked(cluster: str) -> str | None:
+            raise sqlite3.OperationalError("database is locked")
+
+        dispatcher.store.launched_recipe = locked  # what `verify` reads before it runs
+        await dispatcher.command(Invocation(ALICE, CH, "verify"))
         await dispatcher.idle()
         assert await dispatcher.store.locks() == []
         assert (await dispatcher.store.job(1)).state == JobState.FAILED
     [(_, problem)] = chat.private
-    assert problem.title == "✘ `/spark up` did not start" and problem.tone == "failure"
-    assert "the cluster is free" in problem.text and "*Try:* start dockerd" in problem.text
+    assert problem.title == "✘ `/spark verify` did not start" and problem.tone == "failure"
+    assert "the cluster is free" in problem.text and "database is locked" in problem.text
+    assert "*Try:*" in problem.text
     assert chat.posts == [], "nothing started, nothing posted in the channel"
 
 
 async def test_a_cancel_reaches_a_job_still_preparing():
-    asking = Hold()
-    controllers = ScriptedControllers(up=[ready()])
+    reading = Hold()
+    controllers = ScriptedControllers(verify=[])
     async with running_dispatcher(controllers) as (dispatcher, chat):
         await dispatcher.idle()  # the start-up reconciliation has asked the nodes
-        controllers.scripts["status"] = [asking, status_report()]
-        await dispatcher.command(Invocation(ALICE, CH, "up"))
-        await (
-            asking.reached.wait()
-        )  # `up` asks the nodes whether a cluster runs (to confirm a replace)
+
+        async def held(cluster: str) -> str | None:
+            reading.reached.set()
+            await reading.release.wait()
+            return None
+
+        dispatcher.store.launched_recipe = held  # `verify` reads the launched setup first
+        await dispatcher.command(Invocation(ALICE, CH, "verify"))
+        await reading.reached.wait()
         await cancel(dispatcher)
         await dispatcher.idle()
 
@@ -242,10 +284,10 @@ async def test_a_cancel_reaches_a_job_still_preparing():
             JobState.CANCELLED,
             f"cancelled by {ALICE} before it started",
         )
-    assert "up" not in [call.operation for call in controllers.calls], "nothing was started"
+    assert "verify" not in [call.operation for call in controllers.calls], "nothing was started"
     assert chat.posts == []
     assert [message.title for user, message in chat.private if user == ALICE] == [
-        "✋ `/spark up` cancelled before it started"
+        "✋ `/spark verify` cancelled before it started"
     ]
 
 

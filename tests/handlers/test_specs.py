@@ -59,8 +59,8 @@ def test_chat_help_has_one_line_per_command_with_its_arguments_and_when_it_asks(
     assert [line.split()[1].rstrip("`") for line in lines] == list(SPECS)
     assert lines[0].startswith("`/spark up [RECIPE] [PRESET] [max_model_len=N]")
     assert (
-        "(asks before replacing a running cluster), e.g. `/spark up max_model_len=32768`"
-        in lines[0]
+        "(asks in the thread when something is already running), "
+        "e.g. `/spark up max_model_len=32768`" in lines[0]
     )
     assert (
         "`/spark down` stop and remove the containers on every node (asks for confirmation), "
