@@ -11,6 +11,7 @@ from pathlib import Path
 
 from demo.cluster import CLUSTER_MARKER
 from demo.engine import processes_marked
+from testkit.terminal import sigint_as_a_terminal_sends_it
 
 SPARK_BOT = [sys.executable, "-m", "bot.cli"]
 _WORKDIR = re.compile(r"engine (/tmp/spark-demo-[A-Za-z0-9_]+)/node0/docker\.sock")
@@ -136,6 +137,7 @@ def test_an_empty_standard_input_ends_the_demo():
 def test_ctrl_c_while_serving_cleans_up_everything():
     process = subprocess.Popen(
         [*SPARK_BOT, "demo"],
+        preexec_fn=sigint_as_a_terminal_sends_it,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

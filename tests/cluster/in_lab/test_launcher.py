@@ -23,6 +23,7 @@ from cluster.progress.checkpoints import launch_plan
 from lab.api import LabInfo
 from testkit.lab_cluster import FAST as LAB_FAST
 from testkit.lab_cluster import LAB_CONFIG, cluster_for, collect, controller_for
+from testkit.terminal import sigint_as_a_terminal_sends_it
 from tests.cluster.in_lab.test_cli import spark_bot
 from tests.lab.helpers import ssh_to
 
@@ -356,6 +357,7 @@ async def up_until_its_ray_cluster(
         config,
         stdout=asyncio.subprocess.PIPE,
         stderr=stderr,
+        preexec_fn=sigint_as_a_terminal_sends_it,
     )
     assert process.stdout is not None
     seen: list = []
