@@ -53,7 +53,8 @@ SOURCES: dict[str, str] = {
     "cuda": "NVIDIA CUDA Runtime API, cudaError_t and cudaGetErrorString (driver_types.h): 2 "
     "memory allocation, 3 initialization, 35 insufficient driver, 100 no device, 209 no kernel "
     "image, 700 illegal address, 710 device-side assert, 719 launch failure, 803 system driver "
-    "mismatch, 804 forward compatibility on unsupported hardware",
+    "mismatch, 804 forward compatibility on unsupported hardware; flashinfer-ai/flashinfer include/flashinfer/attention/prefill.cuh's dispatch "
+    "(`FlashInfer Internal Error: Invalid configuration : NUM_MMA_Q=…`, KTraits::IsInvalid)",
     "python": "CPython and the OS: errno texts (98 address in use, 101 network unreachable, 111 "
     "connection refused, 113 no route to host) and getaddrinfo's (`Name or service not known`, "
     "`Temporary failure in name resolution`); the import system (ImportError, "
@@ -227,9 +228,12 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"^triton\.compiler\.errors\.\w+|not supported in this architecture")),
     ExceptionClass("gpu_arch", "vllm_more", message=_re(
         r"Failed to find a kernel that can implement")),
-    # a kernel's own dispatch check (`prefill.cuh:2964: Unsupported max_mma_kv: 0`)
+    # a kernel's own dispatch check (`prefill.cuh:2964: Unsupported max_mma_kv: 0`; FlashInfer's
+    # prefill.cuh `FlashInfer Internal Error: Invalid configuration : NUM_MMA_Q=…` when its
+    # kernel traits are invalid for this shape on this GPU's shared memory)
     ExceptionClass("gpu_arch", "cuda", message=_re(r"\.cuh?:\d+\S*:? .*(?:[Uu]nsupported|"
-                                                   r"not supported|not implemented)")),
+                                                   r"not supported|not implemented|"
+                                                   r"Internal Error: Invalid configuration)")),
     # the GPU's memory
     ExceptionClass("memory_gpu", "torch", message=_re(
         r"OutOfMemory|out of memory|No available memory for the cache blocks|"

@@ -58,6 +58,21 @@ def test_a_jit_build_with_no_cuda_toolkit_in_the_image_is_the_images_packages(li
     assert raised is not None and family_of_exception(raised) == "package_version"
 
 
+def test_a_kernel_shape_flashinfers_dispatch_has_no_valid_traits_for_is_the_gpus():
+    # flashinfer-ai/flashinfer include/flashinfer/attention/prefill.cuh: the dispatch's
+    # `if constexpr (KTraits::IsInvalid())` branch (shared memory and registers of this GPU)
+    line = (
+        "RuntimeError: Error in function 'BatchPrefillWithPagedKVCacheDispatched' at "
+        "/usr/local/lib/python3.12/dist-packages/flashinfer/data/include/flashinfer/attention/"
+        "prefill.cuh:2978: FlashInfer Internal Error: Invalid configuration : NUM_MMA_Q=1 "
+        "NUM_MMA_D_QK=32 NUM_MMA_D_VO=32 NUM_MMA_KV=1 NUM_WARPS_Q=1 NUM_WARPS_KV=4 please create "
+        "an issue (https://github.com/flashinfer-ai/flashinfer/issues) and report the issue to "
+        "the developers."
+    )
+    raised = raised_exception(line)
+    assert raised is not None and family_of_exception(raised) == "gpu_arch"
+
+
 def test_flashinfers_all_reduce_workspace_vllm_goes_on_without_fails_nothing():
     # vLLM 0.32.0 flashinfer_all_reduce.py: logger.warning_once(...), then `return None`; the
     # record's further lines are the JIT build's output
