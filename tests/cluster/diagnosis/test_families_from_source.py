@@ -134,32 +134,6 @@ UNKNOWN_MEMBERS = [
 ]
 
 
-@pytest.mark.parametrize("line,family", UNKNOWN_MEMBERS)
-def test_an_unknown_member_gets_its_family_from_the_text_it_raises(line, family):
-    raised = raised_exception(line)
-    assert raised is not None, line
-    assert family_of_exception(raised) == family
-
-
-@pytest.mark.parametrize("line,family", UNKNOWN_MEMBERS)
-def test_a_log_ending_in_it_is_failed_and_quotes_it(line, family):
-    log = [
-        vllm(
-            "INFO", "Initializing a V1 LLM engine (v0.32.0) with config: model='m'", "core.py:133"
-        ),
-        vllm("ERROR", "EngineCore failed to start.", "core.py:1510"),
-        vllm("ERROR", "Traceback (most recent call last):"),
-        vllm("ERROR", '  File "/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 9'),
-        vllm("ERROR", "    raise X"),
-        vllm("ERROR", line),
-    ]
-    explained = explain(log)
-    assert explained.verdict == "failed"
-    found = explained.diagnosis
-    assert found is not None and found.family == family, explained.why
-    assert found.evidence.endswith(line) and found.line_number == 6
-
-
 def test_a_config_the_model_code_cannot_read_is_a_model_newer_than_this_vllm():
     # vLLM 0.5.x model_executor/layers/rotary_embedding.py read `rope_scaling["type"]`, a key
     # Llama 3.1's config no longer has: Python echoes the source line under the raising frame
@@ -509,15 +483,15 @@ SOURCE_TEXTS = [
 ]
 
 
-@pytest.mark.parametrize("line,family", SOURCE_TEXTS)
-def test_a_text_the_sources_raise_gets_its_family(line, family):
+@pytest.mark.parametrize("line,family", [*UNKNOWN_MEMBERS, *SOURCE_TEXTS])
+def test_an_unknown_member_gets_its_family_from_the_text_it_raises(line, family):
     raised = raised_exception(line)
     assert raised is not None, line
     assert family_of_exception(raised) == family
 
 
-@pytest.mark.parametrize("line,family", SOURCE_TEXTS)
-def test_a_log_ending_in_a_source_text_is_failed_and_quotes_it(line, family):
+@pytest.mark.parametrize("line,family", [*UNKNOWN_MEMBERS, *SOURCE_TEXTS])
+def test_a_log_ending_in_it_is_failed_and_quotes_it(line, family):
     log = [
         vllm(
             "INFO", "Initializing a V1 LLM engine (v0.32.0) with config: model='m'", "core.py:133"
@@ -532,7 +506,7 @@ def test_a_log_ending_in_a_source_text_is_failed_and_quotes_it(line, family):
     assert explained.verdict == "failed"
     found = explained.diagnosis
     assert found is not None and found.family == family, explained.why
-    assert found.evidence.endswith(line)
+    assert found.evidence.endswith(line) and found.line_number == 6
 
 
 SITE = "/usr/local/lib/python3.12/dist-packages"
