@@ -1132,6 +1132,19 @@ SIGNATURES: tuple[FailureSignature, ...] = (
                "(`logger.warning_once` / `logger.error_once`, then `return None`)",
     ),
     FailureSignature(
+        id="hub_lookup_retried", family="model_access", role="cause", fatal=False,
+        survived=True,
+        pattern=_re(r"^Error retrieving (?:[\w ]+: .*, retrying \d+ of \d+$|safetensors: )"),
+        title="vLLM could not ask the Hub about the model (it went on)",
+        cause="vLLM asked the Hugging Face Hub for the model's file list or safetensors "
+              "metadata and was refused (a local path taken for a repo id, no network, a "
+              "limit); it retries, and goes on without the safetensors metadata.",
+        fix="Nothing to do unless the model then fails to load: its own error follows.",
+        source="vLLM 0.32.0 transformers_utils/repo_utils.py with_retry (`logger.error(\"%s: %s, "
+               "retrying %d of %d\"…)` before each retry) and transformers_utils/config.py "
+               "try_get_safetensors_metadata (the last failure caught, None returned)",
+    ),
+    FailureSignature(
         id="same_node_check_failed", family="distributed_init", role="cause", fatal=False,
         survived=True,
         pattern=_re(r"^Error ignored in is_in_the_same_node"),

@@ -312,6 +312,15 @@ SAMPLES: dict[str, str | list[str]] = {
         "Error ignored in is_in_the_same_node: [Errno 2] No such file or directory: '/psm_4f1c2a'",
         "parallel_state.py:2630",
     ),
+    # vLLM 0.32.0 repo_utils.py with_retry: logger.error before each retry
+    "hub_lookup_retried": API
+    + vllm(
+        "ERROR",
+        "Error retrieving safetensors: Repo id must be in the form 'repo_name' or "
+        "'namespace/repo_name': '/data0/huggingface/MiniMax-M2.5'. Use `repo_type` argument if "
+        "needed., retrying 1 of 2",
+        "repo_utils.py:47",
+    ),
     # vLLM 0.32.0 flashinfer_all_reduce.py: logger.warning_once, then `return None`
     "flashinfer_allreduce_workspace_failed": "(Worker_TP0 pid=3438584) "
     + vllm(

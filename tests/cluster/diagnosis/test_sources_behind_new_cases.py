@@ -8,8 +8,10 @@ from __future__ import annotations
 import pytest
 
 from cluster.diagnosis.explain import explain
+from cluster.diagnosis.failures import SIGNATURES
 from cluster.diagnosis.families import family_of_exception
 from cluster.diagnosis.tracebacks import raised_exception
+from cluster.logs.logtext import strip_prefixes
 from tests.cluster.diagnosis.test_families_from_source import vllm
 from tests.cluster.diagnosis.test_healthy_end_and_ranks import HEALTHY, READY
 
@@ -105,3 +107,28 @@ def test_a_ray_worker_killed_under_its_actor_is_host_memory_first():
     found = explained.diagnosis
     assert found is not None and found.family == "memory_host"
     assert "dmesg" in found.fix
+
+
+def test_a_hub_lookup_vllm_retries_or_goes_on_without_fails_nothing_and_its_last_refusal_may():
+    # vLLM 0.32.0 repo_utils.py with_retry logs each failed try at ERROR, then retries; the
+    # safetensors metadata's last failure is caught (config.py try_get_safetensors_metadata)
+    api = "(APIServer pid=103793) "
+    retried = api + vllm(
+        "ERROR",
+        "Error retrieving safetensors: Repo id must be in the form 'repo_name' or "
+        "'namespace/repo_name': '/data0/m'. Use `repo_type` argument if needed., retrying 1 of 2",
+        "repo_utils.py:47",
+    )
+    given_up = api + vllm(
+        "ERROR",
+        "Error retrieving safetensors: Repo id must be in the form 'repo_name' or "
+        "'namespace/repo_name': '/data0/m'. Use `repo_type` argument if needed.",
+        "repo_utils.py:47",
+    )
+    explained = explain([*HEALTHY[:READY], retried, given_up, *HEALTHY[READY:]])
+    assert explained.verdict == "healthy", explained.why
+    # the file list's last failure is raised to its caller: no survived row covers it
+    raised = api + vllm("ERROR", "Error retrieving file list: 401 Client Error", "repo_utils.py:47")
+    assert not any(
+        sig.survived and sig.pattern.search(strip_prefixes(raised)) for sig in SIGNATURES
+    )
