@@ -32,7 +32,9 @@ SOURCES: dict[str, str] = {
     "distributed/device_communicators/pynccl_wrapper.py, model_executor/layers/fused_moe/); "
     "vllm-project/vllm@002db4951e0c vllm/platforms/cuda.py (`No valid attention backend "
     "found`, `Selected backend ... is not valid for this configuration`, `Bfloat16 is only "
-    "supported`)",
+    "supported`); renderers/params.py (`This model's maximum context length is N tokens`: a request "
+    "beyond max_model_len), model_executor/models/utils.py AutoWeightsLoader (`There is no "
+    "module or parameter named 'X' in Y`)",
     "ray": "ray 2.60.0 (PyPI; commit b7f4259e944b) python/ray/exceptions.py, "
     "_private/state.py (`Failed to connect to GCS`); src/ray/raylet/worker_pool.cc (`Some "
     "workers of the worker process(N) have not registered within the timeout`); "
@@ -83,6 +85,9 @@ SOURCES: dict[str, str] = {
     "ValueErrors of a checkpoint's or flag's quantization scheme against the kernels: the "
     "configuration), model_executor/models/registry.py, distributed/device_communicators/"
     "pynccl*.py",
+    "jinja": "pallets/jinja 3.1 src/jinja2/exceptions.py (TemplateError, TemplateSyntaxError, "
+    "UndefinedError, TemplateRuntimeError, TemplateAssertionError); vLLM 0.32.0 renderers/hf.py "
+    "compiles and renders the chat template with jinja2",
     "toolkit": "torch 2.13.0 (PyPI) torch/utils/cpp_extension.py _join_cuda_home (`CUDA_HOME "
     "environment variable is not set. Please set it to your CUDA install root.`); FlashInfer's "
     "jit/cpp_ext.py get_cuda_path (`Could not find nvcc and default cuda_home='/usr/local/cuda' "
@@ -195,7 +200,7 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
     ExceptionClass("context_length", "vllm", message=_re(
         r"greater than the derived max_model_len|VLLM_ALLOW_LONG_MAX_MODEL_LEN|"
         r"\bmax_position_embeddings\b.*\bmax_model_len\b|\bmax_model_len\b.*\bmax_position_"
-        r"embeddings\b")),
+        r"embeddings\b|This model's maximum context length is \d+ tokens")),
     # no attention backend for this configuration: the GPU's architecture when the only
     # reason is `compute capability not supported`, else the configuration (vLLM's
     # validate_configuration reasons: head_size, dtype, kv_cache_dtype, block_size, ...)
@@ -263,7 +268,9 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
         r"are not supported for now|failed to be inspected|has no vLLM implementation|"
         r"Cannot find model module|was supported in vLLM until|is not supported in-tree anymore|"
         r"Transformers implementation of \S+ is not compatible with vLLM|"
-        r"Could not determine the number of key-value attention heads")),
+        r"Could not determine the number of key-value attention heads|"
+        # the checkpoint holds weights this vLLM's model class has no place for
+        r"There is no module or parameter named '[^']*' in")),
     ExceptionClass("model_arch", "vllm", all_of=True,
                    message=_re(r"^(?:KeyError|AttributeError|TypeError)\b(?!: module ')"
                                r"(?!.*unexpected keyword argument)"),
@@ -303,6 +310,10 @@ EXCEPTION_CLASSES: tuple[ExceptionClass, ...] = (
     ExceptionClass("tokenizer", "transformers", message=_re(
         r"\btokenizer\b|chat.?template|\bprocessor\b|sentencepiece", re.I)),
     ExceptionClass("tokenizer", "hf_more", message=_re(r"\bHarmonyError\b|\btiktoken\b")),
+    # a chat template that does not compile or render (vLLM renders it with Jinja2)
+    ExceptionClass("tokenizer", "jinja", message=_re(
+        r"\bjinja2\.exceptions\.\w+|\bTemplate(?:Syntax|Runtime|Assertion)?Error\b|"
+        r"\bUndefinedError\b")),
     ExceptionClass("package_version", "python", message=_re(
         r"(?:^|\.)(?:ImportError|ModuleNotFoundError|PackageNotFoundError)\b|undefined symbol|"
         r"^AttributeError: module '[\w.]+' has no attribute|cannot open shared object file|"

@@ -132,3 +132,35 @@ def test_a_hub_lookup_vllm_retries_or_goes_on_without_fails_nothing_and_its_last
     assert not any(
         sig.survived and sig.pattern.search(strip_prefixes(raised)) for sig in SIGNATURES
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "family"),
+    [
+        # vLLM 0.32.0 renderers/hf.py renders the chat template with jinja2 (pallets/jinja 3.1
+        # exceptions.py)
+        (
+            "jinja2.exceptions.TemplateSyntaxError: expected token 'end of print statement', "
+            "got 'name'",
+            "tokenizer",
+        ),
+        ("jinja2.exceptions.UndefinedError: 'messages' is undefined", "tokenizer"),
+        # vLLM 0.32.0 renderers/params.py: a request beyond max_model_len
+        (
+            "vllm.exceptions.VLLMValidationError: This model's maximum context length is 32768 "
+            "tokens. However, your request has 40000 input tokens. Please reduce the length of "
+            "the input messages.",
+            "context_length",
+        ),
+        # vLLM 0.32.0 model_executor/models/utils.py AutoWeightsLoader._load_module
+        (
+            "ValueError: There is no module or parameter named 'image_newline' in "
+            "LlavaNextForConditionalGeneration. The available parameters belonging to  "
+            "(LlavaNextForConditionalGeneration) are: {'lm_head.weight'}",
+            "model_arch",
+        ),
+    ],
+)
+def test_texts_of_the_chat_template_a_request_and_a_checkpoint_vllm_has_no_place_for(line, family):
+    raised = raised_exception(line)
+    assert raised is not None and family_of_exception(raised) == family
