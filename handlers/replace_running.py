@@ -1,8 +1,9 @@
 """What `/spark up` does about what already runs on the nodes. The launch's own preflight finds
-it, over its one connection per node, and asks through `confirm_replace` in the job's thread;
-the serving watch and the recorded launch end only once the launch will change the cluster (the
-answer was yes, or nothing was there to replace), never when the answer keeps what runs: then
-the job ends with nothing changed, and the watch goes on."""
+it, over its one connection per node, and asks through `confirm_replace` in the job's thread,
+before its other checks; the serving watch and the recorded launch end only once the launch
+changes the cluster (every check passed and it is about to remove what runs, or nothing was there
+to replace), never when the answer keeps what runs or a check after a yes fails: then what runs
+goes on running, and the watch with it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
 from cluster.config import ClusterConfig
-from cluster.events import CheckpointPassed, Event, Failed
-from cluster.operations.preflight import Leftover
+from cluster.events import CheckpointPassed, Event, Failed, Progress
+from cluster.operations.preflight import REPLACING, Leftover
 from handlers import commands as c
 from handlers.command_context import CommandContext
 from handlers.job_state import JobState
@@ -66,14 +67,16 @@ class ReplaceRunning:
         assert self.job is not None, "the launch runs as a job"
         question = replace_question(self.config, leftovers)
         self.answer = await self.d.questions.ask(self.job.view, self.command, question)
-        if self.answer.yes:
-            await self._will_change()  # before the launch removes what the watch follows
         return self.answer.yes
 
     async def events(self, launch: AsyncGenerator[Event, None]) -> AsyncGenerator[Event, None]:
         async with aclosing(launch):
             async for event in launch:
-                if isinstance(event, CheckpointPassed) and event.checkpoint == CHECKPOINT:
+                if isinstance(event, Progress) and event.phase == REPLACING:
+                    # the launch waits at this word: stopped before it removes what the watch
+                    # follows
+                    await self._will_change()
+                elif isinstance(event, CheckpointPassed) and event.checkpoint == CHECKPOINT:
                     await self._will_change()  # nothing was there to replace
                 elif (
                     isinstance(event, Failed)

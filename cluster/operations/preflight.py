@@ -58,7 +58,16 @@ from cluster.resources.fit import (
 )
 from cluster.resources.gpu_arch import AnswersByImage, ask_image, verdict
 from cluster.resources.memory import GIB, MemoryBreakdown, parse_memory_breakdown
-from cluster.resources.memory_return import LastStop, held_by, is_back, last_stop, read_breakdown
+from cluster.resources.memory_return import (
+    HOLDING,
+    LastStop,
+    credited,
+    held_by,
+    is_back,
+    last_stop,
+    memory_before,
+    read_breakdown,
+)
 from cluster.resources.model_cache import ModelCheck, check_model
 from cluster.resources.nccl_library import Library, ask_node, differ
 from cluster.resources.startup_memory import StartupMemory, balance
@@ -67,6 +76,7 @@ from cluster.serving.ray_memory_monitor import env_warning, launcher_warning
 
 NO_INTERFACES = NodeInterfaces(eth_if="", ib_if=(), local_ip="")
 MEMORY_WAIT_REPORT_S = 15.0  # while waiting for memory to come back, a word at least this often
+REPLACING = "replace"  # the phase of the word said just before the leftovers are removed
 
 
 async def detect_interfaces(
@@ -106,6 +116,9 @@ def reachable(connection: ClusterConnection, reporter: Reporter) -> Event:
     )
 
 
+NOT_OURS = ", not started by spark-bot"  # said after the state of a container that is not ours
+
+
 @dataclass
 class NodeFacts:
     docker_version: str = ""
@@ -116,9 +129,14 @@ class NodeFacts:
     home: str = "/root"
     stale_container: str | None = None
     stale_is_ours: bool = False  # labelled by spark-bot for this cluster
+    # the MemAvailable the leftover's launch saw (its LABEL_MEMORY_BEFORE); None: no such label
+    stale_memory_before: int | None = None
 
-
-NOT_OURS = ", not started by spark-bot"  # said after the state of a container that is not ours
+    @property
+    def stale_holds_memory(self) -> bool:
+        """The leftover's processes live: they hold their memory until it is removed."""
+        state = self.stale_container
+        return state is not None and state.removesuffix(NOT_OURS) in HOLDING
 
 
 @dataclass(frozen=True)
@@ -185,6 +203,9 @@ class Preflight:
         steps = [
             Step(BY_ID["ssh"], self._reachable),
             Step(BY_ID["docker"], self._engines),
+            # asked as soon as known, removed only once every check passed: a no ends the launch
+            # before more work, and a check failing after a yes leaves what runs running
+            Step(BY_ID["no_stale_container"], self._leftovers),
             Step(BY_ID["image"], self._same_image),
             Step(BY_ID["gpu_arch"], self._image_runs_on_gpu),
             Step(BY_ID["nccl_library"], self._same_nccl),
@@ -193,7 +214,7 @@ class Preflight:
             Step(BY_ID["memory"], self._memory),
             Step(BY_ID["model"], self._model),
             Step(BY_ID["fit"], self._fits),
-            Step(BY_ID["no_stale_container"], self._no_stale_container),
+            Step(BY_ID["no_stale_container"], self._replace),
             Step(BY_ID["api_port"], self._ports_free),
         ]
         async with aclosing(run_steps(steps, self.reporter)) as events:
@@ -424,28 +445,38 @@ class Preflight:
     async def _memory_returns(self) -> AsyncGenerator[Event, None]:
         """After a stop of our containers (down, a failed launch, a restart), each node's unified
         memory back to its level before that launch, waited for up to memory.return_timeout."""
-        nodes, memory = self._nodes, self.config.memory
+        memory = self.config.memory
         if not memory.unified:
             return
+        # a leftover still holding memory makes its node's earlier stops moot: the node is
+        # judged on what the leftover gives back, awaited once it is removed (_replace)
+        nodes = [n for n in self._nodes if not self.facts[n.name].stale_holds_memory]
         stops = await asyncio.gather(
             *(last_stop(n, self.config.name, memory.return_window) for n in nodes)
         )
+        found = {n.name: (n, stop) for n, stop in zip(nodes, stops, strict=True) if stop}
+        async with aclosing(self._await_memory(found, "the last launch's")) as events:
+            async for event in events:
+                yield event
+
+    async def _await_memory(
+        self, stops: dict[str, tuple[NodeConnection, LastStop]], whose: str
+    ) -> AsyncGenerator[Event, None]:
+        """Each node of `stops` whose memory is below its stop's level waited for, up to
+        memory.return_timeout; a node whose memory does not come back fails, its holders named."""
+        memory = self.config.memory
         waiting: dict[str, tuple[NodeConnection, LastStop]] = {}
-        for node, stop in zip(nodes, stops, strict=True):
-            now = self.facts[node.name].memory
-            if (
-                stop is not None
-                and now is not None
-                and not is_back(now, stop, memory.return_tolerance_gib)
-            ):
-                waiting[node.name] = (node, stop)
+        for name, (node, stop) in stops.items():
+            now = self.facts[name].memory
+            if now is not None and not is_back(now, stop, memory.return_tolerance_gib):
+                waiting[name] = (node, stop)
         if not waiting:
             return
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline, told = started + memory.return_timeout, started
         yield self._memory_progress(
-            f"waiting up to {memory.return_timeout:g} s for the last launch's memory to come "
+            f"waiting up to {memory.return_timeout:g} s for {whose} memory to come "
             f"back: {self._still_missing(waiting)}"
         )
         while waiting and (left := deadline - loop.time()) > 0:
@@ -501,10 +532,10 @@ class Preflight:
 
     async def _memory(self) -> AsyncGenerator[Event, None]:
         nodes, need = self._nodes, self.config.serve.min_free_memory_gib
-        short = [n.name for n in nodes if self._available_gib(n.name) < need]
+        short = [n.name for n in nodes if self._judged_gib(n.name) < need]
         memory = "; ".join(
-            f"{n.name}: MemAvailable {self._available_gib(n.name):.1f} GiB" for n in nodes
-        )
+            f"{n.name}: MemAvailable {self._judged_gib(n.name):.1f} GiB" for n in nodes
+        ) + "".join(f"\n{note}" for note in self._credit_notes())
         if short:
             yield self._failed(
                 "memory",
@@ -535,14 +566,49 @@ class Preflight:
         if failure is not None:
             yield failure
             return
-        evidence = "\n".join(s.describe() for s in startup) + returned
-        yield self.reporter.passed(BY_ID["memory"], evidence, warning=ray_monitor)
+        evidence = "\n".join([*(s.describe() for s in startup), *self._credit_notes()])
+        yield self.reporter.passed(BY_ID["memory"], evidence + returned, warning=ray_monitor)
+
+    def _judged(self, name: str) -> MemoryBreakdown | None:
+        """The node's memory as the checks judge it: with what a leftover the launch replaces
+        gives back once gone, where its launch recorded the level before it."""
+        facts = self.facts[name]
+        before = facts.stale_memory_before
+        if facts.memory is None or not facts.stale_holds_memory or before is None:
+            return facts.memory
+        return credited(facts.memory, before)
+
+    def _judged_gib(self, name: str) -> float:
+        memory = self._judged(name)
+        return memory.available / GIB if memory else 0.0
+
+    def _credit_notes(self) -> list[str]:
+        """Per node whose leftover holds memory: what is available now, and what once it is
+        gone, or why its memory could not be counted."""
+        name, notes = self.config.container.name, []
+        for node in self._nodes:
+            facts, judged = self.facts[node.name], self._judged(node.name)
+            if facts.memory is None or judged is None or not facts.stale_holds_memory:
+                continue
+            now = f"{node.name}: {facts.memory.available / GIB:.1f} GiB available now"
+            if facts.stale_memory_before is not None:
+                notes.append(
+                    f"{now}, {judged.available / GIB:.1f} GiB once the replaced {name} is gone "
+                    "(its launch's reading)"
+                )
+                continue
+            why = "its launch recorded none" if facts.stale_is_ours else "not started by spark-bot"
+            notes.append(
+                f"{now}; the memory the replaced {name} holds could not be credited ({why}): "
+                "judged on what is available now"
+            )
+        return notes
 
     def _startup_memory(self) -> list[StartupMemory] | str:
         """Each node against what vLLM claims at start-up; why not, in words."""
         startup = []
         for node in self._nodes:
-            memory = self.facts[node.name].memory
+            memory = self._judged(node.name)
             if memory is None:
                 return f"/proc/meminfo on {node.name} is not what Linux writes"
             startup.append(
@@ -565,7 +631,7 @@ class Preflight:
             "short": ", ".join(s.node for s in short),
             "listing": listing + (f". {gap}" if gap else ""),
         }
-        evidence = "\n".join(s.describe() for s in startup)
+        evidence = "\n".join([*(s.describe() for s in startup), *self._credit_notes()])
         if all(s.cache_in_the_way for s in short):
             command = self.config.memory.drop_caches
             values["command"] = " ".join(command or ())
@@ -664,10 +730,15 @@ class Preflight:
             warning=warning,
         )
 
-    async def _no_stale_container(self) -> AsyncGenerator[Event, None]:
+    def _stale(self) -> list[tuple[NodeConnection, str]]:
+        return [(n, state) for n in self._nodes if (state := self.facts[n.name].stale_container)]
+
+    async def _leftovers(self) -> AsyncGenerator[Event, None]:
+        """The leftovers asked about as soon as they are known; without consent to remove every
+        one, the launch ends here. Nothing is removed yet (_replace)."""
         name = self.config.container.name
-        stale = [(n, state) for n in self._nodes if (state := self.facts[n.name].stale_container)]
-        await self._confirm_replace([(n, state) for n, state in stale])
+        stale = self._stale()
+        await self._confirm_replace(stale)
         foreign = next(
             (
                 (n, state)
@@ -695,15 +766,60 @@ class Preflight:
                 {"container": name, "listing": listing},
                 evidence=listing,
             )
+
+    async def _replace(self) -> AsyncGenerator[Event, None]:
+        """Every check passed: the consented leftovers removed, and the memory they held awaited
+        back before anything starts."""
+        name = self.config.container.name
+        stale = self._stale()
+        if not stale:
+            yield self._passed("no_stale_container", f"no container named {name} on any node")
             return
+        listing = ", ".join(f"{n.name} ({state})" for n, state in stale)
+        yield Progress(
+            elapsed_s=self.reporter.elapsed(),
+            phase=REPLACING,
+            message=f"every check passed: removing {name} on {listing}",
+        )
         for node, _ in stale:
             await node.docker.remove(name)
-        yield self._passed(
-            "no_stale_container",
-            "replaced: " + ", ".join(f"{n.name} ({state})" for n, state in stale)
-            if stale
-            else f"no container named {name} on any node",
+        async with aclosing(self._replaced_memory_back(stale)) as events:
+            async for event in events:
+                yield event
+                if isinstance(event, Failed):
+                    return
+        # only nodes whose leftover held memory are awaited here, never before (_memory_returns)
+        returned = "".join(
+            f"\nmemory back on {n.name} after {self.memory_returned[n.name]:.1f} s"
+            for n, _ in stale
+            if self.facts[n.name].stale_holds_memory and n.name in self.memory_returned
         )
+        yield self._passed("no_stale_container", f"replaced: {listing}{returned}")
+
+    async def _replaced_memory_back(
+        self, stale: list[tuple[NodeConnection, str]]
+    ) -> AsyncGenerator[Event, None]:
+        """The memory the removed leftovers held, back to their launch's level (the label the
+        checks credited); each node's reading after the removal is the one this launch keeps."""
+        if not self.config.memory.unified:
+            return
+        nodes = [n for n, _ in stale]
+        readings = await asyncio.gather(
+            *(read_breakdown(n, self.config.timeouts.preflight) for n in nodes)
+        )
+        for node, reading in zip(nodes, readings, strict=True):
+            if reading is not None:
+                self.facts[node.name].memory = reading
+        name = self.config.container.name
+        stops = {
+            n.name: (n, LastStop(n.name, name, before))
+            for n in nodes
+            if self.facts[n.name].stale_holds_memory
+            and (before := self.facts[n.name].stale_memory_before) is not None
+        }
+        async with aclosing(self._await_memory(stops, f"the replaced {name}'s")) as events:
+            async for event in events:
+                yield event
 
     async def _confirm_replace(self, stale: list[tuple[NodeConnection, str]]) -> None:
         """Ask about the leftovers (when there is someone to ask) that would stop the launch:
@@ -778,7 +894,9 @@ class Preflight:
         facts.image_id = await node.docker.image_id(config.container.image)
         info = await node.docker.find_container(config.container.name)
         if info is not None:
-            labelled = (info["Config"].get("Labels") or {}).get(LABEL_CLUSTER) == config.name
+            labels = info["Config"].get("Labels") or {}
+            labelled = labels.get(LABEL_CLUSTER) == config.name
+            facts.stale_memory_before = memory_before(labels)
             # the operator's launcher's container: its recipe names it, that is the say-so
             facts.stale_is_ours = labelled or config.launcher is not None
             facts.stale_container = info["State"]["Status"] + (

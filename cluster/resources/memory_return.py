@@ -6,12 +6,18 @@ events of them keep their labels, on the node itself: the next preflight asks ea
 for them. A node whose MemAvailable is still below that level (less memory.return_tolerance_gib)
 is waited for; memory that does not come back is named as held, by the processes `ps` shows
 holding it, else as not returned at all (a driver's, or a process the node's `ps` cannot see).
+
+A container the launch replaces still holds its memory while preflight checks the node (a
+serving vLLM holds most of a Spark's unified memory): the checks judge the node on the memory
+it will have once that container is gone (`credited`: its label's level), and the launch waits
+for that memory after the removal as after any stop.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from cluster.nodes import NodeConnection
 from cluster.resources.memory import GIB, MEMINFO, MemoryBreakdown, parse_memory_breakdown
@@ -23,6 +29,8 @@ HOLDERS_SHOWN = 3
 # A process holds "the" memory only if it holds a good part of what is missing (a node has many
 # small ones, and the lab's nodes see this machine's).
 HOLDER_SHARE = 0.25
+# Docker's states of a container whose processes live, holding their memory until it is removed
+HOLDING = frozenset({"running", "paused", "restarting"})
 
 
 @dataclass(frozen=True)
@@ -48,10 +56,25 @@ async def last_stop(node: NodeConnection, cluster: str, within_s: float) -> Last
     found = None
     for event in events:
         attributes = (event.get("Actor") or {}).get("Attributes") or {}
-        before = str(attributes.get(LABEL_MEMORY_BEFORE, ""))
-        if before.isdigit():
-            found = LastStop(node.name, str(attributes.get("name", "?")), int(before))
+        before = memory_before(attributes)
+        if before is not None:
+            found = LastStop(node.name, str(attributes.get("name", "?")), before)
     return found
+
+
+def memory_before(labels: Mapping[str, str]) -> int | None:
+    """The MemAvailable a container's launch saw (LABEL_MEMORY_BEFORE); None without it."""
+    before = str(labels.get(LABEL_MEMORY_BEFORE, ""))
+    return int(before) if before.isdigit() else None
+
+
+def credited(memory: MemoryBreakdown, available_before: int) -> MemoryBreakdown:
+    """The node's memory once a container that holds it is gone: MemAvailable back to its level
+    before that container's launch (never below now), what it gives back counted free."""
+    back = max(0, available_before - memory.available)
+    return replace(
+        memory, available=memory.available + back, free=min(memory.total, memory.free + back)
+    )
 
 
 def is_back(memory: MemoryBreakdown, stop: LastStop, tolerance_gib: float) -> bool:

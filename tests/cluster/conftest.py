@@ -2,6 +2,7 @@
 
 import pytest
 
+from lab import api as lab_api
 from testkit.lab_cluster import collect, controller_for
 
 
@@ -12,3 +13,11 @@ async def clean(lab):
     await collect(controller.down())
     yield lab
     await collect(controller.down())
+
+
+@pytest.fixture
+def idle_after(clean):
+    """The lab's nodes idle again after the test, whatever it set in their /proc/meminfo."""
+    yield clean
+    for node in (0, 1):
+        lab_api.set_node_memory(node)

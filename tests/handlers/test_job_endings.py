@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from cluster.events import Progress
+from cluster.operations.preflight import REPLACING
 from handlers.command_context import Invocation
 from handlers.dispatch import Action, Dispatcher
 from handlers.job_state import JobState
@@ -241,6 +242,39 @@ async def test_up_whose_question_keeps_what_runs_ends_unconfirmed_and_changes_no
     )
     assert job_message.tone == "neutral" and job_message.buttons == []
     assert not [p for p in chat.posts if p.message.tone == "failure"], "no failure said"
+
+
+async def test_a_yes_stops_the_watch_only_when_the_launch_removes_what_runs():
+    """The question comes before the launch's other checks: a check failing after a yes leaves
+    what runs running, and its watch with it; the watch stops at the word said right before the
+    removal, while the launch waits for it."""
+    removing = Progress(elapsed_s=1, phase=REPLACING, message="every check passed: removing")
+    controllers = ScriptedControllers(up=[*launch_passes(), ready()], watch=[Hold()])
+    async with running_dispatcher(controllers) as (dispatcher, chat):
+        await dispatcher.command(Invocation(ALICE, CH, "up"))
+        await dispatcher.idle()
+        assert dispatcher.watch.watching, "the first launch serves, watched"
+
+        async def replace(script: list[Step]) -> None:
+            def asked() -> list[Message]:
+                return [p.message for p in chat.posts if p.thread and p.message.buttons]
+
+            before = len(asked())  # an answered question's first post keeps its buttons
+            controllers.scripts["up"] = script
+            await dispatcher.command(Invocation(ALICE, CH, "up"))
+            await asyncio.wait_for(chat.wait_until(lambda: len(asked()) > before), 5)
+            question = asked()[-1]
+            await dispatcher.action(Action(ALICE, CH, REPLACE_ACTION, question.buttons[0].value))
+            await dispatcher.idle()
+
+        await replace([passed("ssh"), AskReplace.running(), failed("model")])
+        assert (await dispatcher.store.job(2)).state == JobState.FAILED
+        assert dispatcher.watch.watching, "what runs was not touched: still watched"
+        assert "watch" not in controllers.cleaned_up
+
+        await replace([AskReplace.running(), removing, *launch_passes(), ready()])
+        assert (await dispatcher.store.job(3)).state == JobState.SUCCEEDED
+        assert controllers.cleaned_up.count("watch") == 1, "the first launch's watch stopped"
 
 
 async def test_a_job_that_cannot_start_frees_the_lock_and_tells_the_asker_what_to_try():

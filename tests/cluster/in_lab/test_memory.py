@@ -20,14 +20,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.timeout(240)]
 GIB_KB = 1024 * 1024
 
 
-@pytest.fixture
-def idle_after(clean):
-    """The lab's nodes idle again after the test, whatever it set."""
-    yield clean
-    for node in (0, 1):
-        lab_api.set_node_memory(node)
-
-
 def lab_config_with(tmp_path: Path, **memory) -> str:
     data = yaml.safe_load(LAB_CONFIG.read_text())
     data["cluster"]["memory"] = {**data["cluster"].get("memory", {}), **memory}
