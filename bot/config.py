@@ -8,7 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from cluster.config import ClusterConfig, Knowledge
+from cluster.config import ClusterConfig, Knowledge, home_expanded
 from cluster.errors import ConfigError
 from cluster.redact import redact, secret_name
 from handlers.settings import AccessConfig, BotSettings, CommandsConfig, JobsConfig, StoreConfig
@@ -128,7 +128,10 @@ def load_config(path: str | Path) -> SparkBotConfig:
         raise ConfigError(f"{path}: expected a mapping with a 'cluster' section at the top")
     cluster = data.get("cluster")
     if isinstance(cluster, dict) and isinstance(cluster.get("knowledge"), str):
-        named = Path(cluster["knowledge"]).expanduser()
+        try:
+            named = home_expanded(Path(cluster["knowledge"]))
+        except ValueError as error:
+            raise ConfigError(f"{path}: cluster.knowledge: {error}") from None
         knowledge = load_knowledge(named if named.is_absolute() else path.resolve().parent / named)
         cluster = {**cluster, "knowledge": knowledge.model_dump()}
         data = {**data, "cluster": cluster}
@@ -150,8 +153,11 @@ def load_config(path: str | Path) -> SparkBotConfig:
     except ValidationError as exc:
         raise ConfigError(_describe(path, root, exc, files)) from None
     base = path.resolve().parent
-    cluster = config.cluster.with_paths_relative_to(base)
-    store = config.store.model_copy(update={"path": base / config.store.path.expanduser()})
+    try:
+        cluster = config.cluster.with_paths_relative_to(base)
+        store = config.store.model_copy(update={"path": base / home_expanded(config.store.path)})
+    except ValueError as error:
+        raise ConfigError(f"{path}: {error}") from None
     return config.model_copy(update={"cluster": cluster, "store": store})
 
 

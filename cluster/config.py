@@ -622,6 +622,18 @@ def _enough_gpus(where: str, serve: ServeConfig, nodes: list[NodeConfig]) -> Non
         )
 
 
+def home_expanded(path: Path) -> Path:
+    """`~` and `~user` expanded; ValueError naming the path when that user has no home here
+    (pathlib raises RuntimeError)."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        raise ValueError(
+            f"{path}: {path.parts[0]!r} names no user with a home on this machine; write the "
+            "full path, or ~/ for the bot's own home"
+        ) from None
+
+
 class ClusterConfig(_Model):
     name: Name = Field(
         "sparks", description="the cluster's name in messages, the lock and the containers' label"
@@ -782,7 +794,7 @@ class ClusterConfig(_Model):
         def resolve(path: Path | None) -> Path | None:
             if path is None:
                 return None
-            path = path.expanduser()
+            path = home_expanded(path)
             return path if path.is_absolute() else (base / path).resolve()
 
         nodes = [

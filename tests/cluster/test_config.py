@@ -259,6 +259,30 @@ def test_a_path_with_a_nul_character_is_refused_by_name(tmp_path):
         load_config(path)
 
 
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        (("cluster", "nodes", 0, "ssh", "key"), "~nosuchuser/.ssh/id_ed25519"),
+        (("cluster", "nodes", 0, "ssh", "known_hosts"), "~0"),
+        (("store", "path"), "~nosuchuser/spark-bot.db"),
+        (("cluster", "knowledge"), "~nosuchuser/knowledge.yaml"),
+    ],
+)
+def test_a_home_of_a_user_this_machine_lacks_is_refused_by_name(tmp_path, where, value):
+    # pathlib's expanduser raises RuntimeError for `~user` with no home (a traceback before)
+    data = yaml.safe_load((CONFIGS / "lab.yaml").read_text())
+    node = data
+    for key in where[:-1]:
+        node = node.setdefault(key, {}) if isinstance(key, str) else node[key]
+    node[where[-1]] = value
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    said = str(error.value)
+    assert said.startswith(f"{path}: ") and "names no user with a home on this machine" in said
+
+
 def test_more_ranks_than_the_nodes_have_gpus_is_refused_before_anything_starts(tmp_path):
     # TP 4 on two Sparks of one GPU each passed every check and started both containers, which
     # then waited for GPUs that do not exist (issue 26, item 6)
